@@ -1,0 +1,43 @@
+"""mlflow-ragjudge: research-faithful RAG evaluation judges for MLflow.
+
+Plain Python::
+
+    import mlflow_ragjudge as rj
+    out = rj.evaluate_frame(df, judge="openai:/gpt-4o-mini")
+    out.metrics["correctness/mean"]
+
+MLflow: ``mlflow.models.evaluate(data=df, predictions="answer", targets="reference",
+model_type="rag", evaluators="ragjudge", evaluator_config={"judge": ...})``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .backends import Backend, BackendError, FakeBackend, resolve_backend
+from .cache import CallCache
+from .client import JudgeClient
+from .config import RagJudgeConfig
+from .evaluation import EvalOutput, InputError, evaluate_frame
+from .judges import CorrectnessJudge
+from .types import Aggregate, FailureReason, JudgeResult, Status, aggregate
+
+__all__ = [
+    "__version__",
+    "Aggregate",
+    "Backend",
+    "BackendError",
+    "CallCache",
+    "CorrectnessJudge",
+    "EvalOutput",
+    "FailureReason",
+    "FakeBackend",
+    "InputError",
+    "JudgeClient",
+    "JudgeResult",
+    "RagJudgeConfig",
+    "Status",
+    "aggregate",
+    "evaluate_frame",
+    "resolve_backend",
+]

@@ -1,0 +1,79 @@
+"""Error classification shared by the SDK-based backends.
+
+Both official SDKs expose the same exception family (``APIStatusError`` with a
+``status_code`` and the HTTP response, ``APITimeoutError`` below
+``APIConnectionError``), so one classifier serves both.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any
+
+from .base import BackendError, ErrorKind
+
+
+def parse_retry_after(headers: Any) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date)."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_tz(value)
+        if parsed is None:
+            return None
+        return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+def classify(exc: BaseException, sdk: Any) -> BackendError:
+    """Map an SDK exception to a :class:`BackendError`.
+
+    Retry only what is worth retrying: 429 (after ``retry-after``), 408/409/5xx,
+    timeouts, connection errors and unreadable bodies; every other 4xx fails at once.
+    """
+    if isinstance(exc, BackendError):
+        return exc
+    if isinstance(exc, sdk.APITimeoutError):
+        return BackendError(ErrorKind.TIMEOUT, "request timed out")
+    if isinstance(exc, sdk.APIConnectionError):
+        return BackendError(ErrorKind.CONNECTION, f"connection error: {exc}")
+    if isinstance(exc, sdk.APIStatusError):
+        status = int(exc.status_code)
+        msg = _message(exc)
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+        if status == 429:
+            return BackendError(ErrorKind.RATE_LIMITED, msg, status, parse_retry_after(headers))
+        if status in (408, 409) or status >= 500:
+            return BackendError(ErrorKind.TRANSIENT, msg, status, parse_retry_after(headers))
+        return BackendError(ErrorKind.PERMANENT, msg, status)
+    if isinstance(exc, sdk.APIResponseValidationError) or isinstance(exc, ValueError):
+        # A body that is not the API's JSON (a proxy's HTML page, a cut-off reply).
+        return BackendError(ErrorKind.TRANSIENT, f"unreadable response body: {type(exc).__name__}: {exc}")
+    return BackendError(ErrorKind.PERMANENT, f"{type(exc).__name__}: {exc}")
+
+
+def _message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(getattr(exc, "message", exc))
+
+
+def missing_sdk(package: str) -> ImportError:
+    return ImportError(
+        f"The '{package}' package is needed for this judge backend but is not installed. "
+        f"Install it with: pip install '{package}'"
+    )

@@ -1,0 +1,521 @@
+"""The one client through which every judge call flows.
+
+Order of policy for each call: cache lookup -> process-wide concurrency gate
+(and optional request pacing) per provider connection -> the backend call with a
+timeout -> classified retries with backoff -> parse (with one re-ask) -> cache
+store -> accounting and a transcript record. Backends stay thin (DESIGN point 5).
+
+The gate is shared by every client in the process that talks to the same
+provider connection (provider + base URL), and is thread-safe, because MLflow
+calls scorers from thread pools.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, resolve_backend
+from .cache import CallCache, cache_key
+from .pricing import cost_usd
+from .types import FailureReason
+
+__all__ = ["JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for"]
+
+ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
+ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
+DEFAULT_MAX_CONCURRENCY = 8
+
+REASK_TEMPLATE = (
+    "Your previous reply could not be read: {error}. Reply again with the complete answer, "
+    "in exactly the format the instructions ask for and nothing else."
+)
+
+
+class ParseError(ValueError):
+    """A reply that does not have the form the prompt asked for."""
+
+
+# --------------------------------------------------------------------------- gate
+
+
+class ProviderGate:
+    """Concurrency limit and request pacing for one provider connection.
+
+    ``limit`` calls may be in flight at once; with ``requests_per_minute`` set,
+    call starts are spaced ``60 / rpm`` seconds apart; after a 429 every caller
+    waits until the cool-down the server asked for has passed, so one rate-limit
+    reply does not become a burst of them.
+    """
+
+    def __init__(self, limit: int = DEFAULT_MAX_CONCURRENCY, requests_per_minute: float | None = None) -> None:
+        self._cond = threading.Condition()
+        self.limit = limit
+        self.requests_per_minute = requests_per_minute
+        self.active = 0
+        self.peak = 0
+        self._next_start = 0.0
+        self._cooldown_until = 0.0
+
+    def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
+        with self._cond:
+            if limit is not None:
+                if limit < 1:
+                    raise ValueError(f"max_concurrency must be >= 1, got {limit}")
+                self.limit = limit
+            if requests_per_minute is not None:
+                if requests_per_minute <= 0:
+                    raise ValueError(f"requests_per_minute must be > 0, got {requests_per_minute}")
+                self.requests_per_minute = requests_per_minute
+            self._cond.notify_all()
+
+    def acquire(self, sleep: Callable[[float], None] = time.sleep) -> float:
+        """Take a slot; returns the seconds spent waiting for pacing/cool-down."""
+        with self._cond:
+            while self.active >= self.limit:
+                self._cond.wait()
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            now = time.monotonic()
+            start = max(now, self._cooldown_until)
+            if self.requests_per_minute:
+                start = max(start, self._next_start)
+                self._next_start = start + 60.0 / self.requests_per_minute
+        wait = start - now
+        if wait > 0:
+            sleep(wait)
+        return max(0.0, wait)
+
+    def release(self) -> None:
+        with self._cond:
+            self.active -= 1
+            self._cond.notify()
+
+    def cool_down(self, seconds: float) -> None:
+        with self._cond:
+            self._cooldown_until = max(self._cooldown_until, time.monotonic() + seconds)
+
+
+_GATES: dict[str, ProviderGate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def gate_for(key: str) -> ProviderGate:
+    """The process-wide gate for a provider connection key."""
+    with _GATES_LOCK:
+        gate = _GATES.get(key)
+        if gate is None:
+            env = os.environ.get(ENV_MAX_CONCURRENCY)
+            gate = _GATES[key] = ProviderGate(int(env) if env else DEFAULT_MAX_CONCURRENCY)
+        return gate
+
+
+# --------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Usage:
+    """Totals over a client's calls (thread-safe through the client's lock)."""
+
+    calls: int = 0  # logical calls (one per cache lookup)
+    requests: int = 0  # HTTP requests actually sent (attempts, re-asks)
+    cache_hits: int = 0
+    failures: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CallResult:
+    """What one logical call produced.
+
+    ``ok`` is True when a reply arrived and parsed; otherwise ``failure`` holds the
+    reason code and ``error`` the message, and ``raw`` the last raw reply if any.
+    ``records`` are the transcript records (one per model request, re-asks included).
+    """
+
+    ok: bool
+    parsed: Any = None
+    response: ChatResponse | None = None
+    failure: FailureReason | None = None
+    error: str = ""
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def raw(self) -> str | None:
+        return self.response.text if self.response is not None else None
+
+
+def _iso_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _safe_url(url: str | None) -> str | None:
+    """Drop credentials and query strings from a URL before recording it."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+_FAILURE_FOR_KIND = {
+    ErrorKind.RATE_LIMITED: FailureReason.RATE_LIMITED,
+    ErrorKind.TRANSIENT: FailureReason.PROVIDER_ERROR,
+    ErrorKind.TIMEOUT: FailureReason.TIMEOUT,
+    ErrorKind.CONNECTION: FailureReason.CONNECTION_ERROR,
+    ErrorKind.PERMANENT: FailureReason.PROVIDER_ERROR,
+    ErrorKind.REFUSED: FailureReason.REFUSED,
+}
+
+_SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+
+
+class JudgeClient:
+    """Calls a judge model with caching, limits, retries, accounting and transcripts.
+
+    Args:
+        judge: a judge URI (``openai:/gpt-4o-mini``) or a :class:`Backend`.
+        cache: True for the default on-disk cache, False/None for none, a path,
+            or a :class:`CallCache`.
+        max_concurrency: calls in flight per provider connection, process-wide
+            (default 8, or ``RAGJUDGE_MAX_CONCURRENCY``).
+        requests_per_minute: pace request starts to this rate (a provider's limit).
+        timeout: seconds per request.
+        max_attempts: attempts per request, the first included.
+        max_retry_time: stop retrying when the next wait would pass this many
+            seconds since the call started.
+        backoff_base, backoff_max: exponential backoff ``base * 2**(n-1)`` capped at
+            ``max``, with jitter in [50%, 100%]; scaled by ``RAGJUDGE_BACKOFF_SCALE``.
+        prices: extra ``model -> ($/Mtok in, $/Mtok out)`` entries.
+        sleep: the sleep function (tests may inject one).
+    """
+
+    def __init__(
+        self,
+        judge: str | Backend,
+        *,
+        cache: bool | str | Path | CallCache | None = True,
+        max_concurrency: int | None = None,
+        requests_per_minute: float | None = None,
+        timeout: float = 60.0,
+        max_attempts: int = 6,
+        max_retry_time: float = 300.0,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        prices: dict[str, tuple[float, float]] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.backend = resolve_backend(judge)
+        if cache is True:
+            self.cache: CallCache | None = CallCache()
+        elif cache is False or cache is None:
+            self.cache = None
+        elif isinstance(cache, CallCache):
+            self.cache = cache
+        else:
+            self.cache = CallCache(cache)
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.gate = gate_for(self.backend.connection_key())
+        self.gate.configure(max_concurrency, requests_per_minute)
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.max_retry_time = max_retry_time
+        scale = float(os.environ.get(ENV_BACKOFF_SCALE, "1"))
+        self.backoff_base = backoff_base * scale
+        self.backoff_max = backoff_max * scale
+        self.prices = prices
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self.usage = Usage()
+        self.records: list[dict[str, Any]] = []
+        self._secrets = [s for s in self.backend.secrets() if s and len(s) >= 6]
+        self._secrets += [
+            v for k, v in os.environ.items() if k.endswith(_SECRET_ENV_SUFFIXES) and v and len(v) >= 6
+        ]
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def model(self) -> str:
+        return self.backend.model
+
+    def identity(self) -> dict[str, Any]:
+        ident = dict(self.backend.identity())
+        ident["base_url"] = _safe_url(ident.get("base_url"))
+        return ident
+
+    def call(
+        self,
+        request: ChatRequest,
+        *,
+        parse: Callable[[ChatResponse], Any] | None = None,
+        prompt_version: str = "",
+        purpose: str = "",
+        reask: bool = True,
+    ) -> CallResult:
+        """One logical judge call. Never raises for provider or parse failures.
+
+        Args:
+            request: the messages and sampling parameters.
+            parse: turns a reply into the judge's verdict; raises :class:`ParseError`
+                when the reply is unreadable. A reply that fails to parse is re-asked
+                once (when ``reask``), then the call fails with ``parse_error`` and
+                the raw text kept.
+            prompt_version: the prompt's version, part of the cache key.
+            purpose: a label for the transcript (``correctness``, ``claims`` ...).
+        """
+        result = self._call_once(request, parse, prompt_version, purpose)
+        if result.ok or result.failure is not FailureReason.PARSE_ERROR or not reask or result.response is None:
+            self._count_failure(result)
+            return result
+        followup = ChatRequest(
+            messages=(
+                *request.messages,
+                {"role": "assistant", "content": result.response.text},
+                {"role": "user", "content": REASK_TEMPLATE.format(error=result.error)},
+            ),
+            temperature=request.temperature,
+            max_tokens=request.max_tokens,
+            json_schema=request.json_schema,
+            seed=request.seed,
+            stop=request.stop,
+        )
+        second = self._call_once(followup, parse, prompt_version, f"{purpose}:reask" if purpose else "reask")
+        second.records = result.records + second.records
+        self._count_failure(second)
+        return second
+
+    def embed(self, texts: list[str], *, purpose: str = "embedding") -> list[list[float]]:
+        """Embed texts through the backend, cached per text. Raises on failure."""
+        out: list[list[float] | None] = [None] * len(texts)
+        keys = [cache_key("embed", self.identity(), {"text": t}) for t in texts]
+        missing: list[int] = []
+        for i, k in enumerate(keys):
+            hit = self.cache.get(k) if self.cache is not None else None
+            if hit is not None and isinstance(hit.get("vector"), list):
+                out[i] = hit["vector"]
+            else:
+                missing.append(i)
+        with self._lock:
+            self.usage.calls += 1
+            self.usage.cache_hits += len(texts) - len(missing)
+        if missing:
+            batch = [texts[i] for i in missing]
+            resp, _, error, _ = self._with_retries(lambda: self.backend.embed(batch, timeout=self.timeout))
+            if resp is None:
+                assert error is not None
+                raise error
+            with self._lock:
+                self.usage.input_tokens += resp.input_tokens
+                self._add_cost(resp.model or self.model, resp.input_tokens, 0)
+            for i, vec in zip(missing, resp.vectors):
+                out[i] = vec
+                if self.cache is not None:
+                    self.cache.put(keys[i], {"vector": vec})
+        return [v for v in out if v is not None]
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            d = self.usage.as_dict()
+        d["peak_in_flight"] = self.gate.peak
+        return d
+
+    def redact(self, value: Any) -> Any:
+        """Replace any secret this process holds by ``***`` in a (nested) value."""
+        if not self._secrets:
+            return value
+        if isinstance(value, str):
+            for s in self._secrets:
+                if s in value:
+                    value = value.replace(s, "***")
+            return value
+        if isinstance(value, dict):
+            return {k: self.redact(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redact(v) for v in value]
+        return value
+
+    # ------------------------------------------------------------------ internals
+
+    def _count_failure(self, result: CallResult) -> None:
+        if not result.ok:
+            with self._lock:
+                self.usage.failures += 1
+
+    def _add_cost(self, model: str, inp: int, outp: int) -> float | None:
+        c = cost_usd(model, inp, outp, self.prices)
+        if c is None:
+            self.usage.cost_usd = None
+        elif self.usage.cost_usd is not None:
+            self.usage.cost_usd += c
+        return c
+
+    def _with_retries(self, fn: Callable[[], Any]) -> tuple[Any, int, BackendError | None, float]:
+        """Run ``fn`` under the gate with retries.
+
+        Returns (value or None, attempts, last error, seconds spent waiting).
+        """
+        started = time.monotonic()
+        attempt = 0
+        waited = 0.0
+        while True:
+            attempt += 1
+            waited += self.gate.acquire(self._sleep)
+            try:
+                with self._lock:
+                    self.usage.requests += 1
+                value = fn()
+                return value, attempt, None, waited
+            except BackendError as e:
+                err = e
+            except Exception as e:  # a backend bug or an unexpected SDK error: do not retry
+                err = BackendError(ErrorKind.PERMANENT, f"{type(e).__name__}: {e}")
+            finally:
+                self.gate.release()
+            if err.kind is ErrorKind.RATE_LIMITED:
+                with self._lock:
+                    self.usage.rate_limited += 1
+            if not err.retryable or attempt >= self.max_attempts:
+                return None, attempt, err, waited
+            if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
+                delay = err.retry_after
+                self.gate.cool_down(delay)  # everyone on this connection waits
+            else:
+                exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+                delay = exp * (0.5 + random.random() / 2)
+                if err.retry_after is not None:
+                    delay = max(delay, err.retry_after)
+            if time.monotonic() - started + delay > self.max_retry_time:
+                err.message += f" (gave up after {attempt} attempts: retry budget of {self.max_retry_time:g}s)"
+                return None, attempt, err, waited
+            with self._lock:
+                self.usage.retries += 1
+            if delay > 0:
+                self._sleep(delay)
+                waited += delay
+
+    def _call_once(
+        self,
+        request: ChatRequest,
+        parse: Callable[[ChatResponse], Any] | None,
+        prompt_version: str,
+        purpose: str,
+    ) -> CallResult:
+        ident = self.identity()
+        key = cache_key(
+            "chat", ident, {"messages": list(request.messages), "params": request.params()}, prompt_version
+        )
+        record: dict[str, Any] = {
+            "call_id": uuid.uuid4().hex[:12],
+            "time": _iso_now(),
+            "purpose": purpose,
+            "prompt_version": prompt_version,
+            "provider": ident["provider"],
+            "model": ident["model"],
+            "base_url": ident["base_url"],
+            "messages": [dict(m) for m in request.messages],
+            "params": request.params(),
+        }
+        with self._lock:
+            self.usage.calls += 1
+        t0 = time.perf_counter()
+        # 1. cache
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                response = ChatResponse.from_json(hit)
+                try:
+                    parsed = parse(response) if parse else response.text
+                except ParseError:
+                    parsed = None  # a stale entry the current parser rejects: treat as a miss
+                    hit = None
+                if hit is not None:
+                    with self._lock:
+                        self.usage.cache_hits += 1
+                    record.update(
+                        raw_reply=response.text, structured=response.data, parsed=_jsonable(parsed),
+                        input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, attempts=0,
+                        latency_s=round(time.perf_counter() - t0, 6), outcome="ok", error=None,
+                        reply_model=response.model,
+                    )
+                    return self._finish(CallResult(True, parsed, response), record)
+        # 2. the model, under the gate, with retries
+        response, attempts, err, waited = self._with_retries(lambda: self.backend.chat(request, timeout=self.timeout))
+        record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
+        if response is None:
+            assert err is not None
+            failure = _FAILURE_FOR_KIND[err.kind]
+            record.update(raw_reply=None, input_tokens=0, output_tokens=0, cost_usd=0.0,
+                          latency_s=round(time.perf_counter() - t0, 6), outcome=failure.value,
+                          error=str(err), http_status=err.status)
+            return self._finish(CallResult(False, failure=failure, error=str(err)), record)
+        with self._lock:
+            self.usage.input_tokens += response.input_tokens
+            self.usage.output_tokens += response.output_tokens
+            cost = self._add_cost(response.model or self.model, response.input_tokens, response.output_tokens)
+        record.update(
+            raw_reply=response.text, structured=response.data, input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens, cost_usd=cost, finish_reason=response.finish_reason,
+            reply_model=response.model, latency_s=round(time.perf_counter() - t0, 6),
+        )
+        # 3. refusals and unreadable replies fail the call and are never cached
+        if response.refusal:
+            record.update(outcome=FailureReason.REFUSED.value, error=response.refusal)
+            return self._finish(
+                CallResult(False, response=response, failure=FailureReason.REFUSED, error=response.refusal),
+                record)
+        try:
+            parsed = parse(response) if parse else response.text
+        except ParseError as e:
+            if response.finish_reason in ("length", "max_tokens"):
+                e = ParseError(f"{e} (the reply was cut off at max_tokens={request.max_tokens})")
+            record.update(outcome=FailureReason.PARSE_ERROR.value, error=str(e))
+            return self._finish(
+                CallResult(False, response=response, failure=FailureReason.PARSE_ERROR, error=str(e)), record)
+        if self.cache is not None:
+            self.cache.put(key, response.to_json())
+        record.update(parsed=_jsonable(parsed), outcome="ok", error=None)
+        return self._finish(CallResult(True, parsed, response), record)
+
+    def _finish(self, result: CallResult, record: dict[str, Any]) -> CallResult:
+        record = self.redact(record)
+        result.records.append(record)
+        if result.error:
+            result.error = self.redact(result.error)
+        with self._lock:
+            self.records.append(record)
+        return result
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return _jsonable(to_dict())
+    return repr(value)

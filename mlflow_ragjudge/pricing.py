@@ -1,0 +1,52 @@
+"""Token prices for cost accounting, in US dollars per million tokens.
+
+Prices change; this table is a convenience with the list prices known when it was
+written, not a source of truth. Extend or override it with :func:`register_price`
+or the client's ``prices=`` argument. An unknown model costs ``None`` (not 0).
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["PRICES", "register_price", "price_for", "cost_usd"]
+
+# model name (or prefix) -> (input $/Mtok, output $/Mtok)
+PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1": (2.00, 8.00),
+    "text-embedding-3-small": (0.02, 0.0),
+    "text-embedding-3-large": (0.13, 0.0),
+    "claude-3-5-haiku": (0.80, 4.00),
+    "claude-3-haiku": (0.25, 1.25),
+    "claude-3-5-sonnet": (3.00, 15.00),
+    "claude-sonnet-4": (3.00, 15.00),
+    "claude-haiku-4-5": (1.00, 5.00),
+}
+_lock = threading.Lock()
+
+
+def register_price(model: str, input_per_mtok: float, output_per_mtok: float) -> None:
+    """Add or replace a model's price (matched exactly, or as the longest prefix)."""
+    with _lock:
+        PRICES[model] = (float(input_per_mtok), float(output_per_mtok))
+
+
+def price_for(model: str, table: dict[str, tuple[float, float]] | None = None) -> tuple[float, float] | None:
+    """Price of ``model``: exact match first, then the longest known prefix."""
+    prices = {**PRICES, **(table or {})}
+    if model in prices:
+        return prices[model]
+    best = max((k for k in prices if model.startswith(k)), key=len, default=None)
+    return prices[best] if best else None
+
+
+def cost_usd(model: str, input_tokens: int, output_tokens: int,
+             table: dict[str, tuple[float, float]] | None = None) -> float | None:
+    price = price_for(model, table)
+    if price is None:
+        return None
+    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000

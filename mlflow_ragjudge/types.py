@@ -1,0 +1,189 @@
+"""Result types shared by every judge and metric.
+
+Every judged value is one of three things (DESIGN point 1):
+
+* **scored** -- the judge produced a value;
+* **abstained** -- there was nothing to judge, or the judge said it is not sure
+  (level 0 of the six-level rubric, a response with no claims, ...);
+* **failed** -- the judge could not produce a value, with a machine-readable
+  ``reason`` (``parse_error``, ``timeout``, ``rate_limited``, ``provider_error``,
+  ``refused``, ...) and the raw text kept.
+
+Aggregates skip abstained and failed results and report their shares beside the
+mean, so a NaN never leaks into a logged metric.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Status",
+    "FailureReason",
+    "JudgeResult",
+    "Aggregate",
+    "aggregate",
+]
+
+
+class Status(str, enum.Enum):
+    """The three states of a judged value."""
+
+    SCORED = "scored"
+    ABSTAINED = "abstained"
+    FAILED = "failed"
+
+
+class FailureReason(str, enum.Enum):
+    """Why a judged value could not be produced."""
+
+    PARSE_ERROR = "parse_error"
+    TIMEOUT = "timeout"
+    RATE_LIMITED = "rate_limited"
+    PROVIDER_ERROR = "provider_error"
+    CONNECTION_ERROR = "connection_error"
+    REFUSED = "refused"
+    INVALID_INPUT = "invalid_input"
+    INCONSISTENT = "inconsistent"  # e.g. a verdict list whose length does not match the claims
+    INTERNAL_ERROR = "internal_error"
+
+
+@dataclass
+class JudgeResult:
+    """One judged value with its evidence.
+
+    Attributes:
+        status: scored, abstained or failed.
+        value: the score when ``status`` is scored, else ``None``.
+        rationale: the judge's feedback / explanation (or the failure message).
+        reason: for failed results the failure reason code; for abstentions a
+            short code such as ``not_sure`` or ``no_claims``.
+        raw: the raw model reply that produced this result (kept on failure too).
+        details: metric-specific evidence (claims and verdicts, contexts shown, ...).
+        calls: transcript records (dicts) of every model call behind this result.
+    """
+
+    status: Status
+    value: float | None = None
+    rationale: str = ""
+    reason: str | None = None
+    raw: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.status is Status.SCORED:
+            if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
+                raise ValueError("a scored JudgeResult needs a finite value, not None/NaN")
+        elif self.value is not None:
+            raise ValueError(f"a {self.status.value} JudgeResult carries no value")
+
+    @classmethod
+    def scored(cls, value: float, rationale: str = "", **kw: Any) -> JudgeResult:
+        return cls(Status.SCORED, float(value), rationale, **kw)
+
+    @classmethod
+    def abstained(cls, reason: str, rationale: str = "", **kw: Any) -> JudgeResult:
+        return cls(Status.ABSTAINED, None, rationale, reason=reason, **kw)
+
+    @classmethod
+    def failed(cls, reason: FailureReason | str, rationale: str = "", **kw: Any) -> JudgeResult:
+        code = reason.value if isinstance(reason, FailureReason) else str(reason)
+        return cls(Status.FAILED, None, rationale, reason=code, **kw)
+
+    @property
+    def is_scored(self) -> bool:
+        return self.status is Status.SCORED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "value": self.value,
+            "rationale": self.rationale,
+            "reason": self.reason,
+            "raw": self.raw,
+            "details": self.details,
+        }
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Summary of many judged values.
+
+    ``mean`` is over scored values only (``None`` when there are none, never NaN);
+    ``abstain_rate`` and ``error_rate`` are shares of all rows; ``count`` is the
+    number of rows, ``n_scored`` the number behind the mean.
+    """
+
+    mean: float | None
+    count: int
+    n_scored: int
+    n_abstained: int
+    n_failed: int
+    distribution: dict[str, int]
+
+    @property
+    def abstain_rate(self) -> float:
+        return self.n_abstained / self.count if self.count else 0.0
+
+    @property
+    def error_rate(self) -> float:
+        return self.n_failed / self.count if self.count else 0.0
+
+    def as_metrics(self, name: str) -> dict[str, float]:
+        """Metric dict as the evaluator logs it: ``<name>/mean`` etc.
+
+        ``<name>/mean`` is left out (not NaN) when nothing was scored.
+        """
+        out: dict[str, float] = {
+            f"{name}/count": float(self.count),
+            f"{name}/abstain_rate": self.abstain_rate,
+            f"{name}/error_rate": self.error_rate,
+        }
+        if self.mean is not None:
+            out[f"{name}/mean"] = self.mean
+        return out
+
+
+def _level_key(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def aggregate(
+    results: Iterable[JudgeResult],
+    *,
+    exclude_values: Sequence[float] = (),
+    levels: bool = False,
+) -> Aggregate:
+    """Aggregate judged values.
+
+    Args:
+        results: the per-row results.
+        exclude_values: scored values that count as abstentions for the mean
+            (not needed when the judge already returns level 0 as abstained).
+        levels: record the distribution of (integer) score levels as well as
+            the status counts.
+    """
+    n = n_scored = n_abst = n_fail = 0
+    total = 0.0
+    dist: Counter[str] = Counter()
+    for r in results:
+        n += 1
+        if r.status is Status.SCORED and r.value is not None and r.value not in exclude_values:
+            n_scored += 1
+            total += r.value
+            if levels:
+                dist[_level_key(r.value)] += 1
+        elif r.status is Status.FAILED:
+            n_fail += 1
+            dist["failed"] += 1
+        else:
+            n_abst += 1
+            dist["abstained"] += 1
+    mean = total / n_scored if n_scored else None
+    return Aggregate(mean, n, n_scored, n_abst, n_fail, dict(dist))
