@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, urlsplit
 
 from .base import Backend, BackendError, ChatRequest, ChatResponse, EmbedResponse, ErrorKind, JsonSchema
-from .fake import FakeBackend
+from .fake import DemoBackend, FakeBackend
 
 __all__ = [
     "Backend",
@@ -14,6 +14,7 @@ __all__ = [
     "ChatResponse",
     "EmbedResponse",
     "ErrorKind",
+    "DemoBackend",
     "FakeBackend",
     "JsonSchema",
     "resolve_backend",
@@ -28,7 +29,7 @@ _COMPATIBLE_DEFAULTS = {
     "tgi": "http://localhost:8080/v1",
     "lmstudio": "http://localhost:1234/v1",
 }
-PROVIDERS = ("openai", "anthropic", *_COMPATIBLE_DEFAULTS)
+PROVIDERS = ("openai", "anthropic", *_COMPATIBLE_DEFAULTS, "demo")
 
 
 def resolve_backend(judge: str | Backend) -> Backend:
@@ -77,6 +78,8 @@ def resolve_backend(judge: str | Backend) -> Backend:
         from .anthropic import AnthropicBackend
 
         return AnthropicBackend(model, base_url=params.get("base_url"))
+    if provider == "demo":
+        return DemoBackend(model)
     raise ValueError(
         f"Judge URI {judge!r} names unknown provider {provider!r}. Known providers: {', '.join(PROVIDERS)}; "
         "any OpenAI-compatible server works as 'openai:/<model>?base_url=http://host:port/v1'."

@@ -37,6 +37,7 @@ class AnthropicBackend(Backend):
             )
         self._api_key = key
         self._client: Any = None
+        self._takes_temperature: bool | None = None
 
     @property
     def base_url(self) -> str | None:
@@ -58,6 +59,14 @@ class AnthropicBackend(Backend):
             self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
         return self._client
 
+    def _sdk_takes_temperature(self) -> bool:
+        if self._takes_temperature is None:
+            import inspect
+
+            params = inspect.signature(self._get_client().messages.create).parameters
+            self._takes_temperature = "temperature" in params
+        return self._takes_temperature
+
     def chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
         anthropic = self._sdk()
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
@@ -66,9 +75,13 @@ class AnthropicBackend(Backend):
             "model": self.model,
             "messages": messages,
             "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
             "timeout": timeout,
         }
+        # Newer SDKs dropped `temperature` from the signature; the API still reads it from the body.
+        if self._sdk_takes_temperature():
+            kwargs["temperature"] = request.temperature
+        else:
+            kwargs["extra_body"] = {"temperature": request.temperature}
         if system:
             kwargs["system"] = system
         if request.stop:

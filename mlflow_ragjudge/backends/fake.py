@@ -19,7 +19,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Union
+from typing import Union
 
 from .base import Backend, BackendError, ChatRequest, ChatResponse, EmbedResponse
 
@@ -80,8 +80,9 @@ class FakeBackend(Backend):
     def embed(self, texts: list[str], *, timeout: float) -> EmbedResponse:
         with self._lock:
             self.embed_requests.append(list(texts))
-        return EmbedResponse([hashed_embedding(t, self.embedding_dim) for t in texts], sum(len(t.split()) for t in texts),
-                             self.model)
+        return EmbedResponse(
+            [hashed_embedding(t, self.embedding_dim) for t in texts], sum(len(t.split()) for t in texts), self.model
+        )
 
 
 def hashed_embedding(text: str, dim: int = 64) -> list[float]:
@@ -94,3 +95,41 @@ def hashed_embedding(text: str, dim: int = 64) -> list[float]:
     return [v / norm for v in vec] if norm else vec
 
 
+class DemoBackend(FakeBackend):
+    """An offline stand-in judge for the quickstart: ``demo:/overlap``.
+
+    It is **not** a language model. It reads the RESPONSE and REFERENCE ANSWER out
+    of the correctness prompt and grades by word overlap (share of the reference's
+    words in the response: >= 0.8 -> 5, >= 0.6 -> 4, >= 0.4 -> 3, >= 0.2 -> 2,
+    else 1; 0 when the response says it does not know), answering in the
+    Prometheus form. It exists so the whole pipeline (client, cache, evaluator,
+    MLflow logging) can be shown on a machine with no LLM; its scores mean no more
+    than a lexical baseline.
+    """
+
+    provider = "demo"
+    supports_json_schema = False
+
+    def __init__(self, model: str = "overlap") -> None:
+        super().__init__(handler=_overlap_verdict, model=model)
+
+
+_UNSURE = re.compile(r"\b(i (do not|don't) know|not sure|cannot (find|answer)|no information)\b", re.I)
+
+
+def _section(text: str, name: str) -> str:
+    m = re.search(rf"{name}:\n(.*?)\n\n", text, re.S)
+    return m.group(1) if m else ""
+
+
+def _overlap_verdict(request: ChatRequest) -> str:
+    prompt = request.messages[-1]["content"]
+    response = _section(prompt, "RESPONSE") or _section(prompt + "\n\n", "RESPONSE")
+    reference = _section(prompt, "REFERENCE ANSWER")
+    if _UNSURE.search(response):
+        return "Feedback: The response says it does not know. [RESULT] 0"
+    ref_words = set(re.findall(r"\w+", reference.lower()))
+    resp_words = set(re.findall(r"\w+", response.lower()))
+    recall = len(ref_words & resp_words) / len(ref_words) if ref_words else 0.0
+    score = 5 if recall >= 0.8 else 4 if recall >= 0.6 else 3 if recall >= 0.4 else 2 if recall >= 0.2 else 1
+    return f"Feedback: (demo judge, word overlap {recall:.2f} with the reference) [RESULT] {score}"

@@ -1,0 +1,169 @@
+"""Command line: ``ragjudge evaluate <file> --judge <URI> ...`` and ``ragjudge quickstart``.
+
+``evaluate`` reads JSONL, CSV or Parquet (list columns in CSV as JSON text),
+creates an MLflow run with metrics, the per-row table, transcripts and config,
+and prints a short summary and the run's location.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["main", "read_table"]
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a dataset file: ``.jsonl``/``.json``, ``.csv`` or ``.parquet``."""
+    p = Path(path)
+    if not p.is_file():
+        raise SystemExit(f"error: no such file: {p}")
+    suffix = p.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return pd.read_json(p, lines=True, dtype=False)
+    if suffix == ".json":
+        return pd.read_json(p, dtype=False)
+    if suffix == ".csv":
+        return pd.read_csv(p, keep_default_na=False, na_values=[""])
+    if suffix in (".parquet", ".pq"):
+        return pd.read_parquet(p)
+    raise SystemExit(f"error: {p.name}: unsupported file type {suffix!r}; use .jsonl, .csv or .parquet")
+
+
+def _kv(items: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise SystemExit(f"error: {what} takes LOGICAL=COLUMN pairs, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragjudge", description="RAG evaluation judges for MLflow.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evaluate", help="evaluate a dataset file and log an MLflow run")
+    ev.add_argument("data", help="dataset file (.jsonl, .csv, .parquet)")
+    ev.add_argument("--judge", help="judge model URI, e.g. openai:/gpt-4o-mini (demo:/overlap runs offline)")
+    ev.add_argument("--metrics", help="comma-separated metric names (default: all the data supports)")
+    ev.add_argument("--context-mode", default="auto", choices=["auto", "reference", "generation", "gold", "none"])
+    ev.add_argument("--group-column", help="column for per-group breakdowns")
+    ev.add_argument("--human-columns", help="comma-separated human-score columns for meta-evaluation")
+    ev.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
+    ev.add_argument("--language", default="en", help="judge prompt language (en, ja)")
+    ev.add_argument("--k", help="retrieval cut-offs, e.g. 1,3,5,10")
+    ev.add_argument("--config", help="extra evaluator_config as a JSON object")
+    ev.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
+    ev.add_argument("--max-concurrency", type=int)
+    ev.add_argument("--experiment", help="MLflow experiment name (created if missing)")
+    ev.add_argument("--run-name", help="MLflow run name")
+    ev.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline demo judge")
+    qs.add_argument("--experiment", default="ragjudge-quickstart")
+    qs.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///ragjudge-quickstart.db)")
+    qs.add_argument("--judge", default="demo:/overlap", help="judge URI (default: the offline demo judge)")
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    cfg: dict[str, Any] = json.loads(args.config) if args.config else {}
+    if not isinstance(cfg, dict):
+        raise SystemExit("error: --config must be a JSON object")
+    if args.judge:
+        cfg["judge"] = args.judge
+    if args.metrics:
+        cfg["metrics"] = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    cfg["context_mode"] = args.context_mode
+    if args.group_column:
+        cfg["group_column"] = args.group_column
+    if args.human_columns:
+        cfg["human_columns"] = [c.strip() for c in args.human_columns.split(",") if c.strip()]
+    if args.col:
+        cfg["col_mapping"] = _kv(args.col, "--col")
+    cfg["language"] = args.language
+    if args.k:
+        cfg["k"] = [int(x) for x in args.k.split(",")]
+    if args.no_cache:
+        cfg["cache"] = False
+    if args.max_concurrency:
+        cfg["max_concurrency"] = args.max_concurrency
+    return cfg
+
+
+def run_evaluation(
+    df: pd.DataFrame, cfg: dict[str, Any], *, experiment: str | None, run_name: str | None, tracking_uri: str | None
+) -> tuple[str, Any]:
+    import mlflow
+
+    from .evaluation import evaluate_frame
+    from .evaluator import log_output
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+    if experiment:
+        mlflow.set_experiment(experiment)
+    out = evaluate_frame(df, cfg)  # validates before starting a run: bad input leaves no empty run
+    with mlflow.start_run(run_name=run_name) as run:
+        log_output(out, run.info.run_id)
+    return run.info.run_id, out
+
+
+def _summary(run_id: str, out: Any) -> str:
+    import mlflow
+
+    lines = [f"rows: {out.config['rows']}   metrics: {', '.join(out.config['metrics_run'])}"]
+    if out.config.get("context_mode"):
+        lines.append(f"judge: {out.params['ragjudge.judge']}   context mode: {out.config['context_mode']}")
+    for k in sorted(out.metrics):
+        if k.count("/") == 1 and (k.endswith("/mean") or k.endswith("_rate")) or k.startswith("judge/"):
+            lines.append(f"  {k:<34} {out.metrics[k]:.4f}")
+    for name, reason in out.skipped.items():
+        lines.append(f"  skipped {name}: {reason}")
+    uri = mlflow.get_tracking_uri()
+    run = mlflow.get_run(run_id)
+    lines.append(f"MLflow run {run_id} in experiment {run.info.experiment_id} at {uri}")
+    lines.append(f"  view it with: mlflow ui --backend-store-uri {uri}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    args = _build_parser().parse_args(argv)
+    from .evaluation import InputError
+
+    try:
+        if args.command == "evaluate":
+            df = read_table(args.data)
+            cfg = _config_from_args(args)
+            run_id, out = run_evaluation(
+                df, cfg, experiment=args.experiment, run_name=args.run_name, tracking_uri=args.tracking_uri
+            )
+        else:
+            data = resources.files("mlflow_ragjudge") / "data" / "sample_rag.jsonl"
+            with resources.as_file(data) as path:
+                df = read_table(path)
+            tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///ragjudge-quickstart.db"
+            run_id, out = run_evaluation(
+                df,
+                {"judge": args.judge, "bertscore": "auto"},
+                experiment=args.experiment,
+                run_name="quickstart",
+                tracking_uri=tracking,
+            )
+    except (InputError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(_summary(run_id, out))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

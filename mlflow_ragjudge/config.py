@@ -1,0 +1,179 @@
+"""Evaluation configuration: one flat set of keys shared by the MLflow evaluator
+(``evaluator_config``), the CLI and :func:`mlflow_ragjudge.evaluate_frame`.
+
+Unknown keys are an error that lists the valid ones, so a typo never silently
+falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends import Backend
+
+__all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "ALL_METRICS", "BUILT_METRICS"]
+
+#: logical column -> what it holds (used in error messages)
+LOGICAL_COLUMNS: dict[str, str] = {
+    "question": "the user's question (str)",
+    "answer": "the RAG system's response (str)",
+    "reference": "the reference (gold) answer (str)",
+    "contexts": "the passages the RAG retrieved and used (list of str)",
+    "retrieved_doc_ids": "ranked ids of the retrieved documents (list of str/int)",
+    "relevant_doc_ids": "gold document ids (list of str/int, or dict id -> graded relevance)",
+    "reference_contexts": "passages retrieved with question + reference answer, for E3 (list of str)",
+    "gold_documents": "gold document texts (list of str)",
+    "group": "a group label for per-group breakdowns (str)",
+}
+
+CONTEXT_MODES = ("auto", "reference", "generation", "gold", "none")
+
+#: every metric name the product defines (SPEC 3.2)
+ALL_METRICS = (
+    "correctness",
+    "lexical",
+    "retrieval",
+    "faithfulness",
+    "answer_relevancy",
+    "context_precision",
+    "context_recall",
+    "context_relevance",
+    "multiturn",
+)
+#: the ones this version implements
+BUILT_METRICS = ("correctness", "lexical", "retrieval")
+
+
+@dataclass
+class RagJudgeConfig:
+    """All settings of one evaluation.
+
+    Attributes:
+        judge: judge model URI (``openai:/gpt-4o-mini``) or a Backend object.
+        metrics: metric names; default: every built metric the data's columns support.
+        context_mode: what the correctness judge sees: ``reference`` (E3), ``generation``
+            (E2), ``gold``, ``none``, or ``auto`` (reference when a retriever or a
+            ``reference_contexts`` column is there, else generation when there are
+            contexts, else none).
+        retriever: ``query -> passages`` callable for E3 (passages as str, or dicts
+            with ``text`` and optional ``id``, or ``(id, text)`` pairs).
+        col_mapping: logical column -> the data's column name.
+        group_column: column for per-group metrics (default: ``group`` when present).
+        human_columns: columns with human scores for meta-evaluation.
+        language: judge prompt language (``en``, ``ja``).
+        judge_output: ``auto``, ``json`` or ``prometheus``.
+        max_context_chars: context budget of the correctness judge.
+        max_concurrency: judge calls in flight per provider, process-wide.
+        requests_per_minute: pace judge calls to a provider's rate limit.
+        cache: True (default on-disk cache), False, or a cache directory/file path.
+        timeout: seconds per judge request.
+        max_attempts: attempts per judge request.
+        k: cut-offs for retrieval metrics (int or list).
+        relevance_threshold: grade at which a document counts as relevant (trec_eval -l).
+        bertscore: ``auto`` (compute when a local model is available, else skip with
+            the reason), True (required), False (skip).
+        n_boot, seed: bootstrap resamples and seed for meta-evaluation intervals.
+    """
+
+    judge: str | Backend | None = None
+    metrics: list[str] | None = None
+    context_mode: str = "auto"
+    retriever: Callable[[str], Any] | None = None
+    col_mapping: dict[str, str] = field(default_factory=dict)
+    group_column: str | None = None
+    human_columns: list[str] = field(default_factory=list)
+    language: str = "en"
+    judge_output: str = "auto"
+    max_context_chars: int = 12_000
+    max_concurrency: int | None = None
+    requests_per_minute: float | None = None
+    cache: bool | str = True
+    timeout: float = 60.0
+    max_attempts: int = 6
+    k: int | list[int] = field(default_factory=lambda: [1, 3, 5, 10])
+    relevance_threshold: float = 1
+    bertscore: bool | str = "auto"
+    n_boot: int = 1000
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
+        cfg = dict(cfg or {})
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(cfg) - set(names))
+        if unknown:
+            hint = ""
+            if "ragjudge" in unknown:
+                hint = (
+                    " (a nested {'ragjudge': {...}} config is for evaluators=[...] lists; with "
+                    "evaluators='ragjudge' the config is flat)"
+                )
+            raise ValueError(f"Unknown ragjudge config key(s) {unknown}{hint}. Valid keys: {', '.join(names)}.")
+        out = cls(**cfg)
+        out.validate()
+        return out
+
+    def validate(self) -> None:
+        if self.context_mode not in CONTEXT_MODES:
+            raise ValueError(f"context_mode={self.context_mode!r} is not one of {CONTEXT_MODES}.")
+        if self.metrics is not None:
+            if isinstance(self.metrics, str):
+                self.metrics = [self.metrics]
+            bad = [m for m in self.metrics if m not in ALL_METRICS]
+            if bad:
+                raise ValueError(f"Unknown metric(s) {bad}. Known metrics: {', '.join(ALL_METRICS)}.")
+            unbuilt = [m for m in self.metrics if m not in BUILT_METRICS]
+            if unbuilt:
+                raise ValueError(
+                    f"Metric(s) {unbuilt} are not built in this version of mlflow-ragjudge; available now: "
+                    f"{', '.join(BUILT_METRICS)}."
+                )
+        if self.retriever is not None and not callable(self.retriever):
+            raise ValueError("retriever must be a callable: query (str) -> list of passages.")
+        bad_cols = sorted(set(self.col_mapping) - set(LOGICAL_COLUMNS))
+        if bad_cols:
+            raise ValueError(
+                f"col_mapping has unknown logical column(s) {bad_cols}; map from one of "
+                f"{', '.join(LOGICAL_COLUMNS)} to your column name, e.g. {{'question': 'query'}}."
+            )
+        if isinstance(self.human_columns, str):
+            self.human_columns = [self.human_columns]
+        if self.judge_output not in ("auto", "json", "prometheus"):
+            raise ValueError(f"judge_output={self.judge_output!r} is not one of auto, json, prometheus.")
+        if self.bertscore not in ("auto", True, False):
+            raise ValueError(f"bertscore={self.bertscore!r}: use 'auto', True or False.")
+        if self.max_context_chars < 500:
+            raise ValueError(f"max_context_chars={self.max_context_chars} is too small (minimum 500).")
+
+    def column(self, logical: str) -> str:
+        return self.col_mapping.get(logical, logical)
+
+    def public_params(self) -> dict[str, Any]:
+        """Settings safe to log as params (no callables' internals, no secrets)."""
+        judge = self.judge.uri if isinstance(self.judge, Backend) else self.judge
+        return {
+            "judge": judge,
+            "metrics": self.metrics,
+            "context_mode": self.context_mode,
+            "retriever": getattr(self.retriever, "__name__", type(self.retriever).__name__)
+            if self.retriever is not None
+            else None,
+            "col_mapping": self.col_mapping,
+            "group_column": self.group_column,
+            "human_columns": self.human_columns,
+            "language": self.language,
+            "judge_output": self.judge_output,
+            "max_context_chars": self.max_context_chars,
+            "max_concurrency": self.max_concurrency,
+            "requests_per_minute": self.requests_per_minute,
+            "cache": bool(self.cache),
+            "timeout": self.timeout,
+            "k": self.k,
+            "relevance_threshold": self.relevance_threshold,
+            "bertscore": self.bertscore,
+            "n_boot": self.n_boot,
+            "seed": self.seed,
+        }

@@ -1,0 +1,643 @@
+"""Evaluate a DataFrame of RAG outputs: the engine behind the MLflow evaluator,
+the scorers' aggregation and the CLI. No mlflow import here.
+
+Steps, in order: resolve columns and metrics -> validate every row (before any
+judge call) -> prepare E3 contexts through the retriever (before any judge call)
+-> run the metrics, rows in parallel under the client's limits -> aggregate
+(overall and per group) -> build the per-row table -> meta-evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from . import __version__
+from .client import JudgeClient
+from .config import BUILT_METRICS, LOGICAL_COLUMNS, RagJudgeConfig
+from .judges.correctness import CorrectnessJudge
+from .types import JudgeResult, Status, aggregate
+
+__all__ = ["evaluate_frame", "EvalOutput", "InputError", "metric_name_safe"]
+
+
+class InputError(ValueError):
+    """Bad input data, found before any judge call. The message names the column,
+    the row and the fix."""
+
+
+@dataclass
+class EvalOutput:
+    """Everything one evaluation produced.
+
+    Attributes:
+        metrics: aggregate metrics as logged (``correctness/mean`` ...).
+        table: the per-row table (question first, the headline score second).
+        results: metric name -> per-row :class:`JudgeResult` list.
+        transcripts: every judge call's record.
+        params: configuration as logged params (strings).
+        config: the full configuration record (JSON-able).
+        meta: meta-evaluation table (Figure 2 layout) or None.
+        skipped: metric -> reason, for metrics that were asked for or defaulted but could not run.
+    """
+
+    metrics: dict[str, float]
+    table: pd.DataFrame
+    results: dict[str, list[JudgeResult]]
+    transcripts: list[dict[str, Any]]
+    params: dict[str, str]
+    config: dict[str, Any]
+    meta: pd.DataFrame | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+_METRIC_NAME_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
+
+
+def metric_name_safe(text: str) -> str:
+    """MLflow metric names allow alphanumerics, ``_ - . / `` and space only."""
+    return _METRIC_NAME_BAD.sub("_", str(text)).strip() or "_"
+
+
+# --------------------------------------------------------------------------- input
+
+
+def _as_list(value: Any, column: str, row: int, *, mapping_ok: bool = False) -> Any:
+    """Coerce a cell to a list (or dict) of items, or raise naming the fix."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if mapping_ok and isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        s = value.strip()
+        if s.startswith("[") or (mapping_ok and s.startswith("{")):
+            try:  # JSON text, as lists arrive from CSV files
+                return _as_list(json.loads(s), column, row, mapping_ok=mapping_ok)
+            except ValueError:
+                pass
+        raise InputError(
+            f"Column '{column}' row {row} holds a string ({value[:60]!r}); it must be a list, e.g. "
+            f"['first passage', 'second passage']. Wrap single passages in a list."
+        )
+    if hasattr(value, "tolist") and not isinstance(value, (list, tuple)):
+        value = value.tolist()  # numpy arrays from parquet
+    if isinstance(value, tuple):
+        value = list(value)
+    if not isinstance(value, list):
+        raise InputError(
+            f"Column '{column}' row {row} holds a {type(value).__name__}; it must be a list"
+            + (" or a dict of id -> grade." if mapping_ok else ".")
+        )
+    return value
+
+
+def _as_text(value: Any, column: str, row: int, *, required: bool) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        if required:
+            raise InputError(
+                f"Column '{column}' row {row} is empty; every row needs {LOGICAL_COLUMNS.get(column, 'a value')}."
+            )
+        return None
+    if not isinstance(value, str):
+        raise InputError(
+            f"Column '{column}' row {row} holds a {type(value).__name__} ({str(value)[:40]!r}); it must be text (str)."
+        )
+    return value
+
+
+@dataclass
+class Row:
+    index: int
+    question: str | None = None
+    answer: str | None = None
+    reference: str | None = None
+    contexts: list[str] | None = None
+    retrieved_doc_ids: list[Any] | None = None
+    relevant_doc_ids: Any = None
+    reference_contexts: list[str] | None = None
+    gold_documents: list[str] | None = None
+    group: str | None = None
+    judge_contexts: list[str] | None = None  # what the correctness judge sees
+
+
+def _present(df: pd.DataFrame, cfg: RagJudgeConfig, logical: str) -> bool:
+    return cfg.column(logical) in df.columns
+
+
+def _default_metrics(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[str], dict[str, str]]:
+    has = {c: _present(df, cfg, c) for c in LOGICAL_COLUMNS}
+    chosen: list[str] = []
+    skipped: dict[str, str] = {}
+    if has["question"] and has["answer"] and has["reference"]:
+        if cfg.judge is not None:
+            chosen.append("correctness")
+        else:
+            skipped["correctness"] = "no judge configured (set judge='openai:/gpt-4o-mini' or similar)"
+    if has["answer"] and has["reference"]:
+        chosen.append("lexical")
+    if (has["retrieved_doc_ids"] and has["relevant_doc_ids"]) or (has["contexts"] and has["reference"]):
+        chosen.append("retrieval")
+    return chosen, skipped
+
+
+_REQUIRES: dict[str, tuple[tuple[str, ...], ...]] = {
+    # metric -> alternatives, each a tuple of logical columns that together suffice
+    "correctness": (("question", "answer", "reference"),),
+    "lexical": (("answer", "reference"),),
+    "retrieval": (("retrieved_doc_ids", "relevant_doc_ids"), ("contexts", "reference")),
+}
+
+
+def _check_required(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) -> None:
+    for m in metrics:
+        alternatives = _REQUIRES[m]
+        if any(all(_present(df, cfg, c) for c in alt) for alt in alternatives):
+            continue
+        alt = alternatives[0]
+        missing = [cfg.column(c) for c in alt if not _present(df, cfg, c)]
+        what = [LOGICAL_COLUMNS[c] for c in alt if not _present(df, cfg, c)]
+        raise InputError(
+            f"Metric '{m}' needs column(s) {missing} ({'; '.join(what)})"
+            f", but the data has {list(df.columns)}. Add the column, or map yours with "
+            f"col_mapping={{'{alt[0]}': '<your column>'}}."
+            + (
+                " Alternatively: " + " or ".join(str(list(a)) for a in alternatives[1:])
+                if len(alternatives) > 1
+                else ""
+            )
+        )
+    if "correctness" in metrics and cfg.judge is None:
+        raise InputError(
+            "Metric 'correctness' needs a judge model: set judge='openai:/gpt-4o-mini' (or any judge URI)."
+        )
+
+
+def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) -> list[Row]:
+    rows: list[Row] = []
+    need_text = {
+        "question": "correctness" in metrics,
+        "answer": bool({"correctness", "lexical"} & set(metrics)),
+        "reference": bool({"correctness", "lexical"} & set(metrics)),
+    }
+    group_col = cfg.group_column or ("group" if _present(df, cfg, "group") else None)
+    if group_col and group_col != "group" and group_col not in df.columns:
+        raise InputError(f"group_column={group_col!r} is not a column of the data ({list(df.columns)}).")
+    for col in cfg.human_columns:
+        if col not in df.columns:
+            raise InputError(f"human_columns names {col!r}, which is not a column of the data ({list(df.columns)}).")
+        vals = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col][vals.isna() & df[col].notna()]
+        if len(bad):
+            raise InputError(
+                f"Human-score column {col!r} row {bad.index[0]} holds {bad.iloc[0]!r}; it must be a number."
+            )
+    for pos, (_, rec) in enumerate(df.iterrows()):
+        r = Row(index=pos)
+        for logical in ("question", "answer", "reference"):
+            if _present(df, cfg, logical):
+                setattr(
+                    r,
+                    logical,
+                    _as_text(rec[cfg.column(logical)], cfg.column(logical), pos, required=need_text[logical]),
+                )
+        for logical in ("contexts", "reference_contexts", "gold_documents"):
+            if _present(df, cfg, logical):
+                items = _as_list(rec[cfg.column(logical)], cfg.column(logical), pos)
+                if items is not None:
+                    for j, it in enumerate(items):
+                        if not isinstance(it, str):
+                            raise InputError(
+                                f"Column '{cfg.column(logical)}' row {pos} item {j} is a {type(it).__name__}; "
+                                "passages must be strings."
+                            )
+                setattr(r, logical, items)
+        for logical in ("retrieved_doc_ids", "relevant_doc_ids"):
+            if _present(df, cfg, logical):
+                setattr(
+                    r,
+                    logical,
+                    _as_list(
+                        rec[cfg.column(logical)], cfg.column(logical), pos, mapping_ok=logical == "relevant_doc_ids"
+                    ),
+                )
+        if group_col:
+            g = rec[group_col] if group_col in df.columns else rec[cfg.column("group")]
+            r.group = None if g is None or (isinstance(g, float) and math.isnan(g)) else str(g)
+        rows.append(r)
+    return rows
+
+
+def _passages_from_retriever(out: Any, row: int) -> list[str]:
+    if out is None:
+        return []
+    if isinstance(out, str):
+        raise InputError(f"The retriever returned a string for row {row}; it must return a list of passages.")
+    passages = []
+    for item in out:
+        if isinstance(item, str):
+            passages.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("text", item.get("page_content")), str):
+            passages.append(item.get("text", item.get("page_content")))
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], str):
+            passages.append(item[1])
+        elif hasattr(item, "page_content"):  # LangChain / MLflow Document
+            passages.append(str(item.page_content))
+        else:
+            raise InputError(
+                f"The retriever returned {type(item).__name__} items for row {row}; return str passages, "
+                "dicts with 'text', or (id, text) pairs."
+            )
+    return passages
+
+
+def resolve_context_mode(cfg: RagJudgeConfig, rows: Sequence[Row], df: pd.DataFrame) -> str:
+    mode = cfg.context_mode
+    if mode == "auto":
+        if cfg.retriever is not None or _present(df, cfg, "reference_contexts"):
+            return "reference"
+        if _present(df, cfg, "contexts"):
+            return "generation"
+        return "none"
+    if mode == "reference" and cfg.retriever is None and not _present(df, cfg, "reference_contexts"):
+        raise InputError(
+            "context_mode='reference' (E3) needs contexts retrieved with question + reference answer: pass "
+            "retriever=<callable query -> passages> or add a 'reference_contexts' column."
+        )
+    if mode == "generation" and not _present(df, cfg, "contexts"):
+        raise InputError("context_mode='generation' (E2) needs a 'contexts' column (the passages the RAG used).")
+    if mode == "gold" and not _present(df, cfg, "gold_documents"):
+        raise InputError("context_mode='gold' needs a 'gold_documents' column (list of gold document texts).")
+    return mode
+
+
+def e3_query(question: str, reference: str) -> str:
+    """The E3 retrieval query: question and reference answer concatenated (seed 000, section 2)."""
+    return f"{question}\n{reference}"
+
+
+def _prepare_judge_contexts(mode: str, cfg: RagJudgeConfig, rows: Sequence[Row]) -> None:
+    for r in rows:
+        if mode == "reference":
+            if cfg.retriever is not None:
+                try:
+                    out = cfg.retriever(e3_query(r.question or "", r.reference or ""))
+                except Exception as e:
+                    raise InputError(
+                        f"The retriever raised on row {r.index} ({type(e).__name__}: {e}); fix the retriever or "
+                        "precompute a 'reference_contexts' column."
+                    ) from e
+                r.judge_contexts = _passages_from_retriever(out, r.index)
+            else:
+                r.judge_contexts = r.reference_contexts or []
+        elif mode == "generation":
+            r.judge_contexts = r.contexts or []
+        elif mode == "gold":
+            r.judge_contexts = r.gold_documents or []
+        else:
+            r.judge_contexts = []
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+@dataclass
+class MetricRun:
+    """What one metric produced: per sub-metric results, extra table columns."""
+
+    results: dict[str, list[JudgeResult]]
+    judged: bool  # LLM-judged: log abstain/error rates and count
+    headline: str | None = None  # the sub-metric whose score is the table's headline
+    columns: dict[str, list[Any]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def _parallel(fn: Callable[[Row], JudgeResult], rows: Sequence[Row], workers: int) -> list[JudgeResult]:
+    def safe(r: Row) -> JudgeResult:
+        try:
+            return fn(r)
+        except Exception as e:  # a bug must not lose the row or the run
+            return JudgeResult.failed("internal_error", f"{type(e).__name__}: {e}")
+
+    if workers <= 1 or len(rows) <= 1:
+        return [safe(r) for r in rows]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(safe, rows))
+
+
+def _run_correctness(rows: Sequence[Row], cfg: RagJudgeConfig, client: JudgeClient, mode: str) -> MetricRun:
+    judge = CorrectnessJudge(
+        client, language=cfg.language, output=cfg.judge_output, max_context_chars=cfg.max_context_chars
+    )
+    workers = min(32, 2 * (client.gate.limit or 1))
+    res = _parallel(
+        lambda r: judge.judge(r.question or "", r.answer or "", r.reference or "", r.judge_contexts), rows, workers
+    )
+    for r in res:
+        r.details["context_mode"] = mode
+    return MetricRun(
+        {"correctness": res},
+        judged=True,
+        headline="correctness",
+        columns={"correctness/contexts_shown": [r.details.get("contexts_shown") for r in res]},
+    )
+
+
+def _value(v: float | None, abstain_reason: str) -> JudgeResult:
+    """A deterministic metric's value; ``None`` (undefined, e.g. empty reference) is an abstention."""
+    return JudgeResult.scored(v) if v is not None else JudgeResult.abstained(abstain_reason)
+
+
+def _run_lexical(rows: Sequence[Row], cfg: RagJudgeConfig) -> MetricRun:
+    from . import lexical
+
+    wr, rl = [], []
+    for r in rows:
+        v = lexical.word_recall(r.answer or "", r.reference or "")
+        wr.append(JudgeResult.scored(v) if v is not None else JudgeResult.abstained("empty_reference"))
+        rl.append(_value(lexical.rouge_l(r.answer or "", r.reference or "")["f1"], "empty_reference"))
+    out = MetricRun({"word_recall": wr, "rougeL": rl}, judged=False)
+    if cfg.bertscore is False:
+        out.skipped["bertscore_f1"] = "disabled by config (bertscore=False)"
+        return out
+    try:
+        scorer = lexical.BertScorer.load()
+    except lexical.BertScoreUnavailable as e:
+        if cfg.bertscore is True:
+            raise InputError(f"bertscore=True but BERTScore is unavailable: {e}") from e
+        out.skipped["bertscore_f1"] = str(e)
+        return out
+    scores = scorer.score([r.answer or "" for r in rows], [r.reference or "" for r in rows])
+    out.results["bertscore_f1"] = [_value(s["f1"], "empty_reference") for s in scores]
+    return out
+
+
+def _run_retrieval(rows: Sequence[Row], cfg: RagJudgeConfig) -> MetricRun:
+    from . import lexical, retrieval
+
+    ks = retrieval.validate_ks(cfg.k)
+    results: dict[str, list[JudgeResult]] = {}
+    skipped: dict[str, str] = {}
+    have_ids = any(r.retrieved_doc_ids is not None or r.relevant_doc_ids is not None for r in rows)
+    if have_ids:
+        n_no_gold = 0
+        per_row: list[dict[str, float] | None] = []
+        for r in rows:
+            if r.relevant_doc_ids is None or len(r.relevant_doc_ids) == 0:
+                per_row.append(None)
+                n_no_gold += 1
+                continue
+            retrieval.validate_retrieval_row(r.retrieved_doc_ids or [], r.relevant_doc_ids, r.index)
+            per_row.append(
+                retrieval.score_query(
+                    r.retrieved_doc_ids or [], r.relevant_doc_ids, ks=ks, relevance_threshold=cfg.relevance_threshold
+                )
+            )
+        names = [n for n in (per_row[i] for i in range(len(per_row))) if n is not None]
+        keys = [k for k in names[0] if not k.startswith("num_")] if names else []
+        for key in keys:
+            results[key] = [
+                JudgeResult.scored(p[key]) if p is not None else JudgeResult.abstained("no_gold_ids") for p in per_row
+            ]
+        if n_no_gold:
+            skipped["retrieval_rows_without_gold_ids"] = str(n_no_gold)
+    have_chunks = any(r.contexts is not None for r in rows) and any(r.reference for r in rows)
+    if have_chunks:
+        p, rc, f = [], [], []
+        for r in rows:
+            if r.contexts is None or not r.reference:
+                for lst in (p, rc, f):
+                    lst.append(JudgeResult.abstained("no_contexts_or_reference"))
+                continue
+            s = lexical.context_rouge_l(r.contexts, r.reference)
+            p.append(_value(s["precision"], "empty_reference"))
+            rc.append(_value(s["recall"], "empty_reference"))
+            f.append(_value(s["f1"], "empty_reference"))
+        results.update({"context_rougeL_recall": rc, "context_rougeL_precision": p, "context_rougeL_f1": f})
+    return MetricRun(results, judged=False, skipped=skipped)
+
+
+# --------------------------------------------------------------------------- aggregation and table
+
+
+def _aggregate_metric(
+    name: str, results: list[JudgeResult], rows: Sequence[Row], judged: bool, levels: bool
+) -> dict[str, float]:
+    agg = aggregate(results, levels=levels)
+    out: dict[str, float] = {}
+    if judged:
+        out.update(agg.as_metrics(name))
+        if levels:
+            for lvl in range(0, 6):
+                key = "abstained" if lvl == 0 else str(lvl)
+                out[f"{name}/share_level_{lvl}"] = agg.distribution.get(key, 0) / agg.count if agg.count else 0.0
+    elif agg.mean is not None:
+        out[f"{name}/mean"] = agg.mean
+    groups = sorted({r.group for r in rows if r.group is not None})
+    for g in groups:
+        sub = [res for res, r in zip(results, rows) if r.group == g]
+        gagg = aggregate(sub)
+        gname = metric_name_safe(g)
+        if gagg.mean is not None:
+            out[f"{name}/mean/{gname}"] = gagg.mean
+        if judged:
+            out[f"{name}/count/{gname}"] = float(gagg.count)
+    return out
+
+
+def _cell(res: JudgeResult, level: bool = False) -> Any:
+    if res.status is Status.SCORED:
+        return res.value
+    if level and res.status is Status.ABSTAINED and res.details.get("level") == 0:
+        return 0.0
+    return None
+
+
+def _build_table(
+    rows: Sequence[Row], runs: dict[str, MetricRun], df: pd.DataFrame, cfg: RagJudgeConfig
+) -> pd.DataFrame:
+    cols: dict[str, list[Any]] = {}
+    cols["question"] = [r.question if r.question is not None else f"row {r.index}" for r in rows]
+    headline = None
+    for run in runs.values():
+        if run.headline:
+            headline = run.headline
+            break
+    if headline is None:
+        for run in runs.values():
+            if run.results:
+                headline = next(iter(run.results))
+                break
+    ordered: list[tuple[str, JudgeResult | None, MetricRun]] = []
+    for run in runs.values():
+        for name in run.results:
+            ordered.append((name, None, run))
+    if headline is not None:
+        ordered.sort(key=lambda t: t[0] != headline)
+    for name, _, run in ordered:
+        results = run.results[name]
+        cols[f"{name}/score"] = [_cell(res, level=name == "correctness") for res in results]
+        if run.judged:
+            cols[f"{name}/justification"] = [res.rationale for res in results]
+            cols[f"{name}/status"] = [res.status.value + (f":{res.reason}" if res.reason else "") for res in results]
+    for run in runs.values():
+        cols.update(run.columns)
+    for logical in ("answer", "reference"):
+        if any(getattr(r, logical) is not None for r in rows):
+            cols[logical] = [getattr(r, logical) for r in rows]
+    if any(r.group is not None for r in rows):
+        cols["group"] = [r.group for r in rows]
+    for hc in cfg.human_columns:
+        cols[hc] = pd.to_numeric(df[hc], errors="coerce").tolist()
+    return pd.DataFrame(cols)
+
+
+def _meta(
+    table: pd.DataFrame, runs: dict[str, MetricRun], cfg: RagJudgeConfig
+) -> tuple[pd.DataFrame | None, dict[str, float]]:
+    if not cfg.human_columns:
+        return None, {}
+    from . import meta
+
+    metric_cols = [c for c in table.columns if c.endswith("/score")]
+    abstain = None
+    if "correctness/status" in table.columns:
+        abstain = table["correctness/status"].str.startswith("abstained").tolist()
+    frame = meta.meta_evaluate(
+        table, metric_cols, cfg.human_columns, abstain_mask=abstain, n_boot=cfg.n_boot, seed=cfg.seed
+    )
+    return frame, meta.meta_metrics(frame)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def evaluate_frame(
+    data: pd.DataFrame,
+    config: RagJudgeConfig | dict[str, Any] | None = None,
+    *,
+    client: JudgeClient | None = None,
+    **overrides: Any,
+) -> EvalOutput:
+    """Evaluate a DataFrame of RAG outputs with the configured metrics.
+
+    Args:
+        data: one row per question; columns per SPEC 3.1 (rename with ``col_mapping``).
+        config: a :class:`RagJudgeConfig` or its dict form; keyword overrides win.
+        client: an existing judge client (default: one built from ``config.judge``).
+
+    Raises:
+        InputError: bad data, found before any judge call.
+        ValueError: bad configuration.
+    """
+    if isinstance(config, RagJudgeConfig):
+        cfg = config
+        if overrides:
+            cfg = RagJudgeConfig.from_dict({**{f: getattr(cfg, f) for f in cfg.__dataclass_fields__}, **overrides})
+    else:
+        cfg = RagJudgeConfig.from_dict({**(config or {}), **overrides})
+    if not isinstance(data, pd.DataFrame):
+        raise InputError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
+    if len(data) == 0:
+        raise InputError("The data has no rows: pass at least one row with question/answer/reference columns.")
+    if cfg.metrics is None:
+        metrics, skipped = _default_metrics(data, cfg)
+        if not metrics:
+            raise InputError(
+                f"No metric can run on columns {list(data.columns)}: add question/answer/reference (correctness, "
+                "lexical), retrieved_doc_ids/relevant_doc_ids (retrieval), or map yours with col_mapping."
+            )
+    else:
+        metrics, skipped = list(dict.fromkeys(cfg.metrics)), {}
+        _check_required(data, cfg, metrics)
+    rows = _read_rows(data, cfg, metrics)
+    mode = "none"
+    if "correctness" in metrics:
+        mode = resolve_context_mode(cfg, rows, data)
+        _prepare_judge_contexts(mode, cfg, rows)
+    if "retrieval" in metrics:  # validate ids before any judge call
+        from . import retrieval
+
+        retrieval.validate_ks(cfg.k)
+        for r in rows:
+            if r.relevant_doc_ids:
+                retrieval.validate_retrieval_row(r.retrieved_doc_ids or [], r.relevant_doc_ids, r.index)
+    if client is None and cfg.judge is not None and "correctness" in metrics:
+        client = JudgeClient(
+            cfg.judge,
+            cache=cfg.cache,
+            max_concurrency=cfg.max_concurrency,
+            requests_per_minute=cfg.requests_per_minute,
+            timeout=cfg.timeout,
+            max_attempts=cfg.max_attempts,
+        )
+    t0 = time.perf_counter()
+    runs: dict[str, MetricRun] = {}
+    for m in metrics:
+        if m == "correctness":
+            assert client is not None
+            runs[m] = _run_correctness(rows, cfg, client, mode)
+        elif m == "lexical":
+            runs[m] = _run_lexical(rows, cfg)
+        elif m == "retrieval":
+            runs[m] = _run_retrieval(rows, cfg)
+        skipped.update(runs[m].skipped if m in runs else {})
+    metrics_out: dict[str, float] = {}
+    all_results: dict[str, list[JudgeResult]] = {}
+    for run in runs.values():
+        for name, results in run.results.items():
+            all_results[name] = results
+            metrics_out.update(_aggregate_metric(name, results, rows, run.judged, levels=name == "correctness"))
+    table = _build_table(rows, runs, data, cfg)
+    meta_frame, meta_metrics = _meta(table, runs, cfg)
+    metrics_out.update(meta_metrics)
+    usage = client.summary() if client is not None else {}
+    if client is not None:
+        metrics_out["judge/input_tokens"] = float(usage["input_tokens"])
+        metrics_out["judge/output_tokens"] = float(usage["output_tokens"])
+        metrics_out["judge/calls"] = float(usage["calls"])
+        metrics_out["judge/cache_hits"] = float(usage["cache_hits"])
+        if usage.get("cost_usd") is not None:
+            metrics_out["judge/cost_usd"] = float(usage["cost_usd"])
+    prompt_versions = {}
+    if "correctness" in runs:
+        prompt_versions["correctness"] = CorrectnessJudge(client, language=cfg.language).prompt_version  # type: ignore[arg-type]
+    record = {
+        "package_version": __version__,
+        "config": cfg.public_params(),
+        "metrics_run": metrics,
+        "context_mode": mode if "correctness" in metrics else None,
+        "judge": client.identity() if client is not None else None,
+        "prompt_versions": prompt_versions,
+        "usage": usage,
+        "skipped": skipped,
+        "rows": len(rows),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    params = {
+        "ragjudge.version": __version__,
+        "ragjudge.metrics": ",".join(metrics),
+        "ragjudge.judge": (client.backend.uri if client is not None else "none"),
+        "ragjudge.context_mode": record["context_mode"] or "n/a",
+        "ragjudge.prompt_versions": json.dumps(prompt_versions, sort_keys=True),
+        "ragjudge.language": cfg.language,
+        "ragjudge.k": json.dumps(cfg.k),
+    }
+    transcripts = [
+        {"metric": name, "row": i, **call}
+        for name, results in all_results.items()
+        for i, res in enumerate(results)
+        for call in res.calls
+    ]
+    return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped)
+
+
+def available_metrics() -> tuple[str, ...]:
+    return BUILT_METRICS

@@ -1,0 +1,148 @@
+"""The context-aware six-level correctness judge (IBM Research; SPEC 2.1).
+
+The judge writes feedback, then an integer score:
+5 correct and complete; 4 largely correct but incomplete; 3 partly correct, partly
+wrong; 2 mostly wrong but not fatally; 1 completely, fatally wrong; 0 the response
+says it is not sure. Level 0 is an abstention, not a quality level: it is returned
+as ``abstained`` (reason ``not_sure``) and left out of the mean, as in the paper.
+
+What the judge sees as context is the paper's key variable (see ``context_mode`` in
+the evaluator): E3 ``reference`` contexts retrieved with question + reference
+answer (the paper's proposal), E2 ``generation`` contexts, ``gold`` documents, or
+``none``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends import ChatRequest, JsonSchema
+from ..client import JudgeClient
+from ..parsing import parse_score_reply
+from ..prompts import Prompt, load_prompt
+from ..types import JudgeResult
+
+__all__ = ["CorrectnessJudge", "format_contexts", "LEVELS"]
+
+LEVELS = {
+    5: "correct and complete",
+    4: "largely correct, but incomplete",
+    3: "partially correct and partially wrong",
+    2: "mostly wrong, but not fatally",
+    1: "completely wrong, fatally so",
+    0: "not sure (abstention)",
+}
+TRUNCATION_MARK = " [...truncated]"
+MIN_PARTIAL_CHARS = 200
+
+
+def format_contexts(contexts: Sequence[str] | None, max_chars: int) -> tuple[str, dict[str, Any]]:
+    """Number the passages ``[1] ...`` in rank order within a character budget.
+
+    Truncation rule (documented in docs/correctness.md): passages are kept whole in
+    rank order while they fit in ``max_chars``; the first passage that does not fit
+    is cut to the remaining budget (marked ``[...truncated]``) if at least 200
+    characters remain, else dropped; every later passage is dropped. Higher-ranked
+    passages are the ones a retriever trusts most, so they are the ones kept.
+
+    Returns the text and a record: passages given, shown, cut, dropped, characters.
+    """
+    contexts = [c for c in (contexts or []) if c and str(c).strip()]
+    info: dict[str, Any] = {"n_given": len(contexts), "n_shown": 0, "truncated": False, "n_dropped": 0}
+    if not contexts:
+        info["chars"] = 0
+        return "(no context passages)", info
+    parts: list[str] = []
+    used = 0
+    for i, ctx in enumerate(contexts, 1):
+        text = " ".join(str(ctx).split())
+        head = f"[{i}] "
+        remaining = max_chars - used - len(head)
+        if len(text) <= remaining:
+            parts.append(head + text)
+            used += len(head) + len(text) + 1
+            continue
+        info["truncated"] = True
+        if remaining >= MIN_PARTIAL_CHARS:
+            parts.append(head + text[: remaining - len(TRUNCATION_MARK)] + TRUNCATION_MARK)
+            info["n_cut"] = 1
+            info["n_dropped"] = len(contexts) - i
+        else:
+            info["n_dropped"] = len(contexts) - i + 1
+        break
+    info["n_shown"] = len(parts)
+    out = "\n".join(parts)
+    info["chars"] = len(out)
+    return out, info
+
+
+@dataclass
+class CorrectnessJudge:
+    """Score one response on the six-level rubric.
+
+    Args:
+        client: the judge client (model, cache, limits).
+        language: prompt language, ``en`` or ``ja`` (inputs in any language work).
+        output: ``json`` (structured output), ``prometheus`` (``Feedback: ... [RESULT] n``)
+            or ``auto`` (structured where the backend supports a JSON schema, else
+            the Prometheus form, which the paper's open judges produce natively).
+        max_context_chars: the context budget, see :func:`format_contexts`.
+        max_tokens: reply budget.
+    """
+
+    client: JudgeClient
+    language: str = "en"
+    output: str = "auto"
+    max_context_chars: int = 12_000
+    max_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.output not in ("auto", "json", "prometheus"):
+            raise ValueError(f"output must be 'auto', 'json' or 'prometheus', not {self.output!r}")
+        self.prompt: Prompt = load_prompt("correctness", self.language)
+
+    @property
+    def prompt_version(self) -> str:
+        return f"correctness-v{self.prompt.version}-{self.prompt.language}"
+
+    def _format(self) -> str:
+        if self.output != "auto":
+            return self.output
+        return "json" if self.client.backend.supports_json_schema else "prometheus"
+
+    def judge(
+        self,
+        question: str,
+        response: str,
+        reference: str,
+        contexts: Sequence[str] | None = None,
+    ) -> JudgeResult:
+        """Judge one row. Never raises for model failures: they come back as failed results."""
+        ctx_text, ctx_info = format_contexts(contexts, self.max_context_chars)
+        fmt = self._format()
+        messages = self.prompt.render(
+            fmt, question=question, reference=reference, contexts=ctx_text, response=response or "(empty response)"
+        )
+        schema = self.prompt.schema
+        request = ChatRequest.of(
+            messages,
+            max_tokens=self.max_tokens,
+            json_schema=JsonSchema("correctness_verdict", schema) if fmt == "json" and schema else None,
+        )
+        call = self.client.call(
+            request,
+            parse=lambda r: parse_score_reply(r, allowed=LEVELS.keys(), schema=schema if fmt == "json" else None),
+            prompt_version=self.prompt_version,
+            purpose="correctness",
+        )
+        details = {"contexts_shown": ctx_text, "context_info": ctx_info, "format": fmt}
+        if not call.ok:
+            assert call.failure is not None
+            return JudgeResult.failed(call.failure, call.error, raw=call.raw, details=details, calls=call.records)
+        score, feedback = call.parsed["score"], call.parsed["feedback"]
+        details["level"] = score
+        if score == 0:
+            return JudgeResult.abstained("not_sure", feedback, raw=call.raw, details=details, calls=call.records)
+        return JudgeResult.scored(score, feedback, raw=call.raw, details=details, calls=call.records)
