@@ -45,5 +45,6 @@ def tmp_tracking(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment_id="0")  # forget an experiment made active by an earlier test
     yield uri
     mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI"))

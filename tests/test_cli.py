@@ -1,0 +1,82 @@
+"""The command line, in process and as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflow_ragjudge.cli import main
+
+
+@pytest.fixture
+def jsonl(tmp_path):
+    rows = [
+        {"question": "What is X?", "answer": "X is a letter.", "reference": "X is a letter of the alphabet.",
+         "contexts": ["X is the 24th letter."], "retrieved_doc_ids": ["d1", "d2"], "relevant_doc_ids": ["d1"],
+         "team": "a"},
+        {"question": "What is Y?", "answer": "I am not sure.", "reference": "Y is a letter.",
+         "contexts": ["Y follows X."], "retrieved_doc_ids": ["d3"], "relevant_doc_ids": ["d4"], "team": "b"},
+    ]
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    return path
+
+
+def test_cli_evaluate_creates_a_run(fake_llm, monkeypatch, jsonl, tmp_tracking, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-cli-test")
+    fake_llm.set_handler(lambda r: "Feedback: fine [RESULT] 4")
+    rc = main(["evaluate", str(jsonl), "--judge", f"openai:/j?base_url={fake_llm.openai_base_url}",
+               "--metrics", "correctness,retrieval", "--group-column", "team", "--experiment", "cli-exp",
+               "--run-name", "variant-a", "--k", "1,2", "--no-cache"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "correctness/mean" in out and "MLflow run" in out
+    exp = mlflow.get_experiment_by_name("cli-exp")
+    runs = MlflowClient().search_runs([exp.experiment_id])
+    assert len(runs) == 1 and runs[0].info.run_name == "variant-a"
+    m = runs[0].data.metrics
+    assert m["correctness/mean"] == 4 and m["correctness/mean/a"] == 4
+    assert m["precision_at_1/mean"] == 0.5 and m["recall_at_2/mean"] == 0.5
+    assert runs[0].info.run_id in out
+
+
+def test_cli_csv_with_json_list_columns(tmp_path, tmp_tracking, capsys):
+    df = pd.DataFrame({"question": ["q"], "answer": ["alpha beta"], "reference": ["alpha gamma"],
+                       "contexts": [json.dumps(["alpha gamma delta"])]})
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    assert main(["evaluate", str(path), "--metrics", "lexical,retrieval", "--config", '{"bertscore": false}']) == 0
+    out = capsys.readouterr().out
+    assert "word_recall/mean" in out and "context_rougeL_recall/mean" in out
+
+
+def test_cli_bad_input_exits_2_with_the_fix(tmp_path, capsys):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": "a"}), encoding="utf-8")
+    assert main(["evaluate", str(path), "--metrics", "lexical"]) == 2
+    err = capsys.readouterr().err
+    assert "needs column(s) ['reference']" in err
+
+
+def test_cli_unknown_provider(tmp_path, capsys, jsonl):
+    assert main(["evaluate", str(jsonl), "--judge", "nosuch:/m", "--metrics", "correctness"]) == 2
+    assert "unknown provider 'nosuch'" in capsys.readouterr().err
+
+
+def test_quickstart_subprocess(tmp_path):
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'qs.db'}")
+    proc = subprocess.run([sys.executable, "-m", "mlflow_ragjudge", "quickstart"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "correctness/mean" in proc.stdout and "map/mean" in proc.stdout
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    exp = mlflow.get_experiment_by_name("ragjudge-quickstart")
+    runs = MlflowClient().search_runs([exp.experiment_id])
+    assert runs and runs[0].data.params["ragjudge.judge"] == "demo:/overlap"

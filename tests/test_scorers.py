@@ -1,0 +1,116 @@
+"""The judges as mlflow.genai scorers, end to end through mlflow.genai.evaluate on a SQLite store."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+from fakellm import Reply
+
+from mlflow_ragjudge.scorers import Correctness, LexicalOverlap, RetrievalMetrics
+
+
+@pytest.fixture
+def judge_uri(fake_llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-scorer-test")
+    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+
+
+def _verdicts(req):
+    text = req.prompt_text  # the whole conversation, so a re-ask is answered for the same row
+    if "ans-good" in text:
+        return "Feedback: right. [RESULT] 5"
+    if "ans-unsure" in text:
+        return "Feedback: says it does not know. [RESULT] 0"
+    if "ans-broken" in text:
+        return "I refuse to grade in the requested format."
+    return "Feedback: half right. [RESULT] 3"
+
+
+DATA = [
+    {"inputs": {"question": "q1"}, "outputs": "ans-good", "expectations": {"expected_response": "ref1"}},
+    {"inputs": {"question": "q2"}, "outputs": "ans-unsure", "expectations": {"expected_response": "ref2"}},
+    {"inputs": {"question": "q3"}, "outputs": "ans-broken", "expectations": {"expected_response": "ref3"}},
+    {"inputs": {"question": "q4"}, "outputs": "ans-half", "expectations": {"expected_response": "ref4"}},
+]
+
+
+def test_correctness_scorer_three_states_direct(fake_llm, judge_uri):
+    fake_llm.set_handler(_verdicts)
+    scorer = Correctness(judge=judge_uri, cache=False)
+    good = scorer(inputs={"question": "q1"}, outputs="ans-good", expectations={"expected_response": "r"})
+    assert good.value == 5 and good.rationale == "right." and good.metadata["status"] == "scored"
+    unsure = scorer(inputs={"question": "q2"}, outputs="ans-unsure", expectations={"expected_response": "r"})
+    assert unsure.value is None and unsure.metadata["status"] == "abstained"
+    assert unsure.metadata["reason"] == "not_sure" and unsure.metadata["level"] == 0
+    broken = scorer(inputs={"question": "q3"}, outputs="ans-broken", expectations={"expected_response": "r"})
+    assert broken.value is None and broken.error.error_code == "parse_error"
+    assert fake_llm.request_count == 4  # the unparseable reply was re-asked once
+
+
+def test_correctness_scorer_missing_reference_is_a_failed_feedback(fake_llm, judge_uri):
+    fb = Correctness(judge=judge_uri, cache=False)(inputs={"question": "q"}, outputs="a", expectations={})
+    assert fb.error.error_code == "invalid_input" and "expected_response" in fb.error.error_message
+    assert fake_llm.request_count == 0
+
+
+def test_correctness_scorer_e3_from_expectations(fake_llm, judge_uri):
+    fake_llm.set_handler(lambda r: "Feedback: ok [RESULT] 4")
+    fb = Correctness(judge=judge_uri, cache=False)(
+        inputs={"question": "q"}, outputs={"answer": "a", "contexts": ["gen-ctx"]},
+        expectations={"expected_response": "r", "reference_contexts": ["ref-ctx"]})
+    assert fb.value == 4 and fb.metadata["context_mode"] == "reference"
+    assert "ref-ctx" in fake_llm.requests[0].last_user_text
+    assert "gen-ctx" not in fake_llm.requests[0].last_user_text
+
+
+def test_genai_evaluate_with_ragjudge_scorers(fake_llm, judge_uri, tmp_tracking):
+    fake_llm.set_handler(_verdicts)
+    result = mlflow.genai.evaluate(data=DATA, scorers=[Correctness(judge=judge_uri, cache=False), LexicalOverlap()])
+    # MLflow's mean over numeric values: the abstention (None) and the failure are not numbers
+    assert result.metrics["correctness/mean"] == pytest.approx((5 + 3) / 2)
+    traces = mlflow.search_traces(run_id=result.run_id, return_type="list")
+    assert len(traces) == 4
+    by_output = {}
+    for t in traces:
+        fbs = {a.name: a for a in t.info.assessments}
+        by_output[str(t.data.response)] = fbs
+    unsure = next(v for k, v in by_output.items() if "ans-unsure" in k)
+    assert unsure["correctness"].value is None and unsure["correctness"].metadata["status"] == "abstained"
+    broken = next(v for k, v in by_output.items() if "ans-broken" in k)
+    assert broken["correctness"].error is not None
+    assert "word_recall" in unsure and "rougeL" in unsure
+
+
+def test_retrieval_scorer_reads_retriever_span_document_ids(tmp_tracking):
+    from mlflow.entities import Document, SpanType
+
+    @mlflow.trace(span_type=SpanType.RETRIEVER)
+    def retrieve(query: str):
+        return [Document(page_content=f"text {i}", metadata={"doc_uri": f"d{i}"}) for i in (3, 1, 7)]
+
+    @mlflow.trace
+    def rag(question: str) -> str:
+        retrieve(question)
+        return "answer"
+
+    rag("q")
+    mlflow.flush_trace_async_logging()
+    trace = mlflow.get_trace(mlflow.get_last_active_trace_id())
+    assert trace is not None
+    fbs = RetrievalMetrics()(outputs="answer", expectations={"relevant_doc_ids": ["d1", "d9"]}, trace=trace)
+    got = {f.name: f.value for f in fbs}
+    assert got["precision_at_3"] == pytest.approx(1 / 3)
+    assert got["recall_at_3"] == pytest.approx(1 / 2)
+    assert got["mrr"] == pytest.approx(1 / 2)
+    assert got["hit_rate_at_1"] == 0.0
+
+
+def test_retrieval_scorer_without_gold_ids_abstains():
+    fbs = RetrievalMetrics()(outputs={"retrieved_doc_ids": ["a"]}, expectations={})
+    assert fbs[0].value is None and fbs[0].metadata["status"] == "abstained"
+
+
+def test_failed_feedback_reason_from_provider(fake_llm, judge_uri):
+    fake_llm.set_handler(lambda r: Reply.error(401, "bad key"))
+    fb = Correctness(judge=judge_uri, cache=False)(inputs="q", outputs="a", expectations={"expected_response": "r"})
+    assert fb.error.error_code == "provider_error" and "401" in fb.error.error_message
