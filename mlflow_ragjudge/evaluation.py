@@ -317,6 +317,7 @@ class MetricRun:
     headline: str | None = None  # the sub-metric whose score is the table's headline
     columns: dict[str, list[Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)  # logged as they are
 
 
 def _parallel(fn: Callable[[Row], JudgeResult], rows: Sequence[Row], workers: int) -> list[JudgeResult]:
@@ -385,29 +386,34 @@ def _run_retrieval(rows: Sequence[Row], cfg: RagJudgeConfig) -> MetricRun:
     ks = retrieval.validate_ks(cfg.k)
     results: dict[str, list[JudgeResult]] = {}
     skipped: dict[str, str] = {}
+    extra: dict[str, float] = {}
     have_ids = any(r.retrieved_doc_ids is not None or r.relevant_doc_ids is not None for r in rows)
     if have_ids:
-        n_no_gold = 0
-        per_row: list[dict[str, float] | None] = []
-        for r in rows:
-            if r.relevant_doc_ids is None or len(r.relevant_doc_ids) == 0:
-                per_row.append(None)
-                n_no_gold += 1
-                continue
-            retrieval.validate_retrieval_row(r.retrieved_doc_ids or [], r.relevant_doc_ids, r.index)
-            per_row.append(
-                retrieval.score_query(
-                    r.retrieved_doc_ids or [], r.relevant_doc_ids, ks=ks, relevance_threshold=cfg.relevance_threshold
-                )
+        # Rows without gold ids are skipped and counted (not averaged in as 0): a RAG dataset row with no
+        # labelled documents is unlabelled, not a query that trec_eval's qrels say has no relevant document.
+        scored = [r for r in rows if r.relevant_doc_ids]
+        per_query = {
+            r.index: retrieval.score_query(
+                r.retrieved_doc_ids or [],
+                r.relevant_doc_ids,
+                ks=ks,
+                relevance_threshold=cfg.relevance_threshold,
+                validate=False,
             )
-        names = [n for n in (per_row[i] for i in range(len(per_row))) if n is not None]
-        keys = [k for k in names[0] if not k.startswith("num_")] if names else []
+            for r in scored
+        }
+        keys = [k for k in next(iter(per_query.values()), {}) if not k.startswith("num_")]
         for key in keys:
             results[key] = [
-                JudgeResult.scored(p[key]) if p is not None else JudgeResult.abstained("no_gold_ids") for p in per_row
+                JudgeResult.scored(per_query[r.index][key])
+                if r.index in per_query
+                else JudgeResult.abstained("no_gold_ids")
+                for r in rows
             ]
-        if n_no_gold:
-            skipped["retrieval_rows_without_gold_ids"] = str(n_no_gold)
+        extra["retrieval/rows_scored"] = float(len(scored))
+        extra["retrieval/rows_without_gold_ids"] = float(len(rows) - len(scored))
+        if len(scored) < len(rows):
+            skipped["retrieval_rows_without_gold_ids"] = f"{len(rows) - len(scored)} row(s) have no relevant_doc_ids"
     have_chunks = any(r.contexts is not None for r in rows) and any(r.reference for r in rows)
     if have_chunks:
         p, rc, f = [], [], []
@@ -421,7 +427,7 @@ def _run_retrieval(rows: Sequence[Row], cfg: RagJudgeConfig) -> MetricRun:
             rc.append(_value(s["recall"], "empty_reference"))
             f.append(_value(s["f1"], "empty_reference"))
         results.update({"context_rougeL_recall": rc, "context_rougeL_precision": p, "context_rougeL_f1": f})
-    return MetricRun(results, judged=False, skipped=skipped)
+    return MetricRun(results, judged=False, skipped=skipped, extra=extra)
 
 
 # --------------------------------------------------------------------------- aggregation and table
@@ -595,6 +601,7 @@ def evaluate_frame(
         for name, results in run.results.items():
             all_results[name] = results
             metrics_out.update(_aggregate_metric(name, results, rows, run.judged, levels=name == "correctness"))
+        metrics_out.update(run.extra)
     table = _build_table(rows, runs, data, cfg)
     meta_frame, meta_metrics = _meta(table, runs, cfg)
     metrics_out.update(meta_metrics)

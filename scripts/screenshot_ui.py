@@ -13,45 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from importlib import resources
 from pathlib import Path
 
 import pandas as pd
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(workdir: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-         "--default-artifact-root", str(workdir / "artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=workdir,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("mlflow server did not start within 90 s")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from mlflow_ui import chromium, start_server  # noqa: E402
 
 
 def log_variants(url: str) -> tuple[str, list[str]]:
@@ -75,20 +45,6 @@ def log_variants(url: str) -> tuple[str, list[str]]:
     return exp.experiment_id, run_ids
 
 
-def screenshot(url: str, out: Path, width: int = 1500, height: int = 2300) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        raise SystemExit("chromium not found: apt-get install chromium")
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", f"--window-size={width},{height}", "--virtual-time-budget=25000",
-             "--hide-scrollbars", f"--screenshot={out}", url],
-            check=True, capture_output=True, timeout=180,
-        )
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="docs/img/mlflow-compare-runs.png")
@@ -101,7 +57,7 @@ def main() -> int:
         try:
             exp_id, run_ids = log_variants(url)
             page = (f"{url}/#/compare-runs?runs={json.dumps(run_ids)}&experiments={json.dumps([exp_id])}")
-            screenshot(page.replace(" ", ""), out)
+            chromium(page.replace(" ", ""), screenshot=out, height=2300)
         finally:
             proc.terminate()
             proc.wait(timeout=30)

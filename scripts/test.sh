@@ -3,6 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh "dev,local"
+# The UI test drives the real MLflow UI in headless Chromium; in CI (root, Debian) install it, elsewhere
+# that test skips with the reason when chromium is missing.
+if [ "${CI:-}" = "true" ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+    || echo "warning: could not install chromium; the UI test will skip" >&2
+fi
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_MODEL_CATALOG_URI= HF_HUB_OFFLINE=1
 export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
 .venv/bin/ruff check mlflow_ragjudge tests benchmarks experiments

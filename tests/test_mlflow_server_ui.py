@@ -1,0 +1,65 @@
+"""The evaluator against a real `mlflow server` over HTTP, and its runs in the real UI (headless Chromium)."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from mlflow_ui import chromium, chromium_path, start_server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("mlflow-server")
+    proc, url = start_server(workdir)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _data(answers):
+    return pd.DataFrame({
+        "question": ["What does UNION do?", "What does UNION ALL do?", "What does EXCEPT do?"],
+        "answer": answers,
+        "reference": ["UNION removes duplicate rows.", "UNION ALL keeps duplicate rows.",
+                      "EXCEPT returns rows of the first query missing from the second."],
+    })
+
+
+def test_runs_logged_over_http_and_compared_in_the_ui(server, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    mlflow.set_tracking_uri(server)
+    exp = mlflow.set_experiment("ui-compare")
+    variants = {
+        "variant-weak": ["UNION keeps duplicates.", "I am not sure.", "It joins tables."],
+        "variant-strong": ["UNION removes duplicate rows.", "UNION ALL keeps duplicate rows.",
+                           "EXCEPT returns rows of the first query missing from the second."],
+    }
+    run_ids = {}
+    for name, answers in variants.items():
+        with mlflow.start_run(run_name=name) as run:
+            mlflow.models.evaluate(data=_data(answers), predictions="answer", targets="reference", model_type="rag",
+                                   evaluators="ragjudge",
+                                   evaluator_config={"judge": "demo:/overlap", "cache": False, "bertscore": False,
+                                                     "metrics": ["correctness", "lexical"]})
+        run_ids[name] = run.info.run_id
+    client = MlflowClient(server)
+    weak, strong = (client.get_run(run_ids[n]).data.metrics for n in ("variant-weak", "variant-strong"))
+    assert strong["correctness/mean"] == 5 and weak["correctness/mean"] < strong["correctness/mean"]
+    assert weak["correctness/abstain_rate"] == pytest.approx(1 / 3)
+    # the artifacts went through the server's artifact proxy
+    files = {f.path for f in client.list_artifacts(run_ids["variant-weak"], "ragjudge")}
+    assert {"ragjudge/eval_results_table.json", "ragjudge/judge_transcripts.jsonl", "ragjudge/config.json"} <= files
+
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): the UI half of this test needs it")
+    ids = json.dumps(list(run_ids.values())).replace(" ", "")
+    dom = chromium(f"{server}/#/compare-runs?runs={ids}&experiments={json.dumps([exp.experiment_id])}")
+    # the React UI rendered both runs and our metrics into the page
+    assert "variant-weak" in dom and "variant-strong" in dom
+    assert "correctness/mean" in dom and "ragjudge.context_mode" in dom
