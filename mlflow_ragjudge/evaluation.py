@@ -512,14 +512,20 @@ def _meta(
         return None, {}
     from . import meta
 
-    metric_cols = [c for c in table.columns if c.endswith("/score")]
-    abstain = None
-    if "correctness/status" in table.columns:
-        abstain = table["correctness/status"].str.startswith("abstained").tolist()
-    frame = meta.meta_evaluate(
-        table, metric_cols, cfg.human_columns, abstain_mask=abstain, n_boot=cfg.n_boot, seed=cfg.seed
+    names = [c[: -len("/score")] for c in table.columns if c.endswith("/score")]
+    frame = pd.DataFrame({name: table[f"{name}/score"] for name in names})
+    for hc in cfg.human_columns:
+        frame[hc] = table[hc]
+    # each metric's own abstentions (e.g. correctness level 0), for the "no_abstentions" subset
+    masks = {
+        name: table[f"{name}/status"].str.startswith("abstained").tolist()
+        for name in names
+        if f"{name}/status" in table.columns
+    }
+    result = meta.meta_evaluate(
+        frame, names, cfg.human_columns, abstain_mask=masks or None, n_boot=cfg.n_boot, seed=cfg.seed
     )
-    return frame, meta.meta_metrics(frame)
+    return result, meta.meta_metrics(result)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -357,3 +357,35 @@ def test_no_judge_configured_skips_correctness_by_default_with_reason():
     out = evaluate_frame(df, bertscore=False)
     assert "correctness" in out.skipped and "judge" in out.skipped["correctness"]
     assert "correctness/mean" not in out.metrics and out.metrics["word_recall/mean"] == 0.5
+
+
+def test_meta_evaluation_against_human_columns(fake_llm, judge_uri, tmp_tracking):
+    levels = [5, 4, 1, 2, 0, 3, 5, 1]
+    fake_llm.set_handler(lambda r: f"Feedback: f [RESULT] {levels[int(_section(r.last_user_text, 'RESPONSE'))]}")
+    df = pd.DataFrame({
+        "question": [f"q{i}" for i in range(8)],
+        "answer": [str(i) for i in range(8)],
+        "reference": [str(i) for i in range(8)],
+        "expert": [5, 4, 2, 2, 3, 3, 4, 1],
+    })
+    with mlflow.start_run() as run:
+        mlflow.models.evaluate(data=df, predictions="answer", targets="reference", model_type="rag",
+                               evaluators="ragjudge",
+                               evaluator_config={"judge": judge_uri, "metrics": ["correctness"], "cache": False,
+                                                 "human_columns": ["expert"], "n_boot": 200, "seed": 7})
+    m = MlflowClient().get_run(run.info.run_id).data.metrics
+    from scipy.stats import spearmanr
+
+    kept = [i for i, lv in enumerate(levels) if lv != 0]
+    expected = spearmanr([levels[i] for i in kept], [df["expert"][i] for i in kept]).statistic
+    assert m["meta/correctness/expert/no_abstentions/spearman"] == pytest.approx(expected)
+    assert m["meta/correctness/expert/spearman"] == pytest.approx(spearmanr(levels, df["expert"]).statistic)
+    low, high = (m["meta/correctness/expert/no_abstentions/spearman_ci_low"],
+                 m["meta/correctness/expert/no_abstentions/spearman_ci_high"])
+    assert low <= expected <= high
+    fig2 = _artifact_json(run.info.run_id, "ragjudge/meta_evaluation.json")
+    cols = fig2["columns"]
+    assert cols[:3] == ["metric", "human", "subset"] and "mean" in cols and "spearman" in cols
+    rows = [dict(zip(cols, r)) for r in fig2["data"]]
+    no_abs = next(r for r in rows if r["subset"] == "no_abstentions")
+    assert no_abs["n"] == 7 and no_abs["mean"] == pytest.approx(sum(levels) / 7)
