@@ -11,7 +11,7 @@ if [ "${CI:-}" = "true" ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/n
 fi
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_MODEL_CATALOG_URI= HF_HUB_OFFLINE=1
 export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
-.venv/bin/ruff check mlflow_ragjudge tests benchmarks experiments
+.venv/bin/ruff check .
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
