@@ -34,6 +34,7 @@ __all__ = ["JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "
 ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
 ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
 DEFAULT_MAX_CONCURRENCY = 8
+MAX_RATE_LIMITED_ATTEMPTS = 100  # hard cap on 429-with-retry-after attempts per call
 
 REASK_TEMPLATE = (
     "Your previous reply could not be read: {error}. Reply again with the complete answer, "
@@ -53,9 +54,13 @@ class ProviderGate:
 
     ``limit`` calls may be in flight at once; with ``requests_per_minute`` set,
     call starts are spaced ``60 / rpm`` seconds apart; after a 429 every caller
-    waits until the cool-down the server asked for has passed, so one rate-limit
-    reply does not become a burst of them.
+    waits until the cool-down the server asked for has passed, and is then let out
+    one at a time, ``spacing`` seconds apart (the last ``retry-after``, capped at
+    1 s, shrinking by 10 % with each success), so the end of a cool-down does not
+    become a burst of 429s.
     """
+
+    MAX_SPACING = 1.0
 
     def __init__(self, limit: int = DEFAULT_MAX_CONCURRENCY, requests_per_minute: float | None = None) -> None:
         self._cond = threading.Condition()
@@ -65,17 +70,20 @@ class ProviderGate:
         self.peak = 0
         self._next_start = 0.0
         self._cooldown_until = 0.0
+        self._spacing = 0.0
+        self._next_spaced = 0.0
 
     def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
+        """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off."""
         with self._cond:
             if limit is not None:
                 if limit < 1:
                     raise ValueError(f"max_concurrency must be >= 1, got {limit}")
                 self.limit = limit
             if requests_per_minute is not None:
-                if requests_per_minute <= 0:
-                    raise ValueError(f"requests_per_minute must be > 0, got {requests_per_minute}")
-                self.requests_per_minute = requests_per_minute
+                if requests_per_minute < 0:
+                    raise ValueError(f"requests_per_minute must be >= 0 (0 = no pacing), got {requests_per_minute}")
+                self.requests_per_minute = requests_per_minute or None
             self._cond.notify_all()
 
     def acquire(self, sleep: Callable[[float], None] = time.sleep) -> float:
@@ -87,6 +95,9 @@ class ProviderGate:
             self.peak = max(self.peak, self.active)
             now = time.monotonic()
             start = max(now, self._cooldown_until)
+            if self._spacing > 0:
+                start = max(start, self._next_spaced)
+                self._next_spaced = start + self._spacing
             if self.requests_per_minute:
                 start = max(start, self._next_start)
                 self._next_start = start + 60.0 / self.requests_per_minute
@@ -101,8 +112,16 @@ class ProviderGate:
             self._cond.notify()
 
     def cool_down(self, seconds: float) -> None:
+        """A 429 asked for ``seconds`` of quiet: everyone waits, then goes one at a time."""
         with self._cond:
             self._cooldown_until = max(self._cooldown_until, time.monotonic() + seconds)
+            self._spacing = max(self._spacing, min(self.MAX_SPACING, seconds if seconds > 0 else 0.05))
+
+    def succeeded(self) -> None:
+        """A request went through: relax the post-429 spacing."""
+        if self._spacing:
+            with self._cond:
+                self._spacing = 0.0 if self._spacing < 0.01 else self._spacing * 0.9
 
 
 _GATES: dict[str, ProviderGate] = {}
@@ -197,9 +216,12 @@ class JudgeClient:
             or a :class:`CallCache`.
         max_concurrency: calls in flight per provider connection, process-wide
             (default 8, or ``RAGJUDGE_MAX_CONCURRENCY``).
-        requests_per_minute: pace request starts to this rate (a provider's limit).
+        requests_per_minute: pace request starts to this rate (a provider's limit); 0 turns
+            pacing off. Like ``max_concurrency`` it is a process-wide setting of the provider
+            connection; ``None`` leaves it as it is.
         timeout: seconds per request.
-        max_attempts: attempts per request, the first included.
+        max_attempts: attempts per request, the first included. A 429 that carries
+            ``retry-after`` does not use one up (waits are bounded by ``max_retry_time``).
         max_retry_time: stop retrying when the next wait would pass this many
             seconds since the call started.
         backoff_base, backoff_max: exponential backoff ``base * 2**(n-1)`` capped at
@@ -378,14 +400,17 @@ class JudgeClient:
         """
         started = time.monotonic()
         attempt = 0
+        budget_used = 0  # attempts that count against max_attempts
         waited = 0.0
         while True:
             attempt += 1
+            budget_used += 1
             waited += self.gate.acquire(self._sleep)
             try:
                 with self._lock:
                     self.usage.requests += 1
                 value = fn()
+                self.gate.succeeded()
                 return value, attempt, None, waited
             except BackendError as e:
                 err = e
@@ -396,7 +421,12 @@ class JudgeClient:
             if err.kind is ErrorKind.RATE_LIMITED:
                 with self._lock:
                     self.usage.rate_limited += 1
-            if not err.retryable or attempt >= self.max_attempts:
+            told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
+            if told_when and attempt < MAX_RATE_LIMITED_ATTEMPTS:
+                # The server said when to come back: that wait is bounded by max_retry_time, not by
+                # max_attempts, so a long evaluation behind a busy quota does not lose rows.
+                budget_used -= 1
+            if not err.retryable or budget_used >= self.max_attempts:
                 return None, attempt, err, waited
             if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
                 delay = err.retry_after

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any
 
 from ._sdk import classify, missing_sdk
@@ -37,6 +38,7 @@ class AnthropicBackend(Backend):
             )
         self._api_key = key
         self._client: Any = None
+        self._client_lock = threading.Lock()
         self._takes_temperature: bool | None = None
 
     @property
@@ -54,9 +56,12 @@ class AnthropicBackend(Backend):
         return anthropic
 
     def _get_client(self) -> Any:
-        if self._client is None:
-            anthropic = self._sdk()
-            self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+        if self._client is not None:
+            return self._client
+        with self._client_lock:  # one SDK client (and connection pool) however many threads start at once
+            if self._client is None:
+                anthropic = self._sdk()
+                self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
         return self._client
 
     def _sdk_takes_temperature(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any
 
 from ._sdk import classify, missing_sdk
@@ -66,6 +67,7 @@ class OpenAIBackend(Backend):
         self.structured = structured
         self.supports_json_schema = structured == "json_schema"
         self._client: Any = None
+        self._client_lock = threading.Lock()
 
     @property
     def base_url(self) -> str | None:
@@ -82,15 +84,18 @@ class OpenAIBackend(Backend):
         return openai
 
     def _get_client(self) -> Any:
-        if self._client is None:
-            openai = self._sdk()
-            # The client is the only retry layer: the SDK's own retries are off.
-            self._client = openai.OpenAI(
-                api_key=self._api_key,
-                base_url=self._base_url,
-                organization=self._organization,
-                max_retries=0,
-            )
+        if self._client is not None:
+            return self._client
+        with self._client_lock:  # one SDK client (and connection pool) however many threads start at once
+            if self._client is None:
+                openai = self._sdk()
+                # The client is the only retry layer: the SDK's own retries are off.
+                self._client = openai.OpenAI(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    organization=self._organization,
+                    max_retries=0,
+                )
         return self._client
 
     def chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
