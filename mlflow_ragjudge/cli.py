@@ -66,6 +66,14 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--experiment", help="MLflow experiment name (created if missing)")
     ev.add_argument("--run-name", help="MLflow run name")
     ev.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    es = sub.add_parser("estimate", help="estimate judge calls and tokens for a dataset, calling nothing")
+    es.add_argument("data")
+    es.add_argument("--judge", required=True)
+    es.add_argument("--metrics")
+    es.add_argument("--context-mode", default="auto", choices=["auto", "reference", "generation", "gold", "none"])
+    es.add_argument("--col", action="append", metavar="LOGICAL=COLUMN")
+    es.add_argument("--language", default="en")
+    es.add_argument("--config")
     qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline demo judge")
     qs.add_argument("--experiment", default="ragjudge-quickstart")
     qs.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///ragjudge-quickstart.db)")
@@ -82,18 +90,18 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.metrics:
         cfg["metrics"] = [m.strip() for m in args.metrics.split(",") if m.strip()]
     cfg["context_mode"] = args.context_mode
-    if args.group_column:
+    if getattr(args, "group_column", None):
         cfg["group_column"] = args.group_column
-    if args.human_columns:
+    if getattr(args, "human_columns", None):
         cfg["human_columns"] = [c.strip() for c in args.human_columns.split(",") if c.strip()]
     if args.col:
         cfg["col_mapping"] = _kv(args.col, "--col")
     cfg["language"] = args.language
-    if args.k:
+    if getattr(args, "k", None):
         cfg["k"] = [int(x) for x in args.k.split(",")]
-    if args.no_cache:
+    if getattr(args, "no_cache", False):
         cfg["cache"] = False
-    if args.max_concurrency:
+    if getattr(args, "max_concurrency", None):
         cfg["max_concurrency"] = args.max_concurrency
     return cfg
 
@@ -146,6 +154,21 @@ def main(argv: list[str] | None = None) -> int:
             run_id, out = run_evaluation(
                 df, cfg, experiment=args.experiment, run_name=args.run_name, tracking_uri=args.tracking_uri
             )
+        elif args.command == "estimate":
+            from .evaluation import evaluate_frame
+
+            cfg = _config_from_args(args)
+            cfg["dry_run"] = True
+            out = evaluate_frame(read_table(args.data), cfg)
+            print(out.table.to_string(index=False))
+            total = {k: int(out.metrics[f"estimate/total/{k}"]) for k in ("calls", "input_tokens", "output_tokens")}
+            cost = out.metrics.get("estimate/total/cost_usd")
+            print(
+                f"total: {total['calls']} calls, ~{total['input_tokens']} input and ~{total['output_tokens']} "
+                f"output tokens" + (f", ~${cost:.4f}" if cost is not None else " (no price known for this model)")
+            )
+            print("(rough estimate: tokens from text length; re-asks and cache hits are not counted)")
+            return 0
         else:
             data = resources.files("mlflow_ragjudge") / "data" / "sample_rag.jsonl"
             with resources.as_file(data) as path:

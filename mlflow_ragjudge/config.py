@@ -44,7 +44,16 @@ ALL_METRICS = (
     "multiturn",
 )
 #: the ones this version implements
-BUILT_METRICS = ("correctness", "lexical", "retrieval")
+BUILT_METRICS = (
+    "correctness",
+    "lexical",
+    "retrieval",
+    "faithfulness",
+    "answer_relevancy",
+    "context_precision",
+    "context_recall",
+    "context_relevance",
+)
 
 
 @dataclass
@@ -76,6 +85,14 @@ class RagJudgeConfig:
         bertscore: ``auto`` (compute when a local model is available, else skip with
             the reason), True (required), False (skip).
         n_boot, seed: bootstrap resamples and seed for meta-evaluation intervals.
+        faithfulness_evidence: ``contexts`` (RAGAS's definition, default) or ``gold`` (the
+            ``gold_documents``; seed 001's variant, which then also reflects retrieval quality).
+        faithfulness_require_retrieval_hit: score faithfulness only on rows where a relevant
+            document was retrieved (needs the doc-id columns); other rows abstain (``retrieval_miss``).
+        embeddings: for answer relevancy: ``auto`` (the local MiniLM when installed), ``local``, an
+            embeddings URI (``openai:/text-embedding-3-small``), or a callable ``texts -> vectors``.
+        answer_relevancy_n: questions generated per response.
+        dry_run: estimate judge calls and tokens per metric, call nothing.
     """
 
     judge: str | Backend | None = None
@@ -98,6 +115,11 @@ class RagJudgeConfig:
     bertscore: bool | str = "auto"
     n_boot: int = 1000
     seed: int = 0
+    faithfulness_evidence: str = "contexts"
+    faithfulness_require_retrieval_hit: bool = False
+    embeddings: Any = "auto"
+    answer_relevancy_n: int = 3
+    dry_run: bool = False
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
@@ -145,6 +167,10 @@ class RagJudgeConfig:
             raise ValueError(f"judge_output={self.judge_output!r} is not one of auto, json, prometheus.")
         if self.bertscore not in ("auto", True, False):
             raise ValueError(f"bertscore={self.bertscore!r}: use 'auto', True or False.")
+        if self.faithfulness_evidence not in ("contexts", "gold"):
+            raise ValueError(f"faithfulness_evidence={self.faithfulness_evidence!r}: use 'contexts' or 'gold'.")
+        if not isinstance(self.answer_relevancy_n, int) or self.answer_relevancy_n < 1:
+            raise ValueError(f"answer_relevancy_n={self.answer_relevancy_n!r} must be a whole number >= 1.")
         if self.max_context_chars < 500:
             raise ValueError(f"max_context_chars={self.max_context_chars} is too small (minimum 500).")
 
@@ -176,4 +202,9 @@ class RagJudgeConfig:
             "bertscore": self.bertscore,
             "n_boot": self.n_boot,
             "seed": self.seed,
+            "faithfulness_evidence": self.faithfulness_evidence,
+            "faithfulness_require_retrieval_hit": self.faithfulness_require_retrieval_hit,
+            "embeddings": self.embeddings if isinstance(self.embeddings, str) else "callable",
+            "answer_relevancy_n": self.answer_relevancy_n,
+            "dry_run": self.dry_run,
         }

@@ -23,7 +23,7 @@ import pandas as pd
 from . import __version__
 from .client import JudgeClient
 from .config import BUILT_METRICS, LOGICAL_COLUMNS, RagJudgeConfig
-from .judges.correctness import CorrectnessJudge
+from .judged import JUDGED_METRICS, EmbeddingsUnavailable, JudgeContext, JudgedMetric, resolve_embedder
 from .types import JudgeResult, Status, aggregate
 
 __all__ = ["evaluate_frame", "EvalOutput", "InputError", "metric_name_safe"]
@@ -126,31 +126,53 @@ class Row:
     gold_documents: list[str] | None = None
     group: str | None = None
     judge_contexts: list[str] | None = None  # what the correctness judge sees
+    relevance_threshold: float = 1
+
+    @property
+    def retrieval_hit(self) -> bool:
+        """A relevant document (grade >= threshold) is among the retrieved ones."""
+        if not self.relevant_doc_ids or not self.retrieved_doc_ids:
+            return False
+        rel = self.relevant_doc_ids
+        if isinstance(rel, dict):
+            gold = {str(k) for k, g in rel.items() if g is not None and float(g) >= self.relevance_threshold}
+        else:
+            gold = {str(k) for k in rel}
+        return any(str(d) in gold for d in self.retrieved_doc_ids)
 
 
 def _present(df: pd.DataFrame, cfg: RagJudgeConfig, logical: str) -> bool:
     return cfg.column(logical) in df.columns
 
 
+def _requirements(metric: str, cfg: RagJudgeConfig) -> tuple[tuple[str, ...], ...]:
+    """Alternatives of logical columns that together let ``metric`` run."""
+    if metric == "faithfulness":
+        evidence = "gold_documents" if cfg.faithfulness_evidence == "gold" else "contexts"
+        base = ("answer", evidence)
+        if cfg.faithfulness_require_retrieval_hit:
+            base = (*base, "retrieved_doc_ids", "relevant_doc_ids")
+        return (base,)
+    if metric in JUDGED_METRICS:
+        return (JUDGED_METRICS[metric].requires,)
+    return _REQUIRES[metric]
+
+
 def _default_metrics(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[str], dict[str, str]]:
-    has = {c: _present(df, cfg, c) for c in LOGICAL_COLUMNS}
     chosen: list[str] = []
     skipped: dict[str, str] = {}
-    if has["question"] and has["answer"] and has["reference"]:
-        if cfg.judge is not None:
-            chosen.append("correctness")
-        else:
-            skipped["correctness"] = "no judge configured (set judge='openai:/gpt-4o-mini' or similar)"
-    if has["answer"] and has["reference"]:
-        chosen.append("lexical")
-    if (has["retrieved_doc_ids"] and has["relevant_doc_ids"]) or (has["contexts"] and has["reference"]):
-        chosen.append("retrieval")
+    for m in BUILT_METRICS:
+        if not any(all(_present(df, cfg, c) for c in alt) for alt in _requirements(m, cfg)):
+            continue
+        if m in JUDGED_METRICS and cfg.judge is None:
+            skipped[m] = "no judge configured (set judge='openai:/gpt-4o-mini' or similar)"
+            continue
+        chosen.append(m)
     return chosen, skipped
 
 
 _REQUIRES: dict[str, tuple[tuple[str, ...], ...]] = {
     # metric -> alternatives, each a tuple of logical columns that together suffice
-    "correctness": (("question", "answer", "reference"),),
     "lexical": (("answer", "reference"),),
     "retrieval": (("retrieved_doc_ids", "relevant_doc_ids"), ("contexts", "reference")),
 }
@@ -158,7 +180,7 @@ _REQUIRES: dict[str, tuple[tuple[str, ...], ...]] = {
 
 def _check_required(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) -> None:
     for m in metrics:
-        alternatives = _REQUIRES[m]
+        alternatives = _requirements(m, cfg)
         if any(all(_present(df, cfg, c) for c in alt) for alt in alternatives):
             continue
         alt = alternatives[0]
@@ -174,18 +196,18 @@ def _check_required(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str
                 else ""
             )
         )
-    if "correctness" in metrics and cfg.judge is None:
+    needs_judge = [m for m in metrics if m in JUDGED_METRICS]
+    if needs_judge and cfg.judge is None:
         raise InputError(
-            "Metric 'correctness' needs a judge model: set judge='openai:/gpt-4o-mini' (or any judge URI)."
+            f"Metric(s) {needs_judge} need a judge model: set judge='openai:/gpt-4o-mini' (or any judge URI)."
         )
 
 
 def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) -> list[Row]:
     rows: list[Row] = []
     need_text = {
-        "question": "correctness" in metrics,
-        "answer": bool({"correctness", "lexical"} & set(metrics)),
-        "reference": bool({"correctness", "lexical"} & set(metrics)),
+        col: any(col in alt for m in metrics if m != "retrieval" for alt in _requirements(m, cfg)[:1])
+        for col in ("question", "answer", "reference")
     }
     group_col = cfg.group_column or ("group" if _present(df, cfg, "group") else None)
     if group_col and group_col != "group" and group_col not in df.columns:
@@ -200,7 +222,7 @@ def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) ->
                 f"Human-score column {col!r} row {bad.index[0]} holds {bad.iloc[0]!r}; it must be a number."
             )
     for pos, (_, rec) in enumerate(df.iterrows()):
-        r = Row(index=pos)
+        r = Row(index=pos, relevance_threshold=cfg.relevance_threshold)
         for logical in ("question", "answer", "reference"):
             if _present(df, cfg, logical):
                 setattr(
@@ -333,22 +355,80 @@ def _parallel(fn: Callable[[Row], JudgeResult], rows: Sequence[Row], workers: in
         return list(pool.map(safe, rows))
 
 
-def _run_correctness(rows: Sequence[Row], cfg: RagJudgeConfig, client: JudgeClient, mode: str) -> MetricRun:
-    judge = CorrectnessJudge(
-        client, language=cfg.language, output=cfg.judge_output, max_context_chars=cfg.max_context_chars
-    )
-    workers = min(32, 2 * (client.gate.limit or 1))
-    res = _parallel(
-        lambda r: judge.judge(r.question or "", r.answer or "", r.reference or "", r.judge_contexts), rows, workers
-    )
-    for r in res:
-        r.details["context_mode"] = mode
+def _run_judged(metric: JudgedMetric, rows: Sequence[Row], ctx: JudgeContext) -> MetricRun:
+    """Run one LLM-judged metric over the rows, in parallel under the client's provider gate."""
+    judge = ctx.judge(metric)
+    workers = min(32, 2 * (ctx.client.gate.limit or 1))
+    res = _parallel(lambda r: metric.apply(judge, r, ctx.cfg), rows, workers)
+    columns = {name: build(res) for name, build in metric.columns.items()}
     return MetricRun(
-        {"correctness": res},
+        {metric.name: res},
         judged=True,
-        headline="correctness",
-        columns={"correctness/contexts_shown": [r.details.get("contexts_shown") for r in res]},
+        headline="correctness" if metric.name == "correctness" else None,
+        columns=columns,
     )
+
+
+def _dry_run(
+    rows: Sequence[Row],
+    metrics: list[str],
+    judged: list[str],
+    ctx: JudgeContext | None,
+    cfg: RagJudgeConfig,
+    mode: str,
+    skipped: dict[str, str],
+) -> EvalOutput:
+    """Estimate judge calls and tokens per metric; nothing is sent."""
+    from .pricing import cost_usd
+
+    lines = []
+    for m in judged:
+        assert ctx is not None
+        spec = JUDGED_METRICS[m]
+        judge = ctx.judge(spec)
+        est = [spec.estimate(judge, r, cfg) for r in rows]
+        lines.append(
+            {
+                "metric": m,
+                "rows": len(rows),
+                "calls": sum(e["calls"] for e in est),
+                "input_tokens": sum(e["input_tokens"] for e in est),
+                "output_tokens": sum(e["output_tokens"] for e in est),
+            }
+        )
+    for m in metrics:
+        if m not in JUDGED_METRICS:
+            lines.append({"metric": m, "rows": len(rows), "calls": 0, "input_tokens": 0, "output_tokens": 0})
+    table = pd.DataFrame(lines, columns=["metric", "rows", "calls", "input_tokens", "output_tokens"])
+    table["calls_per_row"] = table["calls"] / max(1, len(rows))
+    out: dict[str, float] = {}
+    for line in lines:
+        for k in ("calls", "input_tokens", "output_tokens"):
+            out[f"estimate/{line['metric']}/{k}"] = float(line[k])
+    for k in ("calls", "input_tokens", "output_tokens"):
+        out[f"estimate/total/{k}"] = float(table[k].sum())
+    model = ctx.client.model if ctx is not None else ""
+    cost = cost_usd(model, int(out["estimate/total/input_tokens"]), int(out["estimate/total/output_tokens"]))
+    if cost is not None and ctx is not None:
+        out["estimate/total/cost_usd"] = cost
+    record = {
+        "package_version": __version__,
+        "config": cfg.public_params(),
+        "metrics_run": metrics,
+        "dry_run": True,
+        "context_mode": mode if "correctness" in metrics else None,
+        "estimate": lines,
+        "skipped": skipped,
+        "rows": len(rows),
+        "judge": ctx.client.identity() if ctx is not None else None,
+    }
+    params = {
+        "ragjudge.version": __version__,
+        "ragjudge.metrics": ",".join(metrics),
+        "ragjudge.dry_run": "true",
+        "ragjudge.judge": ctx.client.backend.uri if ctx is not None else "none",
+    }
+    return EvalOutput(out, table, {}, [], params, record, None, skipped)
 
 
 def _value(v: float | None, abstain_reason: str) -> JudgeResult:
@@ -581,7 +661,18 @@ def evaluate_frame(
         for r in rows:
             if r.relevant_doc_ids:
                 retrieval.validate_retrieval_row(r.retrieved_doc_ids or [], r.relevant_doc_ids, r.index)
-    if client is None and cfg.judge is not None and "correctness" in metrics:
+    judged = [m for m in metrics if m in JUDGED_METRICS]
+    embed = None
+    if any(JUDGED_METRICS[m].needs_embeddings for m in judged):
+        try:
+            embed = resolve_embedder(cfg.embeddings)
+        except EmbeddingsUnavailable as e:
+            if cfg.metrics is not None:  # asked for by name: an error, before any call
+                raise InputError(f"Metric 'answer_relevancy' needs embeddings: {e}") from e
+            metrics = [m for m in metrics if m != "answer_relevancy"]
+            judged = [m for m in judged if m != "answer_relevancy"]
+            skipped["answer_relevancy"] = str(e)
+    if client is None and cfg.judge is not None and judged:
         client = JudgeClient(
             cfg.judge,
             cache=cfg.cache,
@@ -590,17 +681,24 @@ def evaluate_frame(
             timeout=cfg.timeout,
             max_attempts=cfg.max_attempts,
         )
+    ctx = JudgeContext(client, cfg, embed) if client is not None else None
+    if cfg.dry_run:
+        assert ctx is not None or not judged
+        return _dry_run(rows, metrics, judged, ctx, cfg, mode, skipped)
     t0 = time.perf_counter()
     runs: dict[str, MetricRun] = {}
     for m in metrics:
-        if m == "correctness":
-            assert client is not None
-            runs[m] = _run_correctness(rows, cfg, client, mode)
+        if m in JUDGED_METRICS:
+            assert ctx is not None
+            runs[m] = _run_judged(JUDGED_METRICS[m], rows, ctx)
         elif m == "lexical":
             runs[m] = _run_lexical(rows, cfg)
         elif m == "retrieval":
             runs[m] = _run_retrieval(rows, cfg)
         skipped.update(runs[m].skipped if m in runs else {})
+    if "correctness" in runs:
+        for res in runs["correctness"].results["correctness"]:
+            res.details["context_mode"] = mode
     metrics_out: dict[str, float] = {}
     all_results: dict[str, list[JudgeResult]] = {}
     for run in runs.values():
@@ -619,14 +717,16 @@ def evaluate_frame(
         metrics_out["judge/cache_hits"] = float(usage["cache_hits"])
         if usage.get("cost_usd") is not None:
             metrics_out["judge/cost_usd"] = float(usage["cost_usd"])
-    prompt_versions = {}
-    if "correctness" in runs:
-        prompt_versions["correctness"] = CorrectnessJudge(client, language=cfg.language).prompt_version  # type: ignore[arg-type]
+    prompt_versions: dict[str, str] = {}
+    if ctx is not None:
+        for m in judged:
+            prompt_versions.update(ctx.judge(JUDGED_METRICS[m]).prompt_versions)
     record = {
         "package_version": __version__,
         "config": cfg.public_params(),
         "metrics_run": metrics,
         "context_mode": mode if "correctness" in metrics else None,
+        "faithfulness_evidence": cfg.faithfulness_evidence if "faithfulness" in metrics else None,
         "judge": client.identity() if client is not None else None,
         "prompt_versions": prompt_versions,
         "usage": usage,

@@ -23,18 +23,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceType, Feedback
 from mlflow.genai.scorers import Scorer
 from pydantic import PrivateAttr
 
 from .client import JudgeClient
-from .evaluation import e3_query
+from .config import RagJudgeConfig
+from .evaluation import Row, e3_query
+from .judged import JUDGED_METRICS, JudgeContext, resolve_embedder
 from .judges.correctness import CorrectnessJudge
 from .types import JudgeResult, Status
 
-__all__ = ["Correctness", "LexicalOverlap", "RetrievalMetrics", "to_feedback"]
+__all__ = [
+    "AnswerRelevancy",
+    "ContextPrecision",
+    "ContextRecall",
+    "ContextRelevance",
+    "Correctness",
+    "Faithfulness",
+    "LexicalOverlap",
+    "RetrievalMetrics",
+    "to_feedback",
+]
 
 FRAMEWORK = "mlflow-ragjudge"
 
@@ -294,3 +306,96 @@ class RetrievalMetrics(Scorer):
             return [to_feedback("retrieval", JudgeResult.failed("invalid_input", str(e)), "code")]
         scores = retrieval.score_query(retrieved, relevant, ks=self.ks, relevance_threshold=self.relevance_threshold)
         return [to_feedback(k, JudgeResult.scored(v), "code") for k, v in scores.items() if not k.startswith("num_")]
+
+
+class _JudgedScorer(Scorer):
+    """A judge of the faithfulness / RAGAS family as a scorer (see the module docstring for the fields)."""
+
+    metric: ClassVar[str] = ""
+    _ctx: JudgeContext = PrivateAttr()
+
+    def __init__(
+        self,
+        judge: Any,
+        *,
+        language: str = "en",
+        cache: Any = True,
+        max_concurrency: int | None = None,
+        embeddings: Any = "auto",
+        name: str | None = None,
+        **config: Any,
+    ) -> None:
+        super().__init__(name=name or self.metric)
+        spec = JUDGED_METRICS[self.metric]
+        cfg = RagJudgeConfig.from_dict({"judge": judge, "language": language, "embeddings": embeddings, **config})
+        embed = resolve_embedder(embeddings) if spec.needs_embeddings else None
+        self._ctx = JudgeContext(JudgeClient(judge, cache=cache, max_concurrency=max_concurrency), cfg, embed)
+
+    def __call__(
+        self,
+        *,
+        inputs: Any = None,
+        outputs: Any = None,
+        expectations: dict[str, Any] | None = None,
+        trace: Any = None,
+        **kwargs: Any,
+    ) -> Feedback:
+        spec = JUDGED_METRICS[self.metric]
+        exp = expectations or {}
+        row = Row(
+            index=0,
+            question=_question(inputs),
+            answer=_answer(outputs),
+            reference=_reference(exp),
+            contexts=_contexts(outputs, trace),
+            gold_documents=exp.get("gold_documents"),
+            retrieved_doc_ids=outputs.get("retrieved_doc_ids") if isinstance(outputs, dict) else None,
+            relevant_doc_ids=exp.get("relevant_doc_ids"),
+        )
+        src = self._ctx.client.backend.uri
+        needed = spec.requires
+        if self.metric == "faithfulness" and self._ctx.cfg.faithfulness_evidence == "gold":
+            needed = ("answer", "gold_documents")
+        missing = [c for c in needed if getattr(row, c) is None]
+        if missing:
+            where = {
+                "question": "inputs['question']",
+                "answer": "outputs",
+                "reference": "expectations['expected_response']",
+                "contexts": "outputs['contexts'] or a RETRIEVER span",
+                "gold_documents": "expectations['gold_documents']",
+            }
+            msg = "missing " + ", ".join(f"{c} ({where[c]})" for c in missing)
+            return to_feedback(self.name, JudgeResult.failed("invalid_input", msg), src)
+        result = spec.apply(self._ctx.judge(spec), row, self._ctx.cfg)
+        return to_feedback(self.name, result, src)
+
+
+class Faithfulness(_JudgedScorer):
+    """Claim-based faithfulness: supported claims / all claims (no claims: abstained)."""
+
+    metric: ClassVar[str] = "faithfulness"
+
+
+class AnswerRelevancy(_JudgedScorer):
+    """Answer relevancy: mean cosine similarity of generated questions to the real one."""
+
+    metric: ClassVar[str] = "answer_relevancy"
+
+
+class ContextPrecision(_JudgedScorer):
+    """Average precision of per-chunk relevance verdicts (one call per row)."""
+
+    metric: ClassVar[str] = "context_precision"
+
+
+class ContextRecall(_JudgedScorer):
+    """Share of the reference's statements attributable to the contexts."""
+
+    metric: ClassVar[str] = "context_recall"
+
+
+class ContextRelevance(_JudgedScorer):
+    """Share of context sentences needed to answer (the original RAGAS definition)."""
+
+    metric: ClassVar[str] = "context_relevance"

@@ -69,11 +69,13 @@ def test_genai_evaluate_with_ragjudge_scorers(fake_llm, judge_uri, tmp_tracking)
     # MLflow's mean over numeric values: the abstention (None) and the failure are not numbers
     assert result.metrics["correctness/mean"] == pytest.approx((5 + 3) / 2)
     traces = mlflow.search_traces(run_id=result.run_id, return_type="list")
-    assert len(traces) == 4
+    # (MLflow 3.17 occasionally records one extra trace in the run under load: key by the row's output)
     by_output = {}
     for t in traces:
         fbs = {a.name: a for a in t.info.assessments}
-        by_output[str(t.data.response)] = fbs
+        if "correctness" in fbs:
+            by_output[str(t.data.response)] = fbs
+    assert len(by_output) == 4
     unsure = next(v for k, v in by_output.items() if "ans-unsure" in k)
     assert unsure["correctness"].value is None and unsure["correctness"].metadata["status"] == "abstained"
     broken = next(v for k, v in by_output.items() if "ans-broken" in k)

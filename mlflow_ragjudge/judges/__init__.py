@@ -1,6 +1,19 @@
 """LLM judges. Each takes a :class:`~mlflow_ragjudge.client.JudgeClient` and returns
 :class:`~mlflow_ragjudge.types.JudgeResult` values; none imports mlflow."""
 
+from .context import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge
 from .correctness import CorrectnessJudge, format_contexts
+from .faithfulness import FaithfulnessJudge
+from .relevancy import AnswerRelevancyJudge
+from .statements import StatementExtractor
 
-__all__ = ["CorrectnessJudge", "format_contexts"]
+__all__ = [
+    "AnswerRelevancyJudge",
+    "ContextPrecisionJudge",
+    "ContextRecallJudge",
+    "ContextRelevanceJudge",
+    "CorrectnessJudge",
+    "FaithfulnessJudge",
+    "StatementExtractor",
+    "format_contexts",
+]

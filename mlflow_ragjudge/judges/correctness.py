@@ -107,10 +107,27 @@ class CorrectnessJudge:
     def prompt_version(self) -> str:
         return f"correctness-v{self.prompt.version}-{self.prompt.language}"
 
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        return {"correctness": self.prompt_version}
+
     def _format(self) -> str:
         if self.output != "auto":
             return self.output
         return "json" if self.client.backend.supports_json_schema else "prometheus"
+
+    #: expected reply length (feedback + score) for cost estimates
+    ESTIMATED_REPLY_TOKENS = 200
+
+    def estimate(self, question: str, response: str, reference: str,
+                 contexts: Sequence[str] | None = None) -> dict[str, int]:
+        """Cost of judging one row without calling the model: 1 call, rough tokens."""
+        from .statements import estimate_messages
+
+        ctx_text, _ = format_contexts(contexts, self.max_context_chars)
+        messages = self.prompt.render(self._format(), question=question, reference=reference, contexts=ctx_text,
+                                      response=response or "(empty response)")
+        return estimate_messages(messages, self.ESTIMATED_REPLY_TOKENS)
 
     def judge(
         self,

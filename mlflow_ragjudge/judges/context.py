@@ -1,0 +1,374 @@
+"""Context precision, context recall and context relevance (RAGAS, Es et al. 2023; SPEC 2.4).
+
+Each judge makes one verdict call per row, however many chunks, statements or sentences there
+are (ragas asks once per chunk for context precision):
+
+* :class:`ContextPrecisionJudge` -- one call returns a relevant / not-relevant verdict for every
+  retrieved chunk, given the question and the reference answer; the score is the average
+  precision ``Σ_k (precision@k · rel_k) / (number of relevant chunks)``, 0 when no chunk is
+  relevant (:func:`mlflow_ragjudge.claims.average_precision`).
+* :class:`ContextRecallJudge` -- the reference is split into statements by the shared
+  :class:`~mlflow_ragjudge.judges.statements.StatementExtractor` (memoised: the same reference
+  is split once), then one call attributes each statement to the contexts or not; the score is
+  attributed / all statements.
+* :class:`ContextRelevanceJudge` -- the original RAGAS metric: the contexts are split into
+  sentences (:func:`mlflow_ragjudge.text.split_sentences`, which also cuts at ``。！？``), one
+  call selects the sentences needed to answer the question by number; the score is selected /
+  total sentences, 0 when the model answers "insufficient information".
+
+A verdict list that does not cover every item exactly once is re-asked once by the client, then
+reported as ``failed("inconsistent")`` with the raw reply -- never padded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import claims as claim_math
+from ..backends import ChatRequest, ChatResponse, JsonSchema
+from ..client import JudgeClient
+from ..parsing import ParseError, extract_json_object, validate_schema
+from ..prompts import load_prompt
+from ..text import split_sentences
+from ..types import JudgeResult
+from .statements import (
+    INCONSISTENT,
+    StatementExtractor,
+    add_estimates,
+    approx_tokens,
+    estimate_messages,
+    failed_result,
+    number_items,
+    numbered_verdicts_parser,
+    prompt_version,
+)
+
+__all__ = ["ContextPrecisionJudge", "ContextRecallJudge", "ContextRelevanceJudge", "split_context_sentences"]
+
+TOKENS_PER_VERDICT = 40
+
+
+def _as_list(contexts: Sequence[str] | str | None) -> list[str]:
+    if contexts is None:
+        return []
+    if isinstance(contexts, str):
+        return [contexts]
+    return ["" if c is None else str(c) for c in contexts]
+
+
+def _nonblank(contexts: Sequence[str] | str | None) -> list[str]:
+    return [c for c in _as_list(contexts) if c.strip()]
+
+
+class ContextPrecisionJudge:
+    """Are the relevant chunks ranked first? Average precision of the retrieved chunks.
+
+    Args:
+        client: the judge client.
+        language: prompt language, ``en`` or ``ja``.
+        max_tokens: reply budget.
+        max_passage_chars: each chunk is cut to this many characters (every chunk is shown, so
+            each gets a verdict and keeps its rank).
+    """
+
+    def __init__(
+        self, client: JudgeClient, *, language: str = "en", max_tokens: int = 2048, max_passage_chars: int = 8000
+    ) -> None:
+        self.client = client
+        self.language = language
+        self.max_tokens = max_tokens
+        self.max_passage_chars = max_passage_chars
+        self.prompt = load_prompt("context_precision", language)
+        self.schema: dict[str, Any] = self.prompt.schema or {}
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        return {"context_precision": prompt_version(self.prompt)}
+
+    def _messages(self, question: str, reference: str, chunks: Sequence[str]) -> tuple[list[dict[str, str]], dict]:
+        text, info = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)")
+        msgs = self.prompt.render(
+            "json", question=question.strip(), reference=reference.strip(), passages=text, n_passages=str(len(chunks))
+        )
+        return msgs, info
+
+    def judge(self, question: str, reference: str, contexts: Sequence[str] | None) -> JudgeResult:
+        """Judge the ranked ``contexts`` (rank 1 first) of one row. Never raises for model failures."""
+        chunks = _as_list(contexts)
+        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_chunks": len(chunks)}
+        if not any(c.strip() for c in chunks):
+            return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
+                                         details=details)
+        if not (reference or "").strip():
+            return JudgeResult.abstained("no_reference", "Context precision needs a reference answer; it is empty.",
+                                         details=details)
+        messages, info = self._messages(question or "", reference, chunks)
+        details["chunk_info"] = info
+        request = ChatRequest.of(
+            messages, max_tokens=self.max_tokens, json_schema=JsonSchema("context_precision_verdicts", self.schema)
+        )
+        parse = numbered_verdicts_parser(
+            self.schema, list_key="verdicts", index_key="passage", n=len(chunks), noun="passage"
+        )
+        call = self.client.call(
+            request, parse=parse, prompt_version=prompt_version(self.prompt), purpose="context_precision"
+        )
+        calls = list(call.records)
+        if not call.ok:
+            return failed_result(call, stage="chunk relevance", details=details, calls=calls)
+        rels = [bool(v["relevant"]) for v in call.parsed]
+        details["chunks"] = [
+            {"rank": i, "relevant": rel, "reason": v["reason"].strip()}
+            for i, (rel, v) in enumerate(zip(rels, call.parsed), 1)
+        ]
+        details["n_relevant"] = sum(rels)
+        score = claim_math.average_precision(rels)
+        assert score is not None
+        ranks = [i for i, r in enumerate(rels, 1) if r]
+        if ranks:
+            rationale = (
+                f"{len(ranks)} of {len(rels)} chunks relevant, at rank(s) {ranks}; average precision {score:.3f}."
+            )
+        else:
+            rationale = f"None of the {len(rels)} chunks is relevant to the reference answer; score 0."
+        return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
+
+    def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
+        """Upper-bound cost of one row without calling the model: 1 call (0 with no contexts or reference)."""
+        chunks = _as_list(contexts)
+        if not any(c.strip() for c in chunks) or not (reference or "").strip():
+            return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        messages, _ = self._messages(question or "", reference, chunks)
+        return estimate_messages(messages, min(self.max_tokens, TOKENS_PER_VERDICT * len(chunks)))
+
+
+class ContextRecallJudge:
+    """Share of the reference answer's statements that the contexts support.
+
+    Args:
+        client: the judge client.
+        language: prompt language, ``en`` or ``ja``.
+        max_tokens: reply budget of each call.
+        extractor: a shared :class:`StatementExtractor` (its memo makes the reference's
+            statements one extraction per row, reused by every metric and variant that needs
+            them); default: a new one on ``client``.
+        max_passage_chars: each context passage is cut to this many characters.
+    """
+
+    def __init__(
+        self,
+        client: JudgeClient,
+        *,
+        language: str = "en",
+        max_tokens: int = 2048,
+        extractor: StatementExtractor | None = None,
+        max_passage_chars: int = 8000,
+    ) -> None:
+        self.client = client
+        self.language = language
+        self.max_tokens = max_tokens
+        self.max_passage_chars = max_passage_chars
+        self.extractor = extractor or StatementExtractor(client, language=language, max_tokens=max_tokens)
+        self.prompt = load_prompt("context_recall", language)
+        self.schema: dict[str, Any] = self.prompt.schema or {}
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        return {"statements": self.extractor.prompt_version, "context_recall": prompt_version(self.prompt)}
+
+    def _messages(self, question: str, statements: Sequence[str], passages: Sequence[str]) -> list[dict[str, str]]:
+        ctx_text, _ = number_items(passages, max_chars=self.max_passage_chars)
+        st_text, _ = number_items(statements)
+        return self.prompt.render(
+            "json", question=question.strip(), contexts=ctx_text, statements=st_text, n_statements=str(len(statements))
+        )
+
+    def judge(self, question: str, reference: str, contexts: Sequence[str] | None) -> JudgeResult:
+        """Judge one row. Never raises for model failures.
+
+        An empty reference is ``abstained("no_reference")`` (no call); a reference with no
+        statements is ``abstained("no_statements")``; no contexts at all scores 0 with no call
+        (nothing can be attributed to an empty retrieval).
+        """
+        passages = _nonblank(contexts)
+        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_contexts": len(passages)}
+        if not (reference or "").strip():
+            return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
+                                         details=details)
+        if not passages:
+            details["statements"] = []
+            return JudgeResult.scored(
+                0.0, "No contexts were retrieved, so no statement of the reference can be attributed to them.",
+                details=details,
+            )
+        extraction = self.extractor.extract(reference, question=question or "")
+        calls: list[dict[str, Any]] = list(extraction.records)
+        details["statements_memo_hit"] = extraction.memo_hit
+        details["statements_call_ids"] = list(extraction.call_ids)
+        if not extraction.ok:
+            return failed_result(extraction, stage="reference statement extraction", details=details, calls=calls)
+        statements = list(extraction.statements)
+        details["n_statements"] = len(statements)
+        if not statements:
+            details["statements"] = []
+            return JudgeResult.abstained(
+                "no_statements", "The reference answer makes no statement to look for in the contexts.",
+                raw=extraction.raw, details=details, calls=calls,
+            )
+        request = ChatRequest.of(
+            self._messages(question or "", statements, passages),
+            max_tokens=self.max_tokens,
+            json_schema=JsonSchema("context_recall_verdicts", self.schema),
+        )
+        parse = numbered_verdicts_parser(
+            self.schema, list_key="verdicts", index_key="statement", n=len(statements), noun="statement"
+        )
+        call = self.client.call(
+            request, parse=parse, prompt_version=prompt_version(self.prompt), purpose="context_recall"
+        )
+        calls += call.records
+        if not call.ok:
+            details["statements"] = [{"statement": s, "attributed": None, "reason": None} for s in statements]
+            return failed_result(call, stage="statement attribution", details=details, calls=calls)
+        rows = [
+            {"statement": s, "attributed": bool(v["attributed"]), "reason": v["reason"].strip()}
+            for s, v in zip(statements, call.parsed)
+        ]
+        details["statements"] = rows
+        flags = [r["attributed"] for r in rows]
+        details["n_attributed"] = sum(flags)
+        score = claim_math.context_recall(flags)
+        assert score is not None
+        missing = [r["statement"] for r in rows if not r["attributed"]]
+        rationale = f"{sum(flags)} of {len(rows)} reference statements are found in the contexts."
+        if missing:
+            rationale += " Not found: " + "; ".join(f"\"{m}\"" for m in missing[:3])
+            rationale += f"; and {len(missing) - 3} more." if len(missing) > 3 else "."
+        return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
+
+    def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
+        """Upper-bound cost of one row: 2 calls (1 when the reference's statements are memoised,
+        0 without reference or contexts). Assumes about one statement per 8 tokens of reference."""
+        passages = _nonblank(contexts)
+        reference = (reference or "").strip()
+        if not reference or not passages:
+            return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        extract = self.extractor.estimate(reference, question or "")
+        n = max(1, math.ceil(approx_tokens(reference) / 8))
+        attrib = estimate_messages(
+            self._messages(question or "", [], passages), min(self.max_tokens, n * TOKENS_PER_VERDICT)
+        )
+        attrib["input_tokens"] += math.ceil(1.5 * approx_tokens(reference)) + 16 + 4 * n
+        return add_estimates(extract, attrib)
+
+
+def split_context_sentences(contexts: Sequence[str] | None) -> list[tuple[int, str]]:
+    """``(passage number, sentence)`` for every sentence of every passage, in order.
+
+    Sentences are cut by :func:`mlflow_ragjudge.text.split_sentences` (English, Japanese and
+    Chinese terminators; line breaks).
+    """
+    out: list[tuple[int, str]] = []
+    for i, passage in enumerate(_as_list(contexts), 1):
+        out.extend((i, s) for s in split_sentences(passage))
+    return out
+
+
+class ContextRelevanceJudge:
+    """Share of the context sentences needed to answer the question (the original RAGAS metric).
+
+    Args:
+        client: the judge client.
+        language: prompt language, ``en`` or ``ja``.
+        max_tokens: reply budget.
+    """
+
+    def __init__(self, client: JudgeClient, *, language: str = "en", max_tokens: int = 1024) -> None:
+        self.client = client
+        self.language = language
+        self.max_tokens = max_tokens
+        self.prompt = load_prompt("context_relevance", language)
+        self.schema: dict[str, Any] = self.prompt.schema or {}
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        return {"context_relevance": prompt_version(self.prompt)}
+
+    def _messages(self, question: str, sentences: Sequence[tuple[int, str]]) -> list[dict[str, str]]:
+        lines: list[str] = []
+        current = None
+        for n, (passage, sentence) in enumerate(sentences, 1):
+            if passage != current:
+                lines.append(f"Passage {passage}:")
+                current = passage
+            lines.append(f"[{n}] {' '.join(sentence.split())}")
+        return self.prompt.render(
+            "json", question=question.strip(), sentences="\n".join(lines), n_sentences=str(len(sentences))
+        )
+
+    def _parser(self, total: int) -> Callable[[ChatResponse], dict[str, Any]]:
+        def parse(response: ChatResponse) -> dict[str, Any]:
+            obj = response.data if response.data is not None else extract_json_object(response.text)
+            validate_schema(obj, self.schema)
+            numbers = obj["sentences"]
+            outside = sorted({x for x in numbers if not 1 <= x <= total})
+            if outside:
+                raise ParseError(f"{INCONSISTENT}sentence number(s) {outside} do not exist (valid: 1..{total})")
+            if obj["insufficient_information"] and numbers:
+                raise ParseError(
+                    f"{INCONSISTENT}insufficient_information is true but sentences {numbers} were selected; "
+                    "select nothing when the context cannot answer the question"
+                )
+            return {"sentences": sorted(set(numbers)), "insufficient_information": obj["insufficient_information"],
+                    "n_repeated": len(numbers) - len(set(numbers))}
+
+        return parse
+
+    def judge(self, question: str, contexts: Sequence[str] | None) -> JudgeResult:
+        """Judge one row. Never raises for model failures.
+
+        Contexts with no sentence are ``abstained("no_contexts")`` with no call.
+        """
+        sentences = split_context_sentences(contexts)
+        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_sentences": len(sentences)}
+        if not sentences:
+            return JudgeResult.abstained("no_contexts", "The contexts contain no sentence to select from.",
+                                         details=details)
+        request = ChatRequest.of(
+            self._messages(question or "", sentences),
+            max_tokens=self.max_tokens,
+            json_schema=JsonSchema("context_relevance_selection", self.schema),
+        )
+        call = self.client.call(
+            request, parse=self._parser(len(sentences)), prompt_version=prompt_version(self.prompt),
+            purpose="context_relevance",
+        )
+        calls = list(call.records)
+        if not call.ok:
+            return failed_result(call, stage="sentence selection", details=details, calls=calls)
+        chosen: list[int] = call.parsed["sentences"]
+        details["insufficient_information"] = call.parsed["insufficient_information"]
+        details["selected"] = [
+            {"n": n, "passage": sentences[n - 1][0], "sentence": sentences[n - 1][1]} for n in chosen
+        ]
+        if call.parsed["n_repeated"]:
+            details["n_repeated_numbers"] = call.parsed["n_repeated"]
+        if call.parsed["insufficient_information"]:
+            return JudgeResult.scored(
+                0.0, "The judge found the contexts insufficient to answer the question (score 0).",
+                raw=call.raw, details=details, calls=calls,
+            )
+        score = claim_math.context_relevance(chosen, len(sentences))
+        assert score is not None
+        rationale = f"{len(chosen)} of {len(sentences)} context sentences are needed to answer the question."
+        return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
+
+    def estimate(self, question: str, contexts: Sequence[str] | None) -> dict[str, int]:
+        """Upper-bound cost of one row: 1 call (0 when the contexts have no sentence)."""
+        sentences = split_context_sentences(contexts)
+        if not sentences:
+            return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        out_tokens = min(self.max_tokens, 24 + 4 * len(sentences))
+        return estimate_messages(self._messages(question or "", sentences), out_tokens)

@@ -1,0 +1,196 @@
+"""Claim-based faithfulness (RAGAS, Es et al. 2023; seeds 001, 002, 003; SPEC 2.3).
+
+Two LLM calls per row, however many claims the response makes:
+
+1. the shared :class:`~mlflow_ragjudge.judges.statements.StatementExtractor` splits the response
+   into short self-contained claims (one fact each, pronouns resolved);
+2. one verification call shows the evidence as numbered passages and *all* the claims, and gets
+   back one ``{claim, reason, verdict}`` per claim, ``verdict`` being ``supported`` or
+   ``unsupported``.
+
+``faithfulness = supported claims / all claims`` (:func:`mlflow_ragjudge.claims.faithfulness`).
+
+States (DESIGN point 1):
+
+* no evidence passages -> ``abstained("no_evidence")``, no call: faithfulness is grounding in the
+  evidence given; with none, a 0 would blame the generator for a retrieval miss;
+* a response with no claims (empty, a refusal, "I don't know") -> ``abstained("no_claims")``
+  after the extraction call, and the verification call is skipped -- never NaN, never 1.0;
+* a verdict list that does not have exactly one entry per claim number -> the client re-asks
+  once (with what was wrong), then ``failed("inconsistent")`` with the raw reply kept -- never
+  padded, never truncated to fit;
+* an unreadable reply -> re-asked once, then ``failed("parse_error")`` with the raw reply.
+
+Every claim is kept with its verdict and reason in ``details["claims"]``; ``calls`` holds the
+transcript records of both calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .. import claims as claim_math
+from ..backends import ChatRequest, JsonSchema
+from ..client import JudgeClient
+from ..prompts import load_prompt
+from ..types import JudgeResult
+from .statements import (
+    StatementExtractor,
+    add_estimates,
+    approx_tokens,
+    estimate_messages,
+    failed_result,
+    number_items,
+    numbered_verdicts_parser,
+    prompt_version,
+)
+
+__all__ = ["FaithfulnessJudge"]
+
+#: estimated output tokens per verdict entry (number, a one-sentence reason, the verdict)
+TOKENS_PER_VERDICT = 48
+
+
+def _passages(evidence: Sequence[str] | None) -> list[str]:
+    if evidence is None:
+        return []
+    if isinstance(evidence, str):
+        evidence = [evidence]
+    return [str(p) for p in evidence if p is not None and str(p).strip()]
+
+
+class FaithfulnessJudge:
+    """Share of the response's claims that the evidence supports.
+
+    Args:
+        client: the judge client.
+        language: prompt language, ``en`` or ``ja`` (inputs in any language work).
+        max_tokens: reply budget of each of the two calls.
+        extractor: a shared :class:`StatementExtractor` (so several judges reuse one memo);
+            default: a new one on ``client``.
+        max_passage_chars: each evidence passage is cut to this many characters (all passages
+            are always shown; see :func:`~mlflow_ragjudge.judges.statements.number_items`).
+
+    The evidence is what the caller passes: the retrieved contexts (RAGAS's definition) or the
+    gold documents (seed 001's variant, which then also reflects retrieval quality).
+    """
+
+    def __init__(
+        self,
+        client: JudgeClient,
+        *,
+        language: str = "en",
+        max_tokens: int = 2048,
+        extractor: StatementExtractor | None = None,
+        max_passage_chars: int = 8000,
+    ) -> None:
+        self.client = client
+        self.language = language
+        self.max_tokens = max_tokens
+        self.max_passage_chars = max_passage_chars
+        self.extractor = extractor or StatementExtractor(client, language=language, max_tokens=max_tokens)
+        self.prompt = load_prompt("faithfulness", language)
+        self.schema: dict[str, Any] = self.prompt.schema or {}
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        """Prompt name -> version label of every prompt this judge uses."""
+        return {"statements": self.extractor.prompt_version, "faithfulness": prompt_version(self.prompt)}
+
+    def _verify_messages(self, claims: Sequence[str], evidence_text: str) -> list[dict[str, str]]:
+        claims_text, _ = number_items(claims)
+        return self.prompt.render("json", evidence=evidence_text, claims=claims_text, n_claims=str(len(claims)))
+
+    def judge(self, question: str, response: str, evidence: Sequence[str] | None) -> JudgeResult:
+        """Judge one row. Never raises for model failures: they come back as failed results.
+
+        Args:
+            question: the user's question (helps resolve what the response's pronouns refer to).
+            response: the RAG system's answer.
+            evidence: the passages to check the claims against.
+        """
+        passages = _passages(evidence)
+        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_evidence": len(passages)}
+        if not passages:
+            return JudgeResult.abstained(
+                "no_evidence", "No evidence passages were given, so there is nothing to check the claims against.",
+                details=details,
+            )
+        extraction = self.extractor.extract(response or "", question=question or "")
+        calls: list[dict[str, Any]] = list(extraction.records)
+        details["statements_memo_hit"] = extraction.memo_hit
+        details["statements_call_ids"] = list(extraction.call_ids)
+        if not extraction.ok:
+            return failed_result(extraction, stage="claim extraction", details=details, calls=calls)
+        claims = list(extraction.statements)
+        details["n_claims"] = len(claims)
+        if not claims:
+            details["claims"] = []
+            return JudgeResult.abstained(
+                "no_claims",
+                "The response makes no factual claim (empty, a refusal, or 'I don't know'); faithfulness is undefined.",
+                raw=extraction.raw, details=details, calls=calls,
+            )
+        evidence_text, info = number_items(passages, max_chars=self.max_passage_chars)
+        details["evidence_info"] = info
+        request = ChatRequest.of(
+            self._verify_messages(claims, evidence_text),
+            max_tokens=self.max_tokens,
+            json_schema=JsonSchema("faithfulness_verdicts", self.schema),
+        )
+        parse = numbered_verdicts_parser(
+            self.schema, list_key="verdicts", index_key="claim", n=len(claims), noun="claim", lowercase=("verdict",)
+        )
+        call = self.client.call(
+            request, parse=parse, prompt_version=prompt_version(self.prompt), purpose="faithfulness"
+        )
+        calls += call.records
+        if not call.ok:
+            details["claims"] = [{"claim": c, "supported": None, "reason": None} for c in claims]
+            return failed_result(call, stage="claim verification", details=details, calls=calls)
+        rows = [
+            {"claim": c, "supported": v["verdict"] == "supported", "reason": v["reason"].strip()}
+            for c, v in zip(claims, call.parsed)
+        ]
+        details["claims"] = rows
+        supported = [r["supported"] for r in rows]
+        details["n_supported"] = sum(supported)
+        score = claim_math.faithfulness(supported)
+        assert score is not None  # there is at least one claim
+        return JudgeResult.scored(score, _rationale(rows), raw=call.raw, details=details, calls=calls)
+
+    def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> dict[str, int]:
+        """Upper-bound cost of judging one row, without calling the model.
+
+        Returns ``{"calls", "input_tokens", "output_tokens"}``: 0 calls without evidence or with an
+        empty response, else 2 (1 when the response's claims are already memoised). Tokens are
+        rough (:func:`~mlflow_ragjudge.judges.statements.approx_tokens`) and assume about one
+        claim per 8 tokens of response; a re-ask (only after an unreadable reply) is not counted.
+        """
+        passages = _passages(evidence)
+        response = (response or "").strip()
+        if not passages or not response:
+            return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        extract = self.extractor.estimate(response, question or "")
+        claim_tokens = math.ceil(1.5 * approx_tokens(response)) + 16
+        n_claims = max(1, math.ceil(approx_tokens(response) / 8))
+        evidence_text, _ = number_items(passages, max_chars=self.max_passage_chars)
+        verify = estimate_messages(
+            self._verify_messages([], evidence_text), min(self.max_tokens, n_claims * TOKENS_PER_VERDICT)
+        )
+        verify["input_tokens"] += claim_tokens + 4 * n_claims
+        return add_estimates(extract, verify)
+
+
+def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
+    n = len(rows)
+    supported = sum(r["supported"] for r in rows)
+    text = f"{supported} of {n} claim{'s' if n != 1 else ''} supported by the evidence."
+    unsupported = [r for r in rows if not r["supported"]]
+    if unsupported:
+        shown = "; ".join(f"\"{r['claim']}\" ({r['reason']})" for r in unsupported[:limit])
+        more = f"; and {len(unsupported) - limit} more" if len(unsupported) > limit else ""
+        text += f" Unsupported: {shown}{more}."
+    return text

@@ -1,0 +1,143 @@
+"""Answer relevancy (RAGAS, Es et al. 2023; seeds 002, 003; SPEC 2.4).
+
+One LLM call writes ``n`` (default 3) questions that the response would answer and flags a
+noncommittal response (evasive, "I don't know", "it depends"). The questions and the user's
+question are embedded with the ``embed`` callable (``client.embed`` for an API model, or
+``LocalEmbedder.embed`` for the local MiniLM), and
+
+    answer_relevancy = (1/n) Σ_i cos(E(q), E(q_i))
+
+(:func:`mlflow_ragjudge.claims.mean_cosine`). A noncommittal response scores 0, as in RAGAS
+(a scored 0 with the reason in the rationale, not an abstention: the answer really does not
+address the question); so does an empty response, with no call. ragas asks for the ``n``
+questions in ``n`` separate calls; here they come in one.
+
+The cosine is the embedding model's: with most sentence-embedding models it lies in [0, 1] in
+practice, but it is not clipped, so a negative similarity stays visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import claims as claim_math
+from ..backends import BackendError, ChatRequest, ChatResponse, ErrorKind, JsonSchema
+from ..client import JudgeClient
+from ..parsing import ParseError, extract_json_object, validate_schema
+from ..prompts import load_prompt
+from ..types import FailureReason, JudgeResult
+from .statements import estimate_messages, failed_result, prompt_version
+
+__all__ = ["AnswerRelevancyJudge"]
+
+Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+
+_FAILURE_FOR_KIND = {
+    ErrorKind.RATE_LIMITED: FailureReason.RATE_LIMITED,
+    ErrorKind.TRANSIENT: FailureReason.PROVIDER_ERROR,
+    ErrorKind.TIMEOUT: FailureReason.TIMEOUT,
+    ErrorKind.CONNECTION: FailureReason.CONNECTION_ERROR,
+    ErrorKind.PERMANENT: FailureReason.PROVIDER_ERROR,
+    ErrorKind.REFUSED: FailureReason.REFUSED,
+}
+
+
+class AnswerRelevancyJudge:
+    """How well the response addresses the question, via questions generated back from it.
+
+    Args:
+        client: the judge client (question generation).
+        embed: ``list[str] -> list[vector]``, e.g. ``client.embed`` or ``LocalEmbedder.load().embed``.
+        n: questions to generate (RAGAS uses 3; its ablation found 3 the best cost/quality point).
+        language: prompt language, ``en`` or ``ja``.
+        max_tokens: reply budget.
+    """
+
+    def __init__(
+        self, client: JudgeClient, *, embed: Embed, n: int = 3, language: str = "en", max_tokens: int = 1024
+    ) -> None:
+        if n < 1:
+            raise ValueError(f"n (questions to generate) must be >= 1, got {n}")
+        if not callable(embed):
+            raise TypeError("embed must be a callable list[str] -> list[list[float]], e.g. client.embed")
+        self.client = client
+        self.embed = embed
+        self.n = n
+        self.language = language
+        self.max_tokens = max_tokens
+        self.prompt = load_prompt("answer_relevancy", language)
+        self.schema: dict[str, Any] = self.prompt.schema or {}
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        return {"answer_relevancy": prompt_version(self.prompt)}
+
+    def _messages(self, response: str) -> list[dict[str, str]]:
+        return self.prompt.render("json", response=response.strip(), n=str(self.n))
+
+    def _parse(self, response: ChatResponse) -> dict[str, Any]:
+        obj = response.data if response.data is not None else extract_json_object(response.text)
+        validate_schema(obj, self.schema)
+        questions = [" ".join(q.split()) for q in obj["questions"]]
+        noncommittal = obj["noncommittal"]
+        if not noncommittal:
+            if any(not q for q in questions):
+                raise ParseError("a generated question is empty")
+            if len(questions) != self.n:
+                raise ParseError(f"expected exactly {self.n} questions, got {len(questions)}")
+        return {"questions": [q for q in questions if q], "noncommittal": noncommittal}
+
+    def judge(self, question: str, response: str) -> JudgeResult:
+        """Judge one row. Never raises for model or embedding failures."""
+        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n": self.n}
+        if not (question or "").strip():
+            return JudgeResult.failed(FailureReason.INVALID_INPUT, "answer relevancy needs the question; it is empty.",
+                                      details=details)
+        if not (response or "").strip():
+            details.update(noncommittal=True, empty_response=True, generated_questions=[])
+            return JudgeResult.scored(0.0, "The response is empty, so it does not address the question (score 0).",
+                                      details=details)
+        request = ChatRequest.of(
+            self._messages(response), max_tokens=self.max_tokens,
+            json_schema=JsonSchema("answer_relevancy_questions", self.schema),
+        )
+        call = self.client.call(request, parse=self._parse, prompt_version=prompt_version(self.prompt),
+                                purpose="answer_relevancy")
+        calls = list(call.records)
+        if not call.ok:
+            return failed_result(call, stage="question generation", details=details, calls=calls)
+        generated: list[str] = call.parsed["questions"]
+        details["noncommittal"] = call.parsed["noncommittal"]
+        if call.parsed["noncommittal"]:
+            details["generated_questions"] = [{"question": q, "similarity": None} for q in generated]
+            return JudgeResult.scored(
+                0.0, "The response is noncommittal (evasive or 'I don't know'), so it scores 0 as in RAGAS.",
+                raw=call.raw, details=details, calls=calls,
+            )
+        texts = [question.strip(), *generated]
+        try:
+            vectors = [list(map(float, v)) for v in self.embed(texts)]
+            if len(vectors) != len(texts):
+                raise ValueError(f"embed returned {len(vectors)} vectors for {len(texts)} texts")
+            sims = [claim_math.cosine(vectors[0], v) for v in vectors[1:]]
+        except BackendError as e:
+            details["generated_questions"] = [{"question": q, "similarity": None} for q in generated]
+            return JudgeResult.failed(_FAILURE_FOR_KIND.get(e.kind, FailureReason.PROVIDER_ERROR),
+                                      f"embedding: {e}", raw=call.raw, details=details, calls=calls)
+        except Exception as e:  # an embedder bug or a missing local model: the row fails, the run goes on
+            details["generated_questions"] = [{"question": q, "similarity": None} for q in generated]
+            return JudgeResult.failed(FailureReason.INTERNAL_ERROR, f"embedding: {type(e).__name__}: {e}",
+                                      raw=call.raw, details=details, calls=calls)
+        details["generated_questions"] = [{"question": q, "similarity": s} for q, s in zip(generated, sims)]
+        score = sum(sims) / len(sims)
+        rationale = f"Mean cosine similarity {score:.3f} between the question and {len(sims)} questions "
+        rationale += "the response answers: " + "; ".join(f"\"{q}\" ({s:.2f})" for q, s in zip(generated, sims)) + "."
+        return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
+
+    def estimate(self, question: str, response: str) -> dict[str, int]:
+        """Upper-bound cost of one row without calling the model: 1 chat call (0 for an empty
+        response). The embedding request (``n + 1`` short texts) is not counted."""
+        if not (response or "").strip():
+            return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        return estimate_messages(self._messages(response), min(self.max_tokens, 16 + 40 * self.n))

@@ -1,0 +1,318 @@
+"""Claim-based faithfulness end to end against the fake LLM server, through the real SDKs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fakellm import Reply
+
+from mlflow_ragjudge.client import JudgeClient
+from mlflow_ragjudge.judges.faithfulness import FaithfulnessJudge
+from mlflow_ragjudge.judges.statements import StatementExtractor
+from mlflow_ragjudge.prompts import load_prompt
+from mlflow_ragjudge.types import Status
+
+CLAIMS_MARK = "Break the TEXT below into a list of claims"
+VERIFY_MARK = "Decide for each numbered CLAIM whether the EVIDENCE supports it"
+
+QUESTION = "How tall is Tokyo Tower and when did it open?"
+RESPONSE = "Tokyo Tower is 333 metres tall. It opened in 1958 and it is painted blue."
+EVIDENCE = [
+    "Tokyo Tower is a communications and observation tower in Minato, Tokyo. It is 333 metres tall.",
+    "The tower opened to the public in 1958.",
+]
+CLAIMS = [
+    "Tokyo Tower is 333 metres tall.",
+    "Tokyo Tower opened in 1958.",
+    "Tokyo Tower is painted blue.",
+]
+
+
+def verdicts(*flags: bool, start: int = 1) -> dict:
+    return {
+        "verdicts": [
+            {"claim": i, "reason": f"reason {i}", "verdict": "supported" if f else "unsupported"}
+            for i, f in enumerate(flags, start)
+        ]
+    }
+
+
+def router(claims=None, verify=None):
+    """A fake-judge handler answering the extraction and the verification prompts."""
+
+    def handler(req):
+        text = req.last_user_text
+        if CLAIMS_MARK in text:
+            value = claims(req) if callable(claims) else claims
+            return value if value is not None else {"statements": CLAIMS}
+        if VERIFY_MARK in text or "Your previous reply could not be read" in text:
+            value = verify(req) if callable(verify) else verify
+            return value if value is not None else verdicts(True, True, False)
+        return Reply.error(400, f"unexpected prompt: {text[:80]}")
+
+    return handler
+
+
+def chat_requests(fake_llm):
+    return [r for r in fake_llm.requests if r.api in ("openai_chat", "anthropic_messages")]
+
+
+@pytest.fixture
+def openai_client(fake_llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-faithfulness-0001")
+    return JudgeClient(f"openai:/judge-model?base_url={fake_llm.openai_base_url}", cache=False)
+
+
+@pytest.fixture
+def anthropic_client(fake_llm, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-anthropic-key-0001")
+    return JudgeClient(f"anthropic:/claude-judge?base_url={fake_llm.anthropic_base_url}", cache=False)
+
+
+def test_claims_and_verdicts_through_openai(fake_llm, openai_client):
+    fake_llm.set_handler(router())
+    judge = FaithfulnessJudge(openai_client)
+    result = judge.judge(QUESTION, RESPONSE, EVIDENCE)
+
+    assert result.status is Status.SCORED
+    assert result.value == pytest.approx(2 / 3)
+    assert result.details["claims"] == [
+        {"claim": CLAIMS[0], "supported": True, "reason": "reason 1"},
+        {"claim": CLAIMS[1], "supported": True, "reason": "reason 2"},
+        {"claim": CLAIMS[2], "supported": False, "reason": "reason 3"},
+    ]
+    assert result.details["n_supported"] == 2 and result.details["n_claims"] == 3
+    assert "2 of 3 claims supported" in result.rationale and "painted blue" in result.rationale
+    # two requests, and the transcript records both
+    assert len(chat_requests(fake_llm)) == 2
+    assert [c["purpose"] for c in result.calls] == ["statements", "faithfulness"]
+    assert [c["prompt_version"] for c in result.calls] == ["statements-v1-en", "faithfulness-v1-en"]
+    assert judge.prompt_versions == {"statements": "statements-v1-en", "faithfulness": "faithfulness-v1-en"}
+    # the extraction prompt carries the question and the response; the verification prompt numbers
+    # every passage and every claim
+    first, second = (r.last_user_text for r in chat_requests(fake_llm))
+    assert QUESTION in first and RESPONSE in first
+    assert "[1] Tokyo Tower is a communications" in second and "[2] The tower opened" in second
+    assert "CLAIMS (3):\n[1] Tokyo Tower is 333 metres tall.\n[2]" in second
+    assert result.raw is not None and '"verdicts"' in result.raw
+
+
+def test_claims_and_verdicts_through_anthropic_tool_use(fake_llm, anthropic_client):
+    fake_llm.set_handler(router(verify=verdicts(True, False, False)))
+    result = FaithfulnessJudge(anthropic_client).judge(QUESTION, RESPONSE, EVIDENCE)
+
+    assert result.status is Status.SCORED and result.value == pytest.approx(1 / 3)
+    reqs = chat_requests(fake_llm)
+    assert [r.api for r in reqs] == ["anthropic_messages", "anthropic_messages"]
+    # structured output through a forced tool whose input schema is the prompt's schema
+    assert reqs[0].tool_choice == {"type": "tool", "name": "statements"}
+    assert reqs[1].tool_choice == {"type": "tool", "name": "faithfulness_verdicts"}
+    assert reqs[1].json_schema == load_prompt("faithfulness").schema
+
+
+def test_openai_strict_json_schema_is_sent(fake_llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-faithfulness-0002")
+    client = JudgeClient(
+        f"openai:/judge-model?base_url={fake_llm.openai_base_url}&structured=json_schema", cache=False
+    )
+    fake_llm.set_handler(router())
+    result = FaithfulnessJudge(client).judge(QUESTION, RESPONSE, EVIDENCE)
+    assert result.status is Status.SCORED
+    formats = [r.response_format for r in chat_requests(fake_llm)]
+    assert [f["json_schema"]["name"] for f in formats] == ["statements", "faithfulness_verdicts"]
+    assert all(f["json_schema"]["strict"] is True for f in formats)
+
+
+def _strict_ok(schema: dict) -> None:
+    """OpenAI strict mode: every object closes its properties and requires all of them."""
+    if schema.get("type") == "object":
+        assert schema.get("additionalProperties") is False
+        assert set(schema["required"]) == set(schema["properties"])
+        for sub in schema["properties"].values():
+            _strict_ok(sub)
+    if schema.get("type") == "array":
+        _strict_ok(schema["items"])
+
+
+@pytest.mark.parametrize(
+    "name", ["statements", "faithfulness", "context_precision", "context_recall", "context_relevance",
+             "answer_relevancy"]
+)
+@pytest.mark.parametrize("language", ["en", "ja"])
+def test_prompt_files_are_versioned_and_strict(name, language):
+    prompt = load_prompt(name, language)
+    assert prompt.language == language and prompt.version == "1"
+    assert set(prompt.formats) == {"json"}
+    _strict_ok(prompt.schema)
+    assert load_prompt(name, "en").schema == prompt.schema  # one schema, whatever the language
+
+
+def test_malformed_verdict_json_is_reasked_once_then_fails_with_raw_kept(fake_llm, openai_client):
+    fake_llm.set_handler(router(verify='{"verdicts": [{"claim": 1, "reason": "cut off'))
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
+
+    assert result.status is Status.FAILED and result.reason == "parse_error"
+    assert result.raw == '{"verdicts": [{"claim": 1, "reason": "cut off'
+    assert result.value is None
+    reqs = chat_requests(fake_llm)
+    assert len(reqs) == 3  # extraction, verification, one re-ask
+    assert "Your previous reply could not be read" in reqs[2].last_user_text
+    assert [c["purpose"] for c in result.calls] == ["statements", "faithfulness", "faithfulness:reask"]
+    assert result.details["failed_stage"] == "claim verification"
+    assert [c["claim"] for c in result.details["claims"]] == CLAIMS  # the claims are kept
+
+
+def test_malformed_once_then_readable_is_scored(fake_llm, openai_client):
+    fake_llm.script({"statements": CLAIMS}, "Sure! Here are the verdicts.", verdicts(True, True, True))
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
+    assert result.status is Status.SCORED and result.value == 1.0
+    assert len(chat_requests(fake_llm)) == 3
+
+
+@pytest.mark.parametrize(
+    "reply, problem",
+    [
+        pytest.param(verdicts(True, True), "2 entries for 3 claims", id="shorter"),
+        pytest.param(verdicts(True, True, True, False), "4 entries for 3 claims", id="longer"),
+        pytest.param(
+            {"verdicts": [{"claim": n, "reason": "r", "verdict": "supported"} for n in (1, 2, 2)]},
+            "claim number(s) [2] repeated", id="duplicate",
+        ),
+        pytest.param(verdicts(True, True, True, start=2), "claim number(s) [1] missing", id="shifted"),
+    ],
+)
+def test_inconsistent_verdict_list_fails_and_is_never_padded(fake_llm, openai_client, reply, problem):
+    fake_llm.set_handler(router(verify=reply))
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
+
+    assert result.status is Status.FAILED and result.reason == "inconsistent"
+    assert problem in result.rationale
+    assert result.raw is not None and '"verdicts"' in result.raw
+    assert all(c["supported"] is None for c in result.details["claims"])  # nothing guessed
+    reqs = chat_requests(fake_llm)
+    assert len(reqs) == 3  # the client re-asked once, telling the model what was wrong
+    assert problem in reqs[2].last_user_text
+
+
+def test_inconsistent_reply_is_not_cached(fake_llm, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-faithfulness-0003")
+    uri = f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+    fake_llm.set_handler(router(verify=verdicts(True)))
+    first = FaithfulnessJudge(JudgeClient(uri, cache=tmp_path / "c.sqlite")).judge(QUESTION, RESPONSE, EVIDENCE)
+    assert first.reason == "inconsistent"
+    fake_llm.reset()
+    fake_llm.set_handler(router())
+    second = FaithfulnessJudge(JudgeClient(uri, cache=tmp_path / "c.sqlite")).judge(QUESTION, RESPONSE, EVIDENCE)
+    assert second.status is Status.SCORED
+    # the extraction came from the cache; the verification was asked again
+    assert len(chat_requests(fake_llm)) == 1 and VERIFY_MARK in chat_requests(fake_llm)[0].last_user_text
+
+
+@pytest.mark.parametrize(
+    "response",
+    ["I'm sorry, I don't know the answer to that.", "The provided documents do not say."],
+)
+def test_a_refusal_abstains_with_one_request(fake_llm, openai_client, response):
+    fake_llm.set_handler(router(claims={"statements": []}))
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, response, EVIDENCE)
+    assert result.status is Status.ABSTAINED and result.reason == "no_claims"
+    assert result.value is None  # never NaN, never 1.0
+    assert result.details["claims"] == []
+    assert len(chat_requests(fake_llm)) == 1 and len(result.calls) == 1
+
+
+@pytest.mark.parametrize("response", ["", "   ", None])
+def test_an_empty_response_abstains_without_a_request(fake_llm, openai_client, response):
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, response, EVIDENCE)
+    assert result.status is Status.ABSTAINED and result.reason == "no_claims"
+    assert fake_llm.request_count == 0
+
+
+@pytest.mark.parametrize("evidence", [[], None, ["", "  "]])
+def test_no_evidence_abstains_without_a_request(fake_llm, openai_client, evidence):
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, evidence)
+    assert result.status is Status.ABSTAINED and result.reason == "no_evidence"
+    assert fake_llm.request_count == 0
+
+
+def test_at_most_two_requests_per_row_however_many_claims(fake_llm, openai_client):
+    def claims_for(req):
+        n = int(re.search(r"row (\d+)", req.last_user_text).group(1))
+        return {"statements": [f"Fact number {i} of row {n}." for i in range(1, n + 1)]}
+
+    def verdicts_for(req):
+        n = int(re.search(r"CLAIMS \((\d+)\)", req.last_user_text).group(1))
+        return verdicts(*[i % 2 == 0 for i in range(n)])
+
+    fake_llm.set_handler(router(claims=claims_for, verify=verdicts_for))
+    judge = FaithfulnessJudge(openai_client)
+    for n in (1, 2, 5, 12, 40):
+        fake_llm.reset()
+        result = judge.judge("q", f"A response for row {n}.", EVIDENCE)
+        assert result.status is Status.SCORED and result.details["n_claims"] == n
+        assert len(chat_requests(fake_llm)) == 2
+
+
+def test_extraction_failure_fails_the_row_at_the_first_stage(fake_llm, openai_client):
+    fake_llm.set_handler(lambda req: Reply.error(400, "context length exceeded"))
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
+    assert result.status is Status.FAILED and result.reason == "provider_error"
+    assert result.details["failed_stage"] == "claim extraction"
+    assert "context length exceeded" in result.rationale
+    assert fake_llm.request_count == 1  # a 400 is not retried
+
+
+def test_verdict_labels_are_read_case_insensitively_but_nothing_else(fake_llm, openai_client):
+    fake_llm.set_handler(router(verify={"verdicts": [
+        {"claim": 1, "reason": "a", "verdict": "Supported"},
+        {"claim": 2, "reason": "b", "verdict": " SUPPORTED "},
+        {"claim": 3, "reason": "c", "verdict": "Unsupported"},
+    ]}))
+    assert FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE).value == pytest.approx(2 / 3)
+    fake_llm.reset()
+    fake_llm.set_handler(router(verify={"verdicts": [
+        {"claim": i, "reason": "r", "verdict": "partially"} for i in (1, 2, 3)
+    ]}))
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
+    assert result.reason == "parse_error" and "partially" in result.rationale
+
+
+def test_shared_extractor_memo_spares_the_extraction(fake_llm, openai_client):
+    fake_llm.set_handler(router())
+    extractor = StatementExtractor(openai_client)
+    a = FaithfulnessJudge(openai_client, extractor=extractor).judge(QUESTION, RESPONSE, EVIDENCE)
+    b = FaithfulnessJudge(openai_client, extractor=extractor).judge(QUESTION, RESPONSE, EVIDENCE[:1])
+    assert a.value == b.value
+    assert [c["purpose"] for c in b.calls] == ["faithfulness"]  # no repeated transcript record
+    assert b.details["statements_memo_hit"] is True
+    assert b.details["statements_call_ids"] == [a.calls[0]["call_id"]]
+    assert len(chat_requests(fake_llm)) == 3
+
+
+def test_japanese_prompt_and_response(fake_llm, openai_client):
+    ja_claims = ["東京タワーの高さは333メートルである。", "東京タワーは1958年に開業した。"]
+    fake_llm.set_handler(lambda req: {"statements": ja_claims} if "主張(クレーム)のリストに分解" in req.last_user_text
+                         else verdicts(True, True))
+    judge = FaithfulnessJudge(openai_client, language="ja")
+    result = judge.judge("東京タワーの高さは?", "東京タワーは高さ333メートルで、1958年に開業しました。",
+                         ["東京タワーは高さ333メートルの電波塔です。1958年に開業しました。"])
+    assert result.status is Status.SCORED and result.value == 1.0
+    assert judge.prompt_versions == {"statements": "statements-v1-ja", "faithfulness": "faithfulness-v1-ja"}
+    assert "[1] 東京タワーの高さは333メートルである。" in chat_requests(fake_llm)[1].last_user_text
+
+
+def test_estimate_is_an_upper_bound_without_calling_the_model(fake_llm, openai_client):
+    judge = FaithfulnessJudge(openai_client)
+    est = judge.estimate(QUESTION, RESPONSE, EVIDENCE)
+    assert fake_llm.request_count == 0
+    assert est["calls"] == 2 and est["input_tokens"] > 0 and est["output_tokens"] > 0
+    assert judge.estimate(QUESTION, RESPONSE, []) == {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+    assert judge.estimate(QUESTION, "", EVIDENCE)["calls"] == 0
+
+    fake_llm.set_handler(router())
+    judge.judge(QUESTION, RESPONSE, EVIDENCE)
+    prompt_words = sum(len(r.prompt_text.split()) for r in chat_requests(fake_llm))
+    assert est["input_tokens"] >= prompt_words  # the fake server counts words, a lower bound on tokens
+    # once the response's claims are memoised only the verification remains
+    assert judge.estimate(QUESTION, RESPONSE, EVIDENCE)["calls"] == 1
