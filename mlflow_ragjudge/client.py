@@ -29,7 +29,7 @@ from .cache import CallCache, cache_key
 from .pricing import cost_usd
 from .types import FailureReason
 
-__all__ = ["JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for"]
+__all__ = ["FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for"]
 
 ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
 ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
@@ -195,7 +195,7 @@ def _safe_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-_FAILURE_FOR_KIND = {
+FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
     ErrorKind.RATE_LIMITED: FailureReason.RATE_LIMITED,
     ErrorKind.TRANSIENT: FailureReason.PROVIDER_ERROR,
     ErrorKind.TIMEOUT: FailureReason.TIMEOUT,
@@ -495,7 +495,7 @@ class JudgeClient:
         record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
         if response is None:
             assert err is not None
-            failure = _FAILURE_FOR_KIND[err.kind]
+            failure = FAILURE_FOR_KIND[err.kind]
             record.update(raw_reply=None, input_tokens=0, output_tokens=0, cost_usd=0.0,
                           latency_s=round(time.perf_counter() - t0, 6), outcome=failure.value,
                           error=str(err), http_status=err.status)

@@ -93,6 +93,7 @@ class RagJudgeConfig:
             embeddings URI (``openai:/text-embedding-3-small``), or a callable ``texts -> vectors``.
         answer_relevancy_n: questions generated per response.
         dry_run: estimate judge calls and tokens per metric, call nothing.
+        progress: a progress bar per judged metric on stderr: ``auto`` (on a terminal), True, False.
     """
 
     judge: str | Backend | None = None
@@ -120,6 +121,7 @@ class RagJudgeConfig:
     embeddings: Any = "auto"
     answer_relevancy_n: int = 3
     dry_run: bool = False
+    progress: bool | str = "auto"
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
@@ -171,6 +173,8 @@ class RagJudgeConfig:
             raise ValueError(f"faithfulness_evidence={self.faithfulness_evidence!r}: use 'contexts' or 'gold'.")
         if not isinstance(self.answer_relevancy_n, int) or self.answer_relevancy_n < 1:
             raise ValueError(f"answer_relevancy_n={self.answer_relevancy_n!r} must be a whole number >= 1.")
+        if self.progress not in ("auto", True, False):
+            raise ValueError(f"progress={self.progress!r}: use 'auto', True or False.")
         if self.max_context_chars < 500:
             raise ValueError(f"max_context_chars={self.max_context_chars} is too small (minimum 500).")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -342,24 +343,48 @@ class MetricRun:
     extra: dict[str, float] = field(default_factory=dict)  # logged as they are
 
 
-def _parallel(fn: Callable[[Row], JudgeResult], rows: Sequence[Row], workers: int) -> list[JudgeResult]:
+def _progress_bar(total: int, desc: str, setting: bool | str) -> Any:
+    """A tqdm bar on stderr (``progress='auto'``: only on a terminal), or None."""
+    if setting is False or (setting == "auto" and not sys.stderr.isatty()):
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="row", file=sys.stderr)
+
+
+def _parallel(
+    fn: Callable[[Row], JudgeResult], rows: Sequence[Row], workers: int, *, desc: str = "", progress: bool | str = False
+) -> list[JudgeResult]:
+    bar = _progress_bar(len(rows), desc, progress)
+
     def safe(r: Row) -> JudgeResult:
         try:
             return fn(r)
         except Exception as e:  # a bug must not lose the row or the run
             return JudgeResult.failed("internal_error", f"{type(e).__name__}: {e}")
+        finally:
+            if bar is not None:
+                bar.update(1)
 
-    if workers <= 1 or len(rows) <= 1:
-        return [safe(r) for r in rows]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(safe, rows))
+    try:
+        if workers <= 1 or len(rows) <= 1:
+            return [safe(r) for r in rows]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(safe, rows))
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _run_judged(metric: JudgedMetric, rows: Sequence[Row], ctx: JudgeContext) -> MetricRun:
     """Run one LLM-judged metric over the rows, in parallel under the client's provider gate."""
     judge = ctx.judge(metric)
     workers = min(32, 2 * (ctx.client.gate.limit or 1))
-    res = _parallel(lambda r: metric.apply(judge, r, ctx.cfg), rows, workers)
+    res = _parallel(
+        lambda r: metric.apply(judge, r, ctx.cfg), rows, workers, desc=metric.name, progress=ctx.cfg.progress
+    )
     columns = {name: build(res) for name, build in metric.columns.items()}
     return MetricRun(
         {metric.name: res},

@@ -389,3 +389,13 @@ def test_meta_evaluation_against_human_columns(fake_llm, judge_uri, tmp_tracking
     rows = [dict(zip(cols, r)) for r in fig2["data"]]
     no_abs = next(r for r in rows if r["subset"] == "no_abstentions")
     assert no_abs["n"] == 7 and no_abs["mean"] == pytest.approx(sum(levels) / 7)
+
+
+def test_progress_bar_on_request(fake_llm, judge_uri, capsys):
+    fake_llm.set_handler(lambda r: "Feedback: ok [RESULT] 5")
+    df = pd.DataFrame({"question": ["a", "b", "c"], "answer": ["x", "y", "z"], "reference": ["x", "y", "z"]})
+    evaluate_frame(df, judge=judge_uri, metrics=["correctness"], cache=False, progress=True)
+    err = capsys.readouterr().err
+    assert "correctness" in err and "3/3" in err
+    evaluate_frame(df, judge=judge_uri, metrics=["correctness"], cache=False, progress=False)
+    assert "correctness" not in capsys.readouterr().err

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import claims as claim_math
-from ..backends import BackendError, ChatRequest, ChatResponse, ErrorKind, JsonSchema
-from ..client import JudgeClient
+from ..backends import BackendError, ChatRequest, ChatResponse, JsonSchema
+from ..client import FAILURE_FOR_KIND, JudgeClient
 from ..parsing import ParseError, extract_json_object, validate_schema
 from ..prompts import load_prompt
 from ..types import FailureReason, JudgeResult
@@ -33,14 +33,6 @@ __all__ = ["AnswerRelevancyJudge"]
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 
-_FAILURE_FOR_KIND = {
-    ErrorKind.RATE_LIMITED: FailureReason.RATE_LIMITED,
-    ErrorKind.TRANSIENT: FailureReason.PROVIDER_ERROR,
-    ErrorKind.TIMEOUT: FailureReason.TIMEOUT,
-    ErrorKind.CONNECTION: FailureReason.CONNECTION_ERROR,
-    ErrorKind.PERMANENT: FailureReason.PROVIDER_ERROR,
-    ErrorKind.REFUSED: FailureReason.REFUSED,
-}
 
 
 class AnswerRelevancyJudge:
@@ -123,7 +115,7 @@ class AnswerRelevancyJudge:
             sims = [claim_math.cosine(vectors[0], v) for v in vectors[1:]]
         except BackendError as e:
             details["generated_questions"] = [{"question": q, "similarity": None} for q in generated]
-            return JudgeResult.failed(_FAILURE_FOR_KIND.get(e.kind, FailureReason.PROVIDER_ERROR),
+            return JudgeResult.failed(FAILURE_FOR_KIND.get(e.kind, FailureReason.PROVIDER_ERROR),
                                       f"embedding: {e}", raw=call.raw, details=details, calls=calls)
         except Exception as e:  # an embedder bug or a missing local model: the row fails, the run goes on
             details["generated_questions"] = [{"question": q, "similarity": None} for q in generated]
