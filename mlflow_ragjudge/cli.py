@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -124,15 +125,30 @@ def run_evaluation(
     return run.info.run_id, out
 
 
+_AT_K = re.compile(r"_at_(\d+)/")
+
+
 def _summary(run_id: str, out: Any) -> str:
+    """The headline numbers: every ``<metric>/mean``, retrieval @k only at the middle cut-off,
+    abstain/error rates where not zero, judge usage; the full set is in the run."""
     import mlflow
 
+    ks = sorted({int(m.group(1)) for k in out.metrics if (m := _AT_K.search(k))})
+    shown_k = ks[len(ks) // 2] if ks else None
     lines = [f"rows: {out.config['rows']}   metrics: {', '.join(out.config['metrics_run'])}"]
     if out.config.get("context_mode"):
         lines.append(f"judge: {out.params['ragjudge.judge']}   context mode: {out.config['context_mode']}")
     for k in sorted(out.metrics):
-        if k.count("/") == 1 and (k.endswith("/mean") or k.endswith("_rate")) or k.startswith("judge/"):
-            lines.append(f"  {k:<34} {out.metrics[k]:.4f}")
+        v = out.metrics[k]
+        at = _AT_K.search(k)
+        if k.count("/") != 1 and not k.startswith("judge/"):
+            continue
+        if at and int(at.group(1)) != shown_k:
+            continue
+        if k.endswith("/mean") or k.startswith("judge/") or (k.endswith("_rate") and v > 0):
+            lines.append(f"  {k:<34} {v:.4f}")
+    if shown_k is not None and len(ks) > 1:
+        lines.append(f"  (retrieval shown at k={shown_k}; k={ks} are all logged)")
     for name, reason in out.skipped.items():
         lines.append(f"  skipped {name}: {reason}")
     uri = mlflow.get_tracking_uri()
@@ -174,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             with resources.as_file(data) as path:
                 df = read_table(path)
             tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///ragjudge-quickstart.db"
+            # The offline demo judge only answers the correctness prompt: the LLM-judged family needs a real judge.
+            metrics = ["correctness", "lexical", "retrieval"] if args.judge.startswith("demo:") else None
             run_id, out = run_evaluation(
                 df,
-                {"judge": args.judge, "bertscore": "auto"},
+                {"judge": args.judge, "bertscore": "auto", "metrics": metrics},
                 experiment=args.experiment,
                 run_name="quickstart",
                 tracking_uri=tracking,
