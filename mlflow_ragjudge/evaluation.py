@@ -150,7 +150,7 @@ def _requirements(metric: str, cfg: RagJudgeConfig) -> tuple[tuple[str, ...], ..
     """Alternatives of logical columns that together let ``metric`` run."""
     if metric == "faithfulness":
         evidence = "gold_documents" if cfg.faithfulness_evidence == "gold" else "contexts"
-        base = ("answer", evidence)
+        base: tuple[str, ...] = ("answer", evidence)
         if cfg.faithfulness_require_retrieval_hit:
             base = (*base, "retrieved_doc_ids", "relevant_doc_ids")
         return (base,)
@@ -267,8 +267,8 @@ def _passages_from_retriever(out: Any, row: int) -> list[str]:
     for item in out:
         if isinstance(item, str):
             passages.append(item)
-        elif isinstance(item, dict) and isinstance(item.get("text", item.get("page_content")), str):
-            passages.append(item.get("text", item.get("page_content")))
+        elif isinstance(item, dict) and isinstance(text := item.get("text", item.get("page_content")), str):
+            passages.append(text)
         elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], str):
             passages.append(item[1])
         elif hasattr(item, "page_content"):  # LangChain / MLflow Document
@@ -429,7 +429,7 @@ def _dry_run(
     out: dict[str, float] = {}
     for line in lines:
         for k in ("calls", "input_tokens", "output_tokens"):
-            out[f"estimate/{line['metric']}/{k}"] = float(line[k])
+            out[f"estimate/{line['metric']}/{k}"] = float(line[k])  # type: ignore[arg-type]
     for k in ("calls", "input_tokens", "output_tokens"):
         out[f"estimate/total/{k}"] = float(table[k].sum())
     model = ctx.client.model if ctx is not None else ""
@@ -521,7 +521,9 @@ def _run_retrieval(rows: Sequence[Row], cfg: RagJudgeConfig) -> MetricRun:
             skipped["retrieval_rows_without_gold_ids"] = f"{len(rows) - len(scored)} row(s) have no relevant_doc_ids"
     have_chunks = any(r.contexts is not None for r in rows) and any(r.reference for r in rows)
     if have_chunks:
-        p, rc, f = [], [], []
+        p: list[JudgeResult] = []
+        rc: list[JudgeResult] = []
+        f: list[JudgeResult] = []
         for r in rows:
             if r.contexts is None or not r.reference:
                 for lst in (p, rc, f):
@@ -746,7 +748,7 @@ def evaluate_frame(
     if ctx is not None:
         for m in judged:
             prompt_versions.update(ctx.judge(JUDGED_METRICS[m]).prompt_versions)
-    record = {
+    record: dict[str, Any] = {
         "package_version": __version__,
         "config": cfg.public_params(),
         "metrics_run": metrics,

@@ -153,8 +153,8 @@ JUDGED_METRICS: dict[str, JudgedMetric] = {
             ("question", "answer"),
             make=lambda c: AnswerRelevancyJudge(
                 c.client,
-                embed=c.embed,
-                n=c.cfg.answer_relevancy_n,  # type: ignore[arg-type]
+                embed=c.embed,  # type: ignore[arg-type]  # set whenever needs_embeddings
+                n=c.cfg.answer_relevancy_n,
                 language=c.cfg.language,
             ),
             apply=lambda j, r, cfg: j.judge(r.question or "", r.answer or ""),

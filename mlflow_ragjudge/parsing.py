@@ -106,7 +106,7 @@ def extract_json_object(text: str) -> dict[str, Any]:
     for cand in candidates:
         try:
             obj = json.loads(cand)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             last_err = f"invalid JSON ({e.msg} at position {e.pos})"
             continue
         if isinstance(obj, dict):

@@ -12,6 +12,7 @@ fi
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_MODEL_CATALOG_URI= HF_HUB_OFFLINE=1
 export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
 .venv/bin/ruff check .
+.venv/bin/mypy mlflow_ragjudge
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

@@ -99,9 +99,15 @@ class ChatResponse:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ChatResponse:
-        return cls(**{k: d.get(k) for k in ("text", "data", "model", "finish_reason", "refusal")},
-                   input_tokens=int(d.get("input_tokens") or 0),
-                   output_tokens=int(d.get("output_tokens") or 0))
+        return cls(
+            text=str(d.get("text") or ""),
+            data=d.get("data"),
+            input_tokens=int(d.get("input_tokens") or 0),
+            output_tokens=int(d.get("output_tokens") or 0),
+            model=str(d.get("model") or ""),
+            finish_reason=d.get("finish_reason"),
+            refusal=d.get("refusal"),
+        )
 
 
 @dataclass
