@@ -53,6 +53,7 @@ BUILT_METRICS = (
     "context_precision",
     "context_recall",
     "context_relevance",
+    "multiturn",
 )
 
 
@@ -94,6 +95,12 @@ class RagJudgeConfig:
         answer_relevancy_n: questions generated per response.
         dry_run: estimate judge calls and tokens per metric, call nothing.
         progress: a progress bar per judged metric on stderr: ``auto`` (on a terminal), True, False.
+        multiturn_system: for ``multiturn``: the RAG system under test, ``system(query, history) ->
+            answer`` (history: earlier ``{"question", "answer"}`` exchanges; the answer a str or a dict
+            with ``answer``).
+        multiturn_turns: the turn budget n (paper: 5).
+        multiturn_final_score: ``append`` (the final judgement is one more element of sigma) or
+            ``replace`` (it replaces the last one); see docs/multiturn.md.
     """
 
     judge: str | Backend | None = None
@@ -122,6 +129,9 @@ class RagJudgeConfig:
     answer_relevancy_n: int = 3
     dry_run: bool = False
     progress: bool | str = "auto"
+    multiturn_system: Callable[[str, list[dict[str, str]]], Any] | None = None
+    multiturn_turns: int = 5
+    multiturn_final_score: str = "append"
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
@@ -173,6 +183,12 @@ class RagJudgeConfig:
             raise ValueError(f"faithfulness_evidence={self.faithfulness_evidence!r}: use 'contexts' or 'gold'.")
         if not isinstance(self.answer_relevancy_n, int) or self.answer_relevancy_n < 1:
             raise ValueError(f"answer_relevancy_n={self.answer_relevancy_n!r} must be a whole number >= 1.")
+        if self.multiturn_system is not None and not callable(self.multiturn_system):
+            raise ValueError("multiturn_system must be a callable: system(query, history) -> answer.")
+        if not isinstance(self.multiturn_turns, int) or self.multiturn_turns < 2:
+            raise ValueError(f"multiturn_turns={self.multiturn_turns!r} must be a whole number >= 2.")
+        if self.multiturn_final_score not in ("append", "replace"):
+            raise ValueError(f"multiturn_final_score={self.multiturn_final_score!r}: use 'append' or 'replace'.")
         if self.progress not in ("auto", True, False):
             raise ValueError(f"progress={self.progress!r}: use 'auto', True or False.")
         if self.max_context_chars < 500:
@@ -211,4 +227,9 @@ class RagJudgeConfig:
             "embeddings": self.embeddings if isinstance(self.embeddings, str) else "callable",
             "answer_relevancy_n": self.answer_relevancy_n,
             "dry_run": self.dry_run,
+            "multiturn_system": getattr(self.multiturn_system, "__name__", type(self.multiturn_system).__name__)
+            if self.multiturn_system is not None
+            else None,
+            "multiturn_turns": self.multiturn_turns,
+            "multiturn_final_score": self.multiturn_final_score,
         }

@@ -25,6 +25,7 @@ from . import __version__
 from .client import JudgeClient
 from .config import BUILT_METRICS, LOGICAL_COLUMNS, RagJudgeConfig
 from .judged import JUDGED_METRICS, EmbeddingsUnavailable, JudgeContext, JudgedMetric, resolve_embedder
+from .multiturn import MultiTurnRunner
 from .types import JudgeResult, Status, aggregate
 
 __all__ = ["evaluate_frame", "EvalOutput", "InputError", "metric_name_safe"]
@@ -58,6 +59,8 @@ class EvalOutput:
     config: dict[str, Any]
     meta: pd.DataFrame | None = None
     skipped: dict[str, str] = field(default_factory=dict)
+    #: extra JSONL artifacts: file name -> records (the multi-turn conversations)
+    artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 _METRIC_NAME_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
@@ -156,6 +159,8 @@ def _requirements(metric: str, cfg: RagJudgeConfig) -> tuple[tuple[str, ...], ..
         return (base,)
     if metric in JUDGED_METRICS:
         return (JUDGED_METRICS[metric].requires,)
+    if metric == "multiturn":
+        return (("question", "reference"),)
     return _REQUIRES[metric]
 
 
@@ -165,9 +170,11 @@ def _default_metrics(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[str], 
     for m in BUILT_METRICS:
         if not any(all(_present(df, cfg, c) for c in alt) for alt in _requirements(m, cfg)):
             continue
-        if m in JUDGED_METRICS and cfg.judge is None:
+        if (m in JUDGED_METRICS or m == "multiturn") and cfg.judge is None:
             skipped[m] = "no judge configured (set judge='openai:/gpt-4o-mini' or similar)"
             continue
+        if m == "multiturn" and cfg.multiturn_system is None:
+            continue  # needs a live system to converse with; not a default without one
         chosen.append(m)
     return chosen, skipped
 
@@ -197,7 +204,12 @@ def _check_required(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str
                 else ""
             )
         )
-    needs_judge = [m for m in metrics if m in JUDGED_METRICS]
+    needs_judge = [m for m in metrics if m in JUDGED_METRICS or m == "multiturn"]
+    if "multiturn" in metrics and cfg.multiturn_system is None:
+        raise InputError(
+            "Metric 'multiturn' converses with the RAG system under test: pass multiturn_system=<callable "
+            "(query, history) -> answer>, where history is the list of earlier {'question', 'answer'} exchanges."
+        )
     if needs_judge and cfg.judge is None:
         raise InputError(
             f"Metric(s) {needs_judge} need a judge model: set judge='openai:/gpt-4o-mini' (or any judge URI)."
@@ -341,6 +353,7 @@ class MetricRun:
     columns: dict[str, list[Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)  # logged as they are
+    artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _progress_bar(total: int, desc: str, setting: bool | str) -> Any:
@@ -394,6 +407,49 @@ def _run_judged(metric: JudgedMetric, rows: Sequence[Row], ctx: JudgeContext) ->
     )
 
 
+def _multiturn_runner(ctx: JudgeContext) -> MultiTurnRunner:
+    """The three-agent runner, judging with the run's correctness judge (same prompt, format, budget)."""
+    cfg = ctx.cfg
+    return MultiTurnRunner(
+        ctx.client,
+        n_turns=cfg.multiturn_turns,
+        language=cfg.language,
+        judge=ctx.judge(JUDGED_METRICS["correctness"]),
+        max_context_chars=cfg.max_context_chars,
+        final_score=cfg.multiturn_final_score,
+    )
+
+
+def _run_multiturn(rows: Sequence[Row], runner: MultiTurnRunner, ctx: JudgeContext) -> MetricRun:
+    """Converse with the system under test for every row (SPEC 2.2); wscore, lscore, mscore per row."""
+    system = ctx.cfg.multiturn_system
+    assert system is not None
+    workers = min(32, 2 * (ctx.client.gate.limit or 1))
+    outcomes: list[Any] = [None] * len(rows)
+
+    def one(r: Row) -> JudgeResult:
+        outcomes[r.index] = runner.run(system, r.question or "", r.reference or "", r.judge_contexts)
+        return outcomes[r.index].to_judge_results()["wscore"]
+
+    wres = _parallel(one, rows, workers, desc="multiturn", progress=ctx.cfg.progress)
+    results: dict[str, list[JudgeResult]] = {"wscore": wres, "lscore": [], "mscore": []}
+    for i, out in enumerate(outcomes):
+        if out is None:  # the runner itself broke on this row: keep the row, failed
+            results["lscore"].append(JudgeResult.failed(wres[i].reason or "internal_error", wres[i].rationale))
+            results["mscore"].append(JudgeResult.failed(wres[i].reason or "internal_error", wres[i].rationale))
+            continue
+        jr = out.to_judge_results()
+        results["lscore"].append(jr["lscore"])
+        results["mscore"].append(jr["mscore"])
+    columns = {
+        "multiturn/sigma": [json.dumps(o.sigma) if o is not None else None for o in outcomes],
+        "multiturn/stop": [o.stop if o is not None else None for o in outcomes],
+        "multiturn/final_answer": [o.final_answer if o is not None else None for o in outcomes],
+    }
+    conversations = [{"row": i, **o.to_dict()} for i, o in enumerate(outcomes) if o is not None]
+    return MetricRun(results, judged=True, columns=columns, artifacts={"multiturn_conversations.jsonl": conversations})
+
+
 def _dry_run(
     rows: Sequence[Row],
     metrics: list[str],
@@ -402,6 +458,7 @@ def _dry_run(
     cfg: RagJudgeConfig,
     mode: str,
     skipped: dict[str, str],
+    runner: MultiTurnRunner | None = None,
 ) -> EvalOutput:
     """Estimate judge calls and tokens per metric; nothing is sent."""
     from .pricing import cost_usd
@@ -421,8 +478,19 @@ def _dry_run(
                 "output_tokens": sum(e["output_tokens"] for e in est),
             }
         )
+    if runner is not None:
+        est = [runner.estimate(r.question or "", r.reference or "", r.judge_contexts) for r in rows]
+        lines.append(
+            {
+                "metric": "multiturn",
+                "rows": len(rows),
+                "calls": sum(e["calls"] for e in est),
+                "input_tokens": sum(e["input_tokens"] for e in est),
+                "output_tokens": sum(e["output_tokens"] for e in est),
+            }
+        )
     for m in metrics:
-        if m not in JUDGED_METRICS:
+        if m not in JUDGED_METRICS and m != "multiturn":
             lines.append({"metric": m, "rows": len(rows), "calls": 0, "input_tokens": 0, "output_tokens": 0})
     table = pd.DataFrame(lines, columns=["metric", "rows", "calls", "input_tokens", "output_tokens"])
     table["calls_per_row"] = table["calls"] / max(1, len(rows))
@@ -678,7 +746,7 @@ def evaluate_frame(
         _check_required(data, cfg, metrics)
     rows = _read_rows(data, cfg, metrics)
     mode = "none"
-    if "correctness" in metrics:
+    if "correctness" in metrics or "multiturn" in metrics:  # both judge with the six-level rubric
         mode = resolve_context_mode(cfg, rows, data)
         _prepare_judge_contexts(mode, cfg, rows)
     if "retrieval" in metrics:  # validate ids before any judge call
@@ -699,7 +767,7 @@ def evaluate_frame(
             metrics = [m for m in metrics if m != "answer_relevancy"]
             judged = [m for m in judged if m != "answer_relevancy"]
             skipped["answer_relevancy"] = str(e)
-    if client is None and cfg.judge is not None and judged:
+    if client is None and cfg.judge is not None and (judged or "multiturn" in metrics):
         client = JudgeClient(
             cfg.judge,
             cache=cfg.cache,
@@ -709,15 +777,19 @@ def evaluate_frame(
             max_attempts=cfg.max_attempts,
         )
     ctx = JudgeContext(client, cfg, embed) if client is not None else None
+    runner = _multiturn_runner(ctx) if ctx is not None and "multiturn" in metrics else None
     if cfg.dry_run:
         assert ctx is not None or not judged
-        return _dry_run(rows, metrics, judged, ctx, cfg, mode, skipped)
+        return _dry_run(rows, metrics, judged, ctx, cfg, mode, skipped, runner)
     t0 = time.perf_counter()
     runs: dict[str, MetricRun] = {}
     for m in metrics:
         if m in JUDGED_METRICS:
             assert ctx is not None
             runs[m] = _run_judged(JUDGED_METRICS[m], rows, ctx)
+        elif m == "multiturn":
+            assert runner is not None and ctx is not None
+            runs[m] = _run_multiturn(rows, runner, ctx)
         elif m == "lexical":
             runs[m] = _run_lexical(rows, cfg)
         elif m == "retrieval":
@@ -748,11 +820,14 @@ def evaluate_frame(
     if ctx is not None:
         for m in judged:
             prompt_versions.update(ctx.judge(JUDGED_METRICS[m]).prompt_versions)
+    if runner is not None:
+        prompt_versions.update(runner.prompt_versions)
     record: dict[str, Any] = {
         "package_version": __version__,
         "config": cfg.public_params(),
         "metrics_run": metrics,
-        "context_mode": mode if "correctness" in metrics else None,
+        "context_mode": mode if ("correctness" in metrics or "multiturn" in metrics) else None,
+        "multiturn": {k: v for k, v in runner.settings.items() if k != "prompt_versions"} if runner else None,
         "faithfulness_evidence": cfg.faithfulness_evidence if "faithfulness" in metrics else None,
         "judge": client.identity() if client is not None else None,
         "prompt_versions": prompt_versions,
@@ -770,13 +845,16 @@ def evaluate_frame(
         "ragjudge.language": cfg.language,
         "ragjudge.k": json.dumps(cfg.k),
     }
+    if runner is not None:
+        params["ragjudge.multiturn"] = json.dumps(record["multiturn"], sort_keys=True)
+    artifacts = {name: data for run in runs.values() for name, data in run.artifacts.items()}
     transcripts = [
         {"metric": name, "row": i, **call}
         for name, results in all_results.items()
         for i, res in enumerate(results)
         for call in res.calls
     ]
-    return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped)
+    return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped, artifacts)
 
 
 def available_metrics() -> tuple[str, ...]:

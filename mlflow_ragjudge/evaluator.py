@@ -122,6 +122,12 @@ def log_output(out: EvalOutput, run_id: str) -> dict[str, Any]:
             json.dump(out.config, fh, ensure_ascii=False, indent=2, default=str)
         client.log_artifact(run_id, tpath, "ragjudge")
         client.log_artifact(run_id, cpath, "ragjudge")
+        for name, records in out.artifacts.items():
+            apath = os.path.join(tmp, name)
+            with open(apath, "w", encoding="utf-8") as fh:
+                for rec in records:
+                    fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+            client.log_artifact(run_id, apath, "ragjudge")
     base = client.get_run(run_id).info.artifact_uri.rstrip("/")
     return {
         "eval_results_table": f"{base}/{TABLE_FILE}",

@@ -341,7 +341,7 @@ def test_retriever_that_raises_is_a_clear_error_before_judge_calls(fake_llm, jud
                      id="unknown-key"),
         pytest.param({"ragjudge": {}}, "nested", id="nested-with-flat"),
         pytest.param({"metrics": ["correctnes"]}, r"Unknown metric\(s\) \['correctnes'\]", id="unknown-metric"),
-        pytest.param({"metrics": ["multiturn"]}, "not built in this version", id="unbuilt-metric"),
+        pytest.param({"metrics": ["multiturn"], "judge": "demo:/x"}, "multiturn_system", id="multiturn-without-system"),
         pytest.param({"context_mode": "E3"}, "context_mode='E3' is not one of", id="bad-mode"),
     ],
 )

@@ -1,0 +1,110 @@
+"""The multi-turn evaluation through the evaluator: wscore / lscore / mscore logged per run and per group."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflow_ragjudge import InputError, evaluate_frame
+
+FACTS = {"part one": "The first half is A.", "part two": "The second half is B."}
+
+
+def router(req):
+    """Judge and agents for a target whose full answer needs two facts (A and B)."""
+    text = req.prompt_text
+    last = req.last_user_text
+    if "Judge how correct the RESPONSE is" in last:
+        response = re.search(r"RESPONSE:\n(.*?)\n\n", last, re.S).group(1)
+        has_a, has_b = bool(re.search(r"\bA\b", response)), bool(re.search(r"\bB\b", response))
+        if has_a and has_b:
+            return "Feedback: complete [RESULT] 5"
+        return "Feedback: half of it [RESULT] 3" if (has_a or has_b) else "Feedback: wrong [RESULT] 1"
+    history_answers = re.findall(r"^A\d+: (.*)$", last, re.M)
+    joined = " ".join(history_answers)
+    if "next_question" in text:
+        return {"explanation": "half missing", "need_more": True, "next_question": "And what is the second half?"}
+    return {"explanation": "from the replies", "answer": joined or "unknown"}
+
+
+def make_system(history_aware: bool):
+    calls = []
+
+    def system(query: str, history: list[dict[str, str]]) -> str:
+        calls.append((query, len(history)))
+        if "second half" in query:
+            return FACTS["part two"] if history_aware and history else "I am not sure."
+        return "A " + FACTS["part one"]
+
+    system.calls = calls  # type: ignore[attr-defined]
+    return system
+
+
+@pytest.fixture
+def judge_uri(fake_llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-multiturn-test")
+    fake_llm.set_handler(router)
+    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+
+
+def df(n=2):
+    return pd.DataFrame({"question": ["What are the two halves?"] * n, "reference": ["A and B."] * n,
+                         "group": ["p1", "p2"][:n]})
+
+
+def test_multiturn_logged_through_mlflow(fake_llm, judge_uri, tmp_tracking):
+    system = make_system(history_aware=True)
+    with mlflow.start_run() as run:
+        mlflow.models.evaluate(data=df(), model_type="rag", evaluators="ragjudge",
+                               evaluator_config={"judge": judge_uri, "metrics": ["multiturn"], "cache": False,
+                                                 "multiturn_system": system, "multiturn_turns": 5})
+    m = MlflowClient().get_run(run.info.run_id).data.metrics
+    for name in ("wscore", "lscore", "mscore"):
+        assert f"{name}/mean" in m and f"{name}/mean/p1" in m and m[f"{name}/error_rate"] == 0
+    assert m["mscore/mean"] == 5
+    # the system saw the history on its second turn
+    assert any(n_hist > 0 for _, n_hist in system.calls)
+    local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
+                                                artifact_path="ragjudge/multiturn_conversations.jsonl")
+    convs = [json.loads(line) for line in open(local)]
+    assert len(convs) == 2 and convs[0]["sigma"][-1] == 5 and convs[0]["transcript"]
+    params = MlflowClient().get_run(run.info.run_id).data.params
+    assert json.loads(params["ragjudge.multiturn"])["n_turns"] == 5
+
+
+def test_history_aware_beats_single_turn(fake_llm, judge_uri):
+    aware = evaluate_frame(df(1), judge=judge_uri, metrics=["multiturn"], cache=False,
+                           multiturn_system=make_system(True))
+    single = evaluate_frame(df(1), judge=judge_uri, metrics=["multiturn"], cache=False,
+                            multiturn_system=make_system(False))
+    assert aware.metrics["wscore/mean"] > single.metrics["wscore/mean"]
+    assert aware.metrics["mscore/mean"] == 5 and single.metrics["mscore/mean"] < 5
+
+
+def test_multiturn_needs_a_system_and_a_judge(fake_llm, judge_uri):
+    with pytest.raises(InputError, match="multiturn_system"):
+        evaluate_frame(df(1), judge=judge_uri, metrics=["multiturn"])
+    with pytest.raises(InputError, match="judge"):
+        evaluate_frame(df(1), metrics=["multiturn"], multiturn_system=make_system(True))
+    assert fake_llm.request_count == 0
+
+
+def test_system_that_raises_fails_the_row_not_the_run(fake_llm, judge_uri):
+    def broken(query, history):
+        raise RuntimeError("index down")
+
+    out = evaluate_frame(df(2), judge=judge_uri, metrics=["multiturn"], cache=False, multiturn_system=broken)
+    assert out.metrics["wscore/error_rate"] == 1 and "wscore/mean" not in out.metrics
+    assert out.results["wscore"][0].reason == "system_error"
+
+
+def test_multiturn_dry_run(fake_llm, judge_uri):
+    out = evaluate_frame(df(2), judge=judge_uri, metrics=["multiturn"], multiturn_system=make_system(True),
+                         dry_run=True)
+    assert fake_llm.request_count == 0
+    assert out.table.set_index("metric").loc["multiturn", "calls"] == 2 * 13  # worst case 3n - 2, n = 5
