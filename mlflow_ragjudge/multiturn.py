@@ -82,7 +82,7 @@ MULTITURN_METRICS = ("wscore", "lscore", "mscore")
 #: the steps a transcript is made of
 STEPS = ("ask", "compose", "judge", "decide", "rewrite", "judge_final")
 #: why a conversation ended (``MultiTurnResult.stop``)
-STOP_REASONS = ("score_5", "no_more_questions", "repeated_question", "turn_limit")
+STOP_REASONS = ("score_5", "no_more_questions", "repeated_question", "turn_limit", "end_of_session")
 #: how the T7 score enters sigma
 FINAL_SCORE_MODES = ("append", "replace")
 #: failure reason of an item whose system under test raised
@@ -430,6 +430,52 @@ class MultiTurnRunner:
             res.stop = None
             res.final_answer = None
         assert len(res.sigma) <= self.n_turns  # the loop's invariant: wscore is defined
+        return res
+
+    def replay(
+        self,
+        history: Sequence[dict[str, str]],
+        question: str,
+        reference: str,
+        judge_contexts: Sequence[str] | None = None,
+    ) -> MultiTurnResult:
+        """Score a *recorded* conversation (no question generator, no system calls).
+
+        After each recorded exchange i (at most ``n_turns``), the composer (T2) builds a tentative answer to
+        ``question`` from exchanges 1..i and the judge (T3) scores it; sigma stops at the first 5. This is the
+        passive counterpart of :meth:`run` for conversations that already happened (MLflow sessions): the
+        scores say how fast the recorded exchanges yielded the gold answer, with the same wscore / lscore /
+        mscore. ``question`` is the target question (usually the first recorded one).
+
+        Raises:
+            ValueError: an empty history, a blank question or reference (before any call).
+        """
+        if not history:
+            raise ValueError("history must hold at least one {'question', 'answer'} exchange")
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question (the target question) must be a non-empty string")
+        if not isinstance(reference, str) or not reference.strip():
+            raise ValueError("reference (the gold answer) must be a non-empty string")
+        contexts = [str(c) for c in (judge_contexts or []) if c is not None and str(c).strip()]
+        res = MultiTurnResult(question=question, reference=reference, n_turns=self.n_turns,
+                              final_score_mode="replay")
+        try:
+            for turn, exchange in enumerate(list(history)[: self.n_turns], 1):
+                res.history.append({"question": str(exchange.get("question") or ""),
+                                    "answer": str(exchange.get("answer") or "")})
+                tentative = self._compose(res, turn)
+                score, _ = self._judge(res, turn, "judge", tentative, contexts)
+                res.sigma.append(score)
+                res.final_answer = tentative
+                if score == 5:
+                    res.stop = "score_5"
+                    break
+            else:
+                res.stop = "turn_limit" if len(history) >= self.n_turns else "end_of_session"
+        except _Failed as f:
+            res.status, res.reason, res.error, res.failed_step = Status.FAILED, f.reason, f.error, f.step
+            res.stop = None
+            res.final_answer = None
         return res
 
     def _converse(self, res: MultiTurnResult, system: RagSystem, contexts: list[str]) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "Correctness",
     "Faithfulness",
     "LexicalOverlap",
+    "MultiTurnSession",
     "RetrievalMetrics",
     "to_feedback",
 ]
@@ -399,3 +400,92 @@ class ContextRelevance(_JudgedScorer):
     """Share of context sentences needed to answer (the original RAGAS definition)."""
 
     metric: ClassVar[str] = "context_relevance"
+
+
+def _text_of(value: Any) -> str | None:
+    """A question or answer out of a trace's request/response (str, JSON text, or a dict)."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        value = parsed
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return _question(value) or _answer(value)
+    return None
+
+
+class MultiTurnSession(Scorer):
+    """The multi-turn scores for a recorded conversation, as an ``mlflow.genai`` session-level scorer.
+
+    For a session (the traces sharing ``mlflow.trace.session`` metadata, oldest first) it replays the
+    exchanges through the composer and the six-level judge (see ``MultiTurnRunner.replay``): sigma holds
+    one score per exchange until the first 5, and the scorer returns ``wscore``, ``lscore`` and ``mscore``
+    Feedbacks. The target question is the session's first question; the gold answer comes from
+    ``expectations["expected_response"]`` (or the first trace's expectation assessments).
+    """
+
+    name: str = "multiturn"
+    _runner: Any = PrivateAttr()
+    _retriever: Callable[[str], Any] | None = PrivateAttr(default=None)
+
+    def __init__(
+        self,
+        judge: Any,
+        *,
+        n_turns: int = 5,
+        language: str = "en",
+        retriever: Callable[[str], Any] | None = None,
+        cache: Any = True,
+        max_concurrency: int | None = None,
+        name: str = "multiturn",
+    ) -> None:
+        super().__init__(name=name)
+        from .multiturn import MultiTurnRunner
+
+        self._runner = MultiTurnRunner(
+            JudgeClient(judge, cache=cache, max_concurrency=max_concurrency), n_turns=n_turns, language=language
+        )
+        self._retriever = retriever
+
+    @property
+    def is_session_level_scorer(self) -> bool:
+        return True
+
+    def __call__(
+        self, *, session: list[Any] | None = None, expectations: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Feedback]:
+        src = self._runner.judge.client.backend.uri
+        traces = sorted(session or [], key=lambda t: t.info.timestamp_ms)
+        history = [
+            {"question": _text_of(t.data.request) or "", "answer": _text_of(t.data.response) or ""} for t in traces
+        ]
+        exp = expectations
+        if _reference(exp) is None and traces:  # the gold answer logged as an expectation on the session
+            logged: dict[str, Any] = {}
+            for t in traces:
+                for a in t.search_assessments(type="expectation"):
+                    logged.setdefault(a.name, getattr(a, "value", None))
+            exp = {**logged, **(exp or {})}
+        reference = _reference(exp)
+        names = ("wscore", "lscore", "mscore")
+        if not history or not history[0]["question"] or reference is None:
+            why = (
+                "the session has no traces"
+                if not history
+                else (
+                    "the first trace has no question"
+                    if not history[0]["question"]
+                    else "no gold answer: pass expectations={'expected_response': ...}"
+                )
+            )
+            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
+        question = history[0]["question"]
+        contexts = list((exp or {}).get("reference_contexts") or []) or (
+            [str(p) for p in self._retriever(e3_query(question, reference))] if self._retriever else []
+        )
+        result = self._runner.replay(history, question, reference, contexts)
+        extra = {"sigma": json.dumps(result.sigma), "stop": result.stop, "n_exchanges": len(history)}
+        return [to_feedback(n, r, src, extra) for n, r in result.to_judge_results().items()]

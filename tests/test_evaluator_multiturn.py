@@ -108,3 +108,47 @@ def test_multiturn_dry_run(fake_llm, judge_uri):
                          dry_run=True)
     assert fake_llm.request_count == 0
     assert out.table.set_index("metric").loc["multiturn", "calls"] == 2 * 13  # worst case 3n - 2, n = 5
+
+
+def _record_session(session_id: str, exchanges: list[tuple[str, str]]):
+    @mlflow.trace
+    def chat(question: str) -> str:
+        mlflow.update_current_trace(metadata={"mlflow.trace.session": session_id})
+        return answers[question]
+
+    answers = dict(exchanges)
+    for q, _ in exchanges:
+        chat(q)
+    mlflow.flush_trace_async_logging()
+    return mlflow.search_traces(filter_string=f"metadata.`mlflow.trace.session` = '{session_id}'",
+                                return_type="list")
+
+
+def test_session_level_scorer_replays_a_recorded_conversation(fake_llm, judge_uri, tmp_tracking):
+    from mlflow_ragjudge.scorers import MultiTurnSession
+
+    traces = _record_session("s1", [("What are the two halves?", "The first half is A."),
+                                    ("And the second half?", "The second half is B.")])
+    assert len(traces) == 2
+    scorer = MultiTurnSession(judge_uri, n_turns=5, cache=False)
+    assert scorer.is_session_level_scorer
+    fbs = {f.name: f for f in scorer(session=traces, expectations={"expected_response": "A and B."})}
+    # turn 1 composes "A" only -> 3; turn 2 composes "A ... B" -> 5 and stops: sigma [3, 5]
+    assert json.loads(fbs["wscore"].metadata["sigma"]) == [3, 5]
+    assert fbs["lscore"].value == 2 and fbs["mscore"].value == 5
+    assert fbs["wscore"].value == pytest.approx((5 * 3 + 4 * 5 + 3 * 5 + 2 * 5 + 1 * 5) / 15)
+    missing = scorer(session=traces, expectations={})
+    assert missing[0].error.error_code == "invalid_input"
+
+
+def test_session_scorer_in_genai_evaluate(fake_llm, judge_uri, tmp_tracking):
+    from mlflow_ragjudge.scorers import MultiTurnSession
+
+    traces = _record_session("s2", [("What are the two halves?", "The first half is A. The second half is B.")])
+    mlflow.log_expectation(trace_id=traces[0].info.trace_id, name="expected_response", value="A and B.")
+    traces = mlflow.search_traces(filter_string="metadata.`mlflow.trace.session` = 's2'", return_type="list")
+    result = mlflow.genai.evaluate(data=traces, scorers=[MultiTurnSession(judge_uri, cache=False)])
+    # MLflow 3.17 attaches session-level feedback to the session's first trace (no run-level aggregate)
+    scored = {a.name: a.value for t in mlflow.search_traces(run_id=result.run_id, return_type="list")
+              for a in t.info.assessments if a.name in ("wscore", "lscore", "mscore")}
+    assert scored == {"wscore": 5, "lscore": 1, "mscore": 5}
