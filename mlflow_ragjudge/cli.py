@@ -38,6 +38,22 @@ def read_table(path: str | Path) -> pd.DataFrame:
     raise SystemExit(f"error: {p.name}: unsupported file type {suffix!r}; use .jsonl, .csv or .parquet")
 
 
+def _read_corpus(path: str) -> dict[str, str]:
+    p = Path(path)
+    if not p.is_file():
+        raise SystemExit(f"error: no such file: {p}")
+    if p.suffix.lower() in (".jsonl", ".ndjson"):
+        rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        missing = [i for i, r in enumerate(rows) if "id" not in r or "text" not in r]
+        if missing:
+            raise SystemExit(f"error: {p.name} line {missing[0] + 1} needs 'id' and 'text' fields")
+        return {str(r["id"]): r["text"] for r in rows}
+    data = json.loads(p.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: {p.name} must be a JSON object {{doc_id: text}}")
+    return {str(k): v for k, v in data.items()}
+
+
 def _kv(items: list[str] | None, what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
@@ -75,6 +91,13 @@ def _build_parser() -> argparse.ArgumentParser:
     es.add_argument("--col", action="append", metavar="LOGICAL=COLUMN")
     es.add_argument("--language", default="en")
     es.add_argument("--config")
+    ts = sub.add_parser("testset", help="generate (question, answer, gold document) rows from a corpus")
+    ts.add_argument("corpus", help="a JSON object {doc_id: text}, or JSONL rows with 'id' and 'text'")
+    ts.add_argument("--judge", required=True, help="the model that writes the questions (URI)")
+    ts.add_argument("--out", required=True, help="output .jsonl (the evaluator's columns)")
+    ts.add_argument("--sample", type=int, help="ask only this many documents (the rest stay distractors)")
+    ts.add_argument("--seed", type=int, default=0)
+    ts.add_argument("--language", default="en")
     qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline demo judge")
     qs.add_argument("--experiment", default="ragjudge-quickstart")
     qs.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///ragjudge-quickstart.db)")
@@ -170,6 +193,19 @@ def main(argv: list[str] | None = None) -> int:
             run_id, out = run_evaluation(
                 df, cfg, experiment=args.experiment, run_name=args.run_name, tracking_uri=args.tracking_uri
             )
+        elif args.command == "testset":
+            from .client import JudgeClient
+            from .testset import generate_testset
+
+            corpus = _read_corpus(args.corpus)
+            df, report = generate_testset(corpus, JudgeClient(args.judge), sample=args.sample, seed=args.seed,
+                                          language=args.language)
+            df.to_json(args.out, orient="records", lines=True, force_ascii=False)
+            print(f"{len(report.generated)} questions from {len(corpus)} documents "
+                  f"({len(report.declined)} declined, {len(report.failed)} failed) -> {args.out}")
+            for doc_id, why in report.failed.items():
+                print(f"  failed {doc_id}: {why}")
+            return 0
         elif args.command == "estimate":
             from .evaluation import evaluate_frame
 

@@ -1,0 +1,86 @@
+"""Test-set generation against the fake server."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from fakellm import Reply
+
+from mlflow_ragjudge import JudgeClient, evaluate_frame
+from mlflow_ragjudge.cli import main
+from mlflow_ragjudge.testset import generate_testset
+
+CORPUS = {
+    "d1": "UNION ALL keeps duplicate rows. It is faster than UNION.",
+    "d2": "Table of contents: 1. Intro 2. Setup",
+    "d3": "RUNSTATS updates table statistics for the optimizer.",
+    "d4": "",
+}
+
+
+def handler(req):
+    text = req.last_user_text
+    if "(id d1)" in text:
+        return {"has_question": True, "question": "Which keeps duplicates, UNION or UNION ALL?",
+                "answer": "UNION ALL.", "evidence": "UNION ALL keeps duplicate rows."}
+    if "(id d2)" in text:
+        return {"has_question": False, "question": "", "answer": "", "evidence": ""}
+    if "(id d3)" in text:
+        return Reply.error(400, "content policy")
+    return Reply.error(500, "unexpected")
+
+
+@pytest.fixture
+def client(fake_llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-testset")
+    fake_llm.set_handler(handler)
+    return JudgeClient(f"openai:/writer?base_url={fake_llm.openai_base_url}", cache=False)
+
+
+def test_generate_one_question_per_document_or_none(fake_llm, client):
+    df, report = generate_testset(CORPUS, client)
+    assert report.generated == ["d1"] and sorted(report.declined) == ["d2", "d4"]
+    assert list(report.failed) == ["d3"] and "provider_error" in report.failed["d3"]
+    assert fake_llm.request_count == 3  # the empty document is not sent
+    row = df.iloc[0]
+    assert row["question"].startswith("Which keeps") and row["reference"] == "UNION ALL."
+    assert row["relevant_doc_ids"] == ["d1"] and row["gold_documents"] == [CORPUS["d1"]]
+    assert row["reference_contexts"] == ["UNION ALL keeps duplicate rows."]
+
+
+def test_inconsistent_reply_is_reasked_then_failed(fake_llm, client):
+    fake_llm.set_handler(lambda r: {"has_question": True, "question": "", "answer": "", "evidence": ""})
+    _, report = generate_testset({"d1": "text"}, client)
+    assert "parse_error" in report.failed["d1"] and fake_llm.request_count == 2
+
+
+def test_sample_is_seeded_and_validated(fake_llm, client):
+    a, _ = generate_testset(CORPUS, client, sample=2, seed=3)
+    n = fake_llm.request_count
+    b, _ = generate_testset(CORPUS, client, sample=2, seed=3)
+    assert fake_llm.request_count - n == n  # the same documents asked again
+    with pytest.raises(ValueError, match="sample=9"):
+        generate_testset(CORPUS, client, sample=9)
+    with pytest.raises(ValueError, match="must be text"):
+        generate_testset({"d1": 3}, client)  # type: ignore[dict-item]
+
+
+def test_generated_set_feeds_the_evaluator(fake_llm, client):
+    df, _ = generate_testset(CORPUS, client)
+    df = df.assign(retrieved_doc_ids=[["d2", "d1"]])
+    out = evaluate_frame(df, metrics=["retrieval"], k=[1, 2])
+    assert out.metrics["recall_at_2/mean"] == 1 and out.metrics["mrr/mean"] == 0.5
+
+
+def test_cli_testset(fake_llm, client, tmp_path, capsys):
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps(CORPUS), encoding="utf-8")
+    out = tmp_path / "ts.jsonl"
+    uri = f"openai:/writer?base_url={fake_llm.openai_base_url}"
+    assert main(["testset", str(corpus), "--judge", uri, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 questions from 4 documents (2 declined, 1 failed)" in printed
+    rows = pd.read_json(out, lines=True)
+    assert rows["source_doc_id"].tolist() == ["d1"]
