@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +25,7 @@ from .client import JudgeClient
 from .config import BUILT_METRICS, LOGICAL_COLUMNS, RagJudgeConfig
 from .judged import JUDGED_METRICS, EmbeddingsUnavailable, JudgeContext, JudgedMetric, resolve_embedder
 from .multiturn import MultiTurnRunner
-from .types import JudgeResult, Status, aggregate
+from .types import JudgeResult, Status, aggregate, metric_name_safe
 
 __all__ = ["evaluate_frame", "EvalOutput", "InputError", "metric_name_safe"]
 
@@ -61,14 +60,6 @@ class EvalOutput:
     skipped: dict[str, str] = field(default_factory=dict)
     #: extra JSONL artifacts: file name -> records (the multi-turn conversations)
     artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-
-_METRIC_NAME_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
-
-
-def metric_name_safe(text: str) -> str:
-    """MLflow metric names allow alphanumerics, ``_ - . / `` and space only."""
-    return _METRIC_NAME_BAD.sub("_", str(text)).strip() or "_"
 
 
 # --------------------------------------------------------------------------- input

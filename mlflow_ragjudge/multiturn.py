@@ -59,7 +59,7 @@ from .judges.correctness import CorrectnessJudge
 from .judges.statements import add_estimates, approx_tokens, estimate_messages, prompt_version
 from .parsing import ParseError, extract_json_object, validate_schema
 from .prompts import Prompt, load_prompt
-from .types import FailureReason, JudgeResult, Status, aggregate
+from .types import FailureReason, JudgeResult, Status, aggregate, metric_name_safe
 
 __all__ = [
     "FINAL_SCORE_MODES",
@@ -285,13 +285,6 @@ def _norm_question(text: str) -> str:
     return _PUNCT.sub(" ", text.casefold()).strip()
 
 
-_METRIC_NAME_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
-
-
-def _metric_name_safe(text: str) -> str:
-    # the evaluator's rule for group names in metric keys (evaluation.metric_name_safe), kept here so
-    # this module does not import the pandas-based evaluation layer
-    return _METRIC_NAME_BAD.sub("_", str(text)).strip() or "_"
 
 
 class _Failed(Exception):
@@ -738,7 +731,7 @@ def summarize(results: Sequence[MultiTurnResult], groups: Sequence[str | None] |
     if groups is not None:
         for g in sorted({str(g) for g in groups if g is not None}):
             idx = [i for i, lab in enumerate(groups) if lab is not None and str(lab) == g]
-            gname = _metric_name_safe(g)
+            gname = metric_name_safe(g)
             for name in MULTITURN_METRICS:
                 agg = aggregate([per_item[i][name] for i in idx])
                 if agg.mean is not None:

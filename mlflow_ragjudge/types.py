@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "metric_name_safe",
     "Status",
     "FailureReason",
     "JudgeResult",
@@ -187,3 +189,11 @@ def aggregate(
             dist["abstained"] += 1
     mean = total / n_scored if n_scored else None
     return Aggregate(mean, n, n_scored, n_abst, n_fail, dict(dist))
+
+
+_METRIC_NAME_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
+
+
+def metric_name_safe(text: str) -> str:
+    """MLflow metric names allow alphanumerics, ``_ - . /`` and space only; anything else becomes ``_``."""
+    return _METRIC_NAME_BAD.sub("_", str(text)).strip() or "_"
