@@ -201,3 +201,32 @@ def test_family_as_genai_scorers(fake_llm, judge_uri, tmp_tracking):
     refusal = Faithfulness(judge_uri, cache=False)(inputs="q", outputs={"answer": "I don't know.",
                                                                          "contexts": ["c."]})
     assert refusal.value is None and refusal.metadata["status"] == "abstained"
+
+
+def test_malformed_and_mismatched_verdicts_fail_rows_not_the_run(fake_llm, judge_uri, df, tmp_path, capsys,
+                                                                  tmp_tracking):
+    def broken(req):
+        text = req.prompt_text
+        if "Decide for each numbered CLAIM" in text:
+            if "could not be read" in req.last_user_text:  # the re-ask gets a list one verdict short
+                return {"verdicts": [{"claim": 1, "reason": "ok", "verdict": "supported"}]}
+            return '{"verdicts": [{"claim": 1, "reason": "cut off'  # truncated JSON
+        return router(req)
+
+    fake_llm.set_handler(broken)
+    path = tmp_path / "d.jsonl"
+    df.to_json(path, orient="records", lines=True)
+    uri = judge_uri
+    assert main(["evaluate", str(path), "--judge", uri, "--metrics", "faithfulness", "--no-cache"]) == 0
+    assert "faithfulness/error_rate" in capsys.readouterr().out
+    run = MlflowClient().search_runs([mlflow.get_experiment_by_name("Default").experiment_id])[0]
+    assert run.data.metrics["faithfulness/error_rate"] == 0.5  # row 0 failed; row 1 (refusal) abstained
+    local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
+                                                artifact_path="ragjudge/eval_results_table.json")
+    table = json.load(open(local))
+    row0 = dict(zip(table["columns"], table["data"][0]))
+    assert row0["faithfulness/status"].startswith("failed:") and row0["faithfulness/score"] is None
+    transcripts = mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
+                                                      artifact_path="ragjudge/judge_transcripts.jsonl")
+    raws = [json.loads(line)["raw_reply"] for line in open(transcripts)]
+    assert any(r and r.startswith('{"verdicts": [{"claim": 1, "reason": "cut off') for r in raws)
