@@ -399,3 +399,27 @@ def test_progress_bar_on_request(fake_llm, judge_uri, capsys):
     assert "correctness" in err and "3/3" in err
     evaluate_frame(df, judge=judge_uri, metrics=["correctness"], cache=False, progress=False)
     assert "correctness" not in capsys.readouterr().err
+
+
+def test_deprecated_mlflow_evaluate_entry_point_works_too(fake_llm, judge_uri, tmp_tracking):
+    fake_llm.set_handler(lambda r: "Feedback: ok [RESULT] 5")
+    df = pd.DataFrame({"question": ["q"], "answer": ["a"], "reference": ["r"]})
+    with mlflow.start_run() as run:
+        result = mlflow.evaluate(data=df, predictions="answer", targets="reference", model_type="rag",
+                                 evaluators="ragjudge",
+                                 evaluator_config={"judge": judge_uri, "metrics": ["correctness"], "cache": False})
+    assert result.metrics["correctness/mean"] == 5
+    assert MlflowClient().get_run(run.info.run_id).data.metrics["correctness/mean"] == 5
+
+
+def test_other_model_types_never_run_ragjudge(fake_llm, judge_uri, tmp_tracking):
+    df = pd.DataFrame({"question": ["q"], "answer": ["a"], "reference": ["r"]})
+    with mlflow.start_run() as run:
+        # even when named, ragjudge declines another model type, so MLflow finds no evaluator at all
+        with pytest.raises(mlflow.exceptions.MlflowException, match="could not be evaluated"):
+            mlflow.models.evaluate(data=df, predictions="answer", targets="reference",
+                                   model_type="question-answering", evaluators=["ragjudge"],
+                                   evaluator_config={"ragjudge": {"judge": judge_uri}})
+    metrics = MlflowClient().get_run(run.info.run_id).data.metrics
+    assert not any(k.startswith(("correctness/", "ragjudge")) for k in metrics)
+    assert fake_llm.request_count == 0
