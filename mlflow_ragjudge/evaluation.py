@@ -840,12 +840,34 @@ def evaluate_frame(
         params["ragjudge.multiturn"] = json.dumps(record["multiturn"], sort_keys=True)
     artifacts = {name: data for run in runs.values() for name, data in run.artifacts.items()}
     transcripts = [
-        {"metric": name, "row": i, **call}
+        {"metric": "multiturn" if name == "wscore" else name, "row": i, **call}  # multi-turn calls ride on wscore
         for name, results in all_results.items()
         for i, res in enumerate(results)
         for call in res.calls
     ]
+    per_metric = _usage_by_metric(transcripts, len(rows))
+    for name, u in per_metric.items():
+        for k, v in u.items():
+            metrics_out[f"judge/{name}/{k}"] = v
+    record["usage_by_metric"] = per_metric
     return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped, artifacts)
+
+
+def _usage_by_metric(transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict[str, dict[str, float]]:
+    """Requests sent, cache hits and tokens per metric, and requests per row: what each metric costs."""
+    out: dict[str, dict[str, float]] = {}
+    for rec in transcripts:
+        u = out.setdefault(rec["metric"], {"requests": 0.0, "cache_hits": 0.0, "input_tokens": 0.0,
+                                           "output_tokens": 0.0})
+        if rec.get("cache_hit"):
+            u["cache_hits"] += 1
+        else:
+            u["requests"] += float(rec.get("attempts") or 0)
+        u["input_tokens"] += float(rec.get("input_tokens") or 0)
+        u["output_tokens"] += float(rec.get("output_tokens") or 0)
+    for u in out.values():
+        u["requests_per_row"] = u["requests"] / max(1, n_rows)
+    return out
 
 
 def available_metrics() -> tuple[str, ...]:

@@ -230,3 +230,16 @@ def test_malformed_and_mismatched_verdicts_fail_rows_not_the_run(fake_llm, judge
                                                       artifact_path="ragjudge/judge_transcripts.jsonl")
     raws = [json.loads(line)["raw_reply"] for line in open(transcripts)]
     assert any(r and r.startswith('{"verdicts": [{"claim": 1, "reason": "cut off') for r in raws)
+
+
+def test_usage_per_metric_is_logged(fake_llm, judge_uri, df):
+    out = evaluate_frame(df.iloc[:1], judge=judge_uri, metrics=["faithfulness", "context_precision"], cache=False)
+    assert out.metrics["judge/faithfulness/requests"] == 2 and out.metrics["judge/context_precision/requests"] == 1
+    assert out.metrics["judge/faithfulness/requests_per_row"] == 2
+    assert out.metrics["judge/faithfulness/input_tokens"] > 0
+    assert out.config["usage_by_metric"]["context_precision"]["cache_hits"] == 0
+    again = evaluate_frame(df.iloc[:1], judge=judge_uri, metrics=["context_precision"])  # cache on: miss
+    assert again.metrics["judge/context_precision/requests"] == 1
+    third = evaluate_frame(df.iloc[:1], judge=judge_uri, metrics=["context_precision"])  # now a hit
+    assert third.metrics["judge/context_precision/requests"] == 0
+    assert third.metrics["judge/context_precision/cache_hits"] == 1
