@@ -1,4 +1,5 @@
-"""Text analysis shared by the experiments: one token rule, one term rule, sentence splitting.
+"""Text analysis shared by the experiments: one token rule and one term rule (sentences: the package's
+``mlflow_ragjudge.text.split_sentences``).
 
 Token rule (used for chunk sizes and the input contract's 2048-token limit): a *token* is a run of
 non-space characters that contains no CJK character, or one CJK character (kana, kanji). For English
@@ -20,7 +21,6 @@ __all__ = [
     "STOPWORDS",
     "approx_tokens",
     "content_terms",
-    "split_sentences",
     "token_spans",
 ]
 
@@ -29,7 +29,6 @@ _TOKEN = re.compile(rf"[{CJK_CHARS}]|[^\s{CJK_CHARS}]+")
 _LATIN = re.compile(r"[a-z0-9]+(?:['.][a-z0-9]+)*")
 _CJK_RUN = re.compile(rf"[{CJK_CHARS}]+")
 _HIRAGANA_ONLY = re.compile(r"^[\u3040-\u309f]+$")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 
 STOPWORDS = frozenset(
     """a an and are as at be been but by can could did do does for from had has have how i if in into is it
@@ -67,8 +66,3 @@ def content_terms(text: str) -> list[str]:
         grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
         out.extend(g for g in grams if not _HIRAGANA_ONLY.match(g))
     return out
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split on ``. ! ?`` followed by a space and after ``。！？``; empty pieces dropped."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]

@@ -36,9 +36,10 @@ from experiments.contract import (
     validate_input,
 )
 from experiments.rag_prompts import STYLES, prompt_version, render
-from experiments.text_utils import content_terms, split_sentences, token_spans
+from experiments.text_utils import content_terms, token_spans
 from mlflow_ragjudge import JudgeClient
 from mlflow_ragjudge.backends import Backend, ChatRequest, JsonSchema
+from mlflow_ragjudge.text import split_sentences
 
 __all__ = [
     "BM25Index",
