@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "metric_name_safe",
+    "ParseError",
     "Status",
     "FailureReason",
     "JudgeResult",
@@ -52,7 +53,22 @@ class FailureReason(str, enum.Enum):
     REFUSED = "refused"
     INVALID_INPUT = "invalid_input"
     INCONSISTENT = "inconsistent"  # e.g. a verdict list whose length does not match the claims
+    AMBIGUOUS = "ambiguous"  # the reply carries two different final verdicts
     INTERNAL_ERROR = "internal_error"
+
+
+class ParseError(ValueError):
+    """A reply that does not have the form the prompt asked for.
+
+    ``reason`` says how: ``parse_error`` (unreadable: no verdict, bad JSON, a value the prompt
+    did not offer), ``inconsistent`` (well formed, but its items do not match what was asked:
+    a verdict list that misses or repeats numbers) or ``ambiguous`` (two different final
+    verdicts in one reply). The client re-asks once, then fails the call with this reason.
+    """
+
+    def __init__(self, message: str, reason: FailureReason | str = FailureReason.PARSE_ERROR) -> None:
+        super().__init__(message)
+        self.reason = FailureReason(reason)
 
 
 @dataclass
