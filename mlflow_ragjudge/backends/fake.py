@@ -117,15 +117,16 @@ class DemoBackend(FakeBackend):
 _UNSURE = re.compile(r"\b(i (do not|don't) know|not sure|cannot (find|answer)|no information)\b", re.I)
 
 
-def _section(text: str, name: str) -> str:
-    m = re.search(rf"{name}:\n(.*?)\n\n", text, re.S)
-    return m.group(1) if m else ""
+def _fenced(text: str, name: str) -> str:
+    """The value of one fenced slot of a rendered prompt (see mlflow_ragjudge.prompts), whole."""
+    m = re.search(rf'<(data-[0-9a-f]+) name="{name}">\n(.*?)\n</\1>', text, re.S)
+    return m.group(2) if m else ""
 
 
 def _overlap_verdict(request: ChatRequest) -> str:
     prompt = request.messages[-1]["content"]
-    response = _section(prompt, "RESPONSE") or _section(prompt + "\n\n", "RESPONSE")
-    reference = _section(prompt, "REFERENCE ANSWER")
+    response = _fenced(prompt, "response")
+    reference = _fenced(prompt, "reference")
     if _UNSURE.search(response):
         return "Feedback: The response says it does not know. [RESULT] 0"
     ref_words = set(re.findall(r"\w+", reference.lower()))
