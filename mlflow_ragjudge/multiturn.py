@@ -57,7 +57,7 @@ from .backends import ChatRequest, ChatResponse, JsonSchema
 from .client import CallResult, JudgeClient
 from .judges.correctness import CorrectnessJudge
 from .judges.statements import add_estimates, approx_tokens, estimate_messages, prompt_version
-from .parsing import ParseError, extract_json_object, validate_schema
+from .parsing import ParseError, reply_object, validate_schema
 from .prompts import Prompt, load_prompt
 from .types import FailureReason, JudgeResult, Status, aggregate, metric_name_safe
 
@@ -562,7 +562,7 @@ class MultiTurnRunner:
         schema = prompt.schema or {}
 
         def parse(response: ChatResponse) -> dict[str, Any]:
-            obj = response.data if response.data is not None else extract_json_object(response.text)
+            obj = reply_object(response, schema)
             validate_schema(obj, schema)
             return {"explanation": obj["explanation"].strip(), "answer": obj["answer"].strip()}
 
@@ -608,12 +608,14 @@ class MultiTurnRunner:
         schema = self.decide_prompt.schema or {}
 
         def parse(response: ChatResponse) -> dict[str, Any]:
-            obj = response.data if response.data is not None else extract_json_object(response.text)
+            obj = reply_object(response, schema)
             validate_schema(obj, schema)
             need, nq = bool(obj["need_more"]), str(obj["next_question"]).strip()
             if need and not nq:
-                raise ParseError("need_more is true but next_question is empty: write the question to ask, "
-                                 "or set need_more to false")
+                # "more is needed" but no question to ask: there is nothing to put to the system, so the
+                # questioning ends (T6/T7) -- recorded in the transcript, not a failure (docs/multiturn.md)
+                return {"explanation": str(obj["explanation"]).strip(), "need_more": False, "next_question": "",
+                        "note": "need_more was true but next_question was empty; questioning ends"}
             if need and check_repeat and _norm_question(nq) in asked:
                 k = asked.index(_norm_question(nq)) + 1
                 raise ParseError(f"next_question repeats question Q{k} ({nq!r}): ask something different, "

@@ -26,7 +26,7 @@ import pandas as pd
 
 from .backends import ChatRequest, ChatResponse, JsonSchema
 from .client import JudgeClient
-from .parsing import ParseError, parse_json_reply
+from .parsing import parse_json_reply
 from .prompts import load_prompt
 
 __all__ = ["generate_testset", "TestsetReport"]
@@ -47,7 +47,9 @@ def _parser(schema: dict[str, Any]) -> Any:
     def parse(response: ChatResponse) -> dict[str, Any]:
         obj = parse_json_reply(response, schema)
         if obj["has_question"] and not (obj["question"].strip() and obj["answer"].strip()):
-            raise ParseError("has_question is true but the question or the answer is empty")
+            # "a question can be made" but none was written: nothing usable, so the document counts as
+            # declined (never a made-up item), and the note says why
+            return {**obj, "has_question": False, "note": "has_question was true but the question or answer was empty"}
         return obj
 
     return parse

@@ -92,7 +92,7 @@ def test_context_precision_one_request_for_five_chunks(fake_llm, client):
     assert [c["relevant"] for c in result.details["chunks"]] == [True, False, True, False, False]
     assert [c["rank"] for c in result.details["chunks"]] == [1, 2, 3, 4, 5]
     assert result.details["n_relevant"] == 2 and "rank(s) [1, 3]" in result.rationale
-    assert judge.prompt_versions == {"context_precision": "context_precision-v1-en"}
+    assert judge.prompt_versions == {"context_precision": "context_precision-v2-en"}
     assert judge.estimate(QUESTION, REFERENCE, CHUNKS)["calls"] == 1
 
 
@@ -112,14 +112,31 @@ def test_context_precision_none_relevant_scores_zero(fake_llm, client):
     assert "None of the 5 chunks" in result.rationale
 
 
-@pytest.mark.parametrize("flags", [(True, False, True), (True,) * 6], ids=["shorter", "longer"])
-def test_context_precision_verdict_count_mismatch_fails_inconsistent(fake_llm, client, flags):
-    fake_llm.set_handler(by_marker({PRECISION_MARK: chunk_verdicts(*flags),
-                                    "could not be read": chunk_verdicts(*flags)}))
+def test_context_precision_short_verdict_list_asks_again_for_the_missing_passages(fake_llm, client):
+    fake_llm.script(chunk_verdicts(True, False, True),
+                    {"verdicts": [{"passage": 5, "reason": "r5", "relevant": True},
+                                  {"passage": 4, "reason": "r4", "relevant": False}]})
+    result = ContextPrecisionJudge(client).judge(QUESTION, REFERENCE, CHUNKS)
+    assert result.status is Status.SCORED
+    assert [c["relevant"] for c in result.details["chunks"]] == [True, False, True, False, True]
+    assert result.value == pytest.approx((1 + 2 / 3 + 3 / 5) / 3)
+    again = chat_requests(fake_llm)[1].last_user_text
+    assert "[4] " in again and "[5] " in again and "[1] " not in again
+
+
+def test_context_precision_still_short_after_asking_again_fails_inconsistent(fake_llm, client):
+    fake_llm.set_handler(lambda req: chunk_verdicts(True, False, True))  # never a verdict for passages 4 and 5
     result = ContextPrecisionJudge(client).judge(QUESTION, REFERENCE, CHUNKS)
     assert result.status is Status.FAILED and result.reason == "inconsistent"
-    assert f"{len(flags)} entries for 5 passages" in result.rationale
+    assert "passage number(s) [4, 5]" in result.rationale
     assert result.raw is not None and '"verdicts"' in result.raw
+
+
+def test_context_precision_extra_verdicts_are_set_aside(fake_llm, client):
+    fake_llm.set_handler(lambda req: chunk_verdicts(*(True,) * 6))
+    result = ContextPrecisionJudge(client).judge(QUESTION, REFERENCE, CHUNKS)
+    assert result.status is Status.SCORED and result.value == 1.0
+    assert result.details["reply_problems"] == [{"reply": 1, "not_asked": [6]}]
 
 
 def test_context_precision_keeps_ranks_of_empty_chunks(fake_llm, client):
@@ -167,7 +184,7 @@ def test_context_recall_reuses_the_reference_statements(fake_llm, client):
     assert [c["purpose"] for c in second.calls] == ["context_recall"]
     assert second.details["statements_memo_hit"] is True
     assert first.details["statements"][2] == {"statement": REF_STATEMENTS[2], "attributed": False, "reason": "r3"}
-    assert "STATEMENTS (3):\n[1] UNION ALL combines two result sets." in prompts[1]
+    assert "STATEMENTS (3):" in prompts[1] and "[1] UNION ALL combines two result sets." in prompts[1]
     assert judge.estimate(QUESTION, REFERENCE, CHUNKS)["calls"] == 1  # the extraction is memoised
 
 
@@ -233,14 +250,15 @@ def test_context_recall_inconsistent_attribution(fake_llm, client):
         "could not be read": recall_verdicts(True, True),
     }))
     result = ContextRecallJudge(client).judge(QUESTION, REFERENCE, CHUNKS)
-    assert result.reason == "inconsistent" and "2 entries for 3 statements" in result.rationale
+    assert result.reason == "inconsistent" and "statement number(s) [3]" in result.rationale
+    assert [s["attributed"] for s in result.details["statements"]] == [True, True, None]
 
 
 # --------------------------------------------------------------------------- context relevance
 
 
 def test_context_relevance_english(fake_llm, client):
-    fake_llm.set_handler(by_marker({RELEVANCE_MARK: {"sentences": [1, 3], "insufficient_information": False}}))
+    fake_llm.set_handler(by_marker({RELEVANCE_MARK: {"sentences": [1, 3]}}))
     contexts = ["UNION ALL keeps duplicates. It was added in 1992.", "UNION ALL is fast. Dr. Smith said so."]
     judge = ContextRelevanceJudge(client)
     result = judge.judge(QUESTION, contexts)
@@ -264,7 +282,7 @@ def test_context_relevance_splits_japanese_sentences(fake_llm, client):
         "観光客も多いですか？",
         "はい。",
     ]
-    fake_llm.set_handler(lambda req: {"sentences": [2], "insufficient_information": False})
+    fake_llm.set_handler(lambda req: {"sentences": [2]})
     result = ContextRelevanceJudge(client, language="ja").judge("東京タワーの高さは？", contexts)
     assert result.value == pytest.approx(1 / 5)
     prompt = chat_requests(fake_llm)[0].last_user_text
@@ -272,29 +290,30 @@ def test_context_relevance_splits_japanese_sentences(fake_llm, client):
 
 
 def test_context_relevance_insufficient_information_scores_zero(fake_llm, client):
-    fake_llm.set_handler(by_marker({RELEVANCE_MARK: {"sentences": [], "insufficient_information": True}}))
+    fake_llm.set_handler(by_marker({RELEVANCE_MARK: {"sentences": []}}))
     result = ContextRelevanceJudge(client).judge(QUESTION, CHUNKS[1:2])
     assert result.status is Status.SCORED and result.value == 0.0
     assert result.details["insufficient_information"] is True
 
 
-@pytest.mark.parametrize(
-    "reply, problem",
-    [
-        ({"sentences": [1, 9], "insufficient_information": False}, "[9] do not exist"),
-        ({"sentences": [1], "insufficient_information": True}, "insufficient_information is true"),
-    ],
-    ids=["out_of_range", "contradictory"],
-)
-def test_context_relevance_inconsistent_selection(fake_llm, client, reply, problem):
-    fake_llm.set_handler(lambda req: reply)
+def test_context_relevance_inconsistent_selection(fake_llm, client):
+    fake_llm.set_handler(lambda req: {"sentences": [1, 9]})
     result = ContextRelevanceJudge(client).judge(QUESTION, CHUNKS[:2])
-    assert result.status is Status.FAILED and result.reason == "inconsistent" and problem in result.rationale
+    assert result.status is Status.FAILED and result.reason == "inconsistent" and "[9] do not exist" in result.rationale
     assert len(chat_requests(fake_llm)) == 2  # re-asked once
 
 
+def test_context_relevance_schema_allows_only_existing_sentences(fake_llm, client):
+    fake_llm.set_handler(lambda req: {"sentences": []})
+    ContextRelevanceJudge(client).judge(QUESTION, ["One. Two.", "Three."])
+    schema = chat_requests(fake_llm)[0].json_schema
+    assert schema["properties"]["sentences"]["items"] == {"type": "integer", "enum": [1, 2, 3]}
+    assert schema["properties"]["sentences"]["maxItems"] == 3
+    assert set(schema["properties"]) == {"sentences"}  # no second flag that could contradict the list
+
+
 def test_context_relevance_repeated_numbers_count_once(fake_llm, client):
-    fake_llm.set_handler(lambda req: {"sentences": [1, 1, 2], "insufficient_information": False})
+    fake_llm.set_handler(lambda req: {"sentences": [1, 1, 2]})
     result = ContextRelevanceJudge(client).judge(QUESTION, ["One. Two. Three. Four."])
     assert result.value == pytest.approx(2 / 4) and result.details["n_repeated_numbers"] == 1
 
@@ -325,7 +344,7 @@ def test_answer_relevancy_with_the_servers_embeddings(fake_llm, client):
     assert len(chat_requests(fake_llm)) == 1  # ragas asks three times
     embeds = fake_llm.requests_for("openai_embeddings")
     assert len(embeds) == 1 and embeds[0].inputs == [QUESTION, *generated]
-    assert judge.prompt_versions == {"answer_relevancy": "answer_relevancy-v1-en"}
+    assert judge.prompt_versions == {"answer_relevancy": "answer_relevancy-v2-en"}
     assert judge.estimate(QUESTION, "x")["calls"] == 1
 
 
@@ -343,12 +362,21 @@ def test_answer_relevancy_empty_response_scores_zero_without_a_request(fake_llm,
     assert fake_llm.request_count == 0
 
 
-def test_answer_relevancy_wrong_number_of_questions_is_reasked(fake_llm, client):
+def test_answer_relevancy_fewer_questions_are_used_as_they_are(fake_llm, client):
     fake_llm.script({"questions": ["Only one?"], "noncommittal": False})
-    fake_llm.set_handler(by_marker({"could not be read": {"questions": ["A?", "B?", "C?"], "noncommittal": False}}))
     result = AnswerRelevancyJudge(client, embed=client.embed).judge(QUESTION, "UNION ALL keeps duplicates.")
-    assert result.status is Status.SCORED
-    assert "expected exactly 3 questions, got 1" in chat_requests(fake_llm)[1].last_user_text
+    assert result.status is Status.SCORED and result.details["n_generated"] == 1
+    assert len(result.details["generated_questions"]) == 1
+    assert len(chat_requests(fake_llm)) == 1  # no re-ask
+    schema = chat_requests(fake_llm)[0].json_schema["properties"]["questions"]
+    assert schema["minItems"] == schema["maxItems"] == 3  # the schema asked for exactly 3
+
+
+def test_answer_relevancy_no_question_is_reasked(fake_llm, client):
+    fake_llm.script({"questions": [" "], "noncommittal": False}, {"questions": ["A?", "B?", "C?"], "noncommittal": False})
+    result = AnswerRelevancyJudge(client, embed=client.embed).judge(QUESTION, "UNION ALL keeps duplicates.")
+    assert result.status is Status.SCORED and result.details["n_generated"] == 3
+    assert "no question was generated" in chat_requests(fake_llm)[1].last_user_text
 
 
 def test_answer_relevancy_embedding_failure_fails_the_row(fake_llm, client):
@@ -383,4 +411,4 @@ def test_answer_relevancy_japanese_prompt(fake_llm, client):
     result = judge.judge("東京タワーの高さは?", "東京タワーの高さは333メートルです。")
     assert result.status is Status.SCORED
     assert "異なる質問を 2 個" in chat_requests(fake_llm)[0].last_user_text
-    assert judge.prompt_versions == {"answer_relevancy": "answer_relevancy-v1-ja"}
+    assert judge.prompt_versions == {"answer_relevancy": "answer_relevancy-v2-ja"}

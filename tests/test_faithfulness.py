@@ -87,14 +87,14 @@ def test_claims_and_verdicts_through_openai(fake_llm, openai_client):
     # two requests, and the transcript records both
     assert len(chat_requests(fake_llm)) == 2
     assert [c["purpose"] for c in result.calls] == ["statements", "faithfulness"]
-    assert [c["prompt_version"] for c in result.calls] == ["statements-v1-en", "faithfulness-v1-en"]
-    assert judge.prompt_versions == {"statements": "statements-v1-en", "faithfulness": "faithfulness-v1-en"}
+    assert [c["prompt_version"] for c in result.calls] == ["statements-v2-en", "faithfulness-v2-en"]
+    assert judge.prompt_versions == {"statements": "statements-v2-en", "faithfulness": "faithfulness-v2-en"}
     # the extraction prompt carries the question and the response; the verification prompt numbers
     # every passage and every claim
     first, second = (r.last_user_text for r in chat_requests(fake_llm))
     assert QUESTION in first and RESPONSE in first
     assert "[1] Tokyo Tower is a communications" in second and "[2] The tower opened" in second
-    assert "CLAIMS (3):\n[1] Tokyo Tower is 333 metres tall.\n[2]" in second
+    assert "CLAIMS (3):" in second and "[1] Tokyo Tower is 333 metres tall.\n[2]" in second
     assert result.raw is not None and '"verdicts"' in result.raw
 
 
@@ -108,7 +108,12 @@ def test_claims_and_verdicts_through_anthropic_tool_use(fake_llm, anthropic_clie
     # structured output through a forced tool whose input schema is the prompt's schema
     assert reqs[0].tool_choice == {"type": "tool", "name": "statements"}
     assert reqs[1].tool_choice == {"type": "tool", "name": "faithfulness_verdicts"}
-    assert reqs[1].json_schema == load_prompt("faithfulness").schema
+    # the per-call schema: one verdict per claim, claim numbers 1..3
+    schema = reqs[1].json_schema
+    assert schema["properties"]["verdicts"]["minItems"] == schema["properties"]["verdicts"]["maxItems"] == 3
+    assert schema["properties"]["verdicts"]["items"]["properties"]["claim"] == {"type": "integer", "enum": [1, 2, 3]}
+    assert schema["properties"]["verdicts"]["items"]["properties"]["verdict"] == (
+        load_prompt("faithfulness").schema["properties"]["verdicts"]["items"]["properties"]["verdict"])
 
 
 def test_openai_strict_json_schema_is_sent(fake_llm, monkeypatch):
@@ -142,7 +147,7 @@ def _strict_ok(schema: dict) -> None:
 @pytest.mark.parametrize("language", ["en", "ja"])
 def test_prompt_files_are_versioned_and_strict(name, language):
     prompt = load_prompt(name, language)
-    assert prompt.language == language and prompt.version == "1"
+    assert prompt.language == language and prompt.version == "2"
     assert set(prompt.formats) == {"json"}
     _strict_ok(prompt.schema)
     assert load_prompt(name, "en").schema == prompt.schema  # one schema, whatever the language
@@ -170,29 +175,65 @@ def test_malformed_once_then_readable_is_scored(fake_llm, openai_client):
     assert len(chat_requests(fake_llm)) == 3
 
 
-@pytest.mark.parametrize(
-    "reply, problem",
-    [
-        pytest.param(verdicts(True, True), "2 entries for 3 claims", id="shorter"),
-        pytest.param(verdicts(True, True, True, False), "4 entries for 3 claims", id="longer"),
-        pytest.param(
-            {"verdicts": [{"claim": n, "reason": "r", "verdict": "supported"} for n in (1, 2, 2)]},
-            "claim number(s) [2] repeated", id="duplicate",
-        ),
-        pytest.param(verdicts(True, True, True, start=2), "claim number(s) [1] missing", id="shifted"),
-    ],
-)
-def test_inconsistent_verdict_list_fails_and_is_never_padded(fake_llm, openai_client, reply, problem):
-    fake_llm.set_handler(router(verify=reply))
+def test_missing_claims_are_asked_again_alone_and_merged_by_number(fake_llm, openai_client):
+    """Salvage, not discard: claim 2 is missing from the first reply (which also lists claim 3 before claim 1);
+    one follow-up asks about claim 2 only, under its own number, and the verdicts are merged by number."""
+    first = {"verdicts": [{"claim": 3, "reason": "not in the evidence", "verdict": "unsupported"},
+                          {"claim": 1, "reason": "passage 1", "verdict": "supported"}]}
+    follow_up = {"verdicts": [{"claim": 2, "reason": "passage 2", "verdict": "supported"}]}
+    fake_llm.script({"statements": CLAIMS}, first, follow_up)
     result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
 
-    assert result.status is Status.FAILED and result.reason == "inconsistent"
+    assert result.status is Status.SCORED and result.value == pytest.approx(2 / 3)
+    assert [c["supported"] for c in result.details["claims"]] == [True, True, False]
+    assert [c["reason"] for c in result.details["claims"]] == ["passage 1", "passage 2", "not in the evidence"]
+    assert result.details["salvaged"]["missing_in_first_reply"] == [2]
+    assert result.details["salvaged"]["recovered"] == [2]
+    assert [c["purpose"] for c in result.calls] == ["statements", "faithfulness", "faithfulness:missing"]
+    again = chat_requests(fake_llm)[2]
+    assert "[2] Tokyo Tower opened in 1958." in again.last_user_text
+    assert "[1] Tokyo Tower is 333" not in again.last_user_text and "[3] Tokyo Tower is painted" not in again.last_user_text
+    assert "CLAIMS (1):" in again.last_user_text
+    items = again.json_schema["properties"]["verdicts"]
+    assert items["minItems"] == items["maxItems"] == 1 and items["items"]["properties"]["claim"]["enum"] == [2]
+
+
+def test_extra_entries_for_claims_that_do_not_exist_are_set_aside_and_recorded(fake_llm, openai_client):
+    fake_llm.set_handler(router(verify=verdicts(True, True, False, True)))  # a 4th verdict for 3 claims
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
+    assert result.status is Status.SCORED and result.value == pytest.approx(2 / 3)
+    assert result.details["reply_problems"] == [{"reply": 1, "not_asked": [4]}]
+    assert len(chat_requests(fake_llm)) == 2
+
+
+@pytest.mark.parametrize(
+    "reply, reason, problem",
+    [
+        pytest.param(verdicts(True, True), "inconsistent", "no verdict for claim number(s) [3]", id="shorter"),
+        pytest.param(verdicts(True, True, True, start=2), "inconsistent", "no verdict for claim number(s) [1]",
+                     id="shifted"),
+        pytest.param(
+            {"verdicts": [{"claim": 1, "reason": "r", "verdict": "supported"},
+                          {"claim": 2, "reason": "r", "verdict": "supported"},
+                          {"claim": 2, "reason": "r", "verdict": "unsupported"},
+                          {"claim": 3, "reason": "r", "verdict": "supported"}]},
+            "ambiguous", "conflicting verdicts for claim number(s) [2]", id="conflicting-duplicate",
+        ),
+    ],
+)
+def test_claims_still_missing_after_asking_again_fail_the_row_never_padded(
+        fake_llm, openai_client, reply, reason, problem):
+    fake_llm.set_handler(router(verify=reply))  # the same list every time, also for the follow-up
+    result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
+
+    assert result.status is Status.FAILED and result.reason == reason
     assert problem in result.rationale
     assert result.raw is not None and '"verdicts"' in result.raw
-    assert all(c["supported"] is None for c in result.details["claims"])  # nothing guessed
-    reqs = chat_requests(fake_llm)
-    assert len(reqs) == 3  # the client re-asked once, telling the model what was wrong
-    assert problem in reqs[2].last_user_text
+    missing = int(problem.split("[")[1].split("]")[0])
+    assert result.details["claims"][missing - 1]["supported"] is None  # nothing guessed
+    purposes = [c["purpose"] for c in result.calls]
+    # the follow-up asked about the missing claim alone; its reply named none of it, so it was re-asked once
+    assert purposes == ["statements", "faithfulness", "faithfulness:missing", "faithfulness:missing:reask"]
 
 
 def test_inconsistent_reply_is_not_cached(fake_llm, monkeypatch, tmp_path):
@@ -298,7 +339,7 @@ def test_japanese_prompt_and_response(fake_llm, openai_client):
     result = judge.judge("東京タワーの高さは?", "東京タワーは高さ333メートルで、1958年に開業しました。",
                          ["東京タワーは高さ333メートルの電波塔です。1958年に開業しました。"])
     assert result.status is Status.SCORED and result.value == 1.0
-    assert judge.prompt_versions == {"statements": "statements-v1-ja", "faithfulness": "faithfulness-v1-ja"}
+    assert judge.prompt_versions == {"statements": "statements-v2-ja", "faithfulness": "faithfulness-v2-ja"}
     assert "[1] 東京タワーの高さは333メートルである。" in chat_requests(fake_llm)[1].last_user_text
 
 

@@ -50,8 +50,15 @@ def test_generate_one_question_per_document_or_none(fake_llm, client):
     assert row["reference_contexts"] == ["UNION ALL keeps duplicate rows."]
 
 
-def test_inconsistent_reply_is_reasked_then_failed(fake_llm, client):
+def test_has_question_without_a_question_counts_as_declined_not_made_up(fake_llm, client):
+    # a schema-valid reply that says "a question can be made" but writes none: nothing usable, no item invented
     fake_llm.set_handler(lambda r: {"has_question": True, "question": "", "answer": "", "evidence": ""})
+    df, report = generate_testset({"d1": "text"}, client)
+    assert report.declined == ["d1"] and len(df) == 0 and fake_llm.request_count == 1
+
+
+def test_unreadable_reply_is_reasked_then_failed(fake_llm, client):
+    fake_llm.set_handler(lambda r: "I would ask about the text.")
     _, report = generate_testset({"d1": "text"}, client)
     assert "parse_error" in report.failed["d1"] and fake_llm.request_count == 2
 

@@ -14,14 +14,18 @@ are (ragas asks once per chunk for context precision):
 * :class:`ContextRelevanceJudge` -- the original RAGAS metric: the contexts are split into
   sentences (:func:`mlflow_ragjudge.text.split_sentences`, which also cuts at ``。！？``), one
   call selects the sentences needed to answer the question by number; the score is selected /
-  total sentences, 0 when the model answers "insufficient information".
+  total sentences, 0 when the model selects nothing ("insufficient information").
 
-A verdict list that does not cover every item exactly once is re-asked once by the client, then
-reported as ``failed("inconsistent")`` with the raw reply -- never padded.
+Each call's schema is built for the row: exactly one verdict per chunk / statement, numbers
+limited to the ones shown, sentence numbers limited to ``1..N``. Verdicts are read by number;
+a reply that misses some is salvaged with one follow-up about those items only
+(:func:`~mlflow_ragjudge.judges.statements.ask_numbered`); what is still missing fails the row
+``inconsistent`` with the raw replies -- never padded.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,19 +33,19 @@ from typing import Any
 from .. import claims as claim_math
 from ..backends import ChatRequest, ChatResponse, JsonSchema
 from ..client import JudgeClient
-from ..parsing import ParseError, extract_json_object, validate_schema
+from ..parsing import ParseError, reply_object, validate_schema
 from ..prompts import load_prompt
 from ..text import split_sentences
-from ..types import JudgeResult
+from ..types import FailureReason, JudgeResult
 from .statements import (
-    INCONSISTENT,
     StatementExtractor,
     add_estimates,
     approx_tokens,
+    ask_numbered,
     estimate_messages,
     failed_result,
+    index_schema,
     number_items,
-    numbered_verdicts_parser,
     prompt_version,
 )
 
@@ -87,8 +91,9 @@ class ContextPrecisionJudge:
     def prompt_versions(self) -> dict[str, str]:
         return {"context_precision": prompt_version(self.prompt)}
 
-    def _messages(self, question: str, reference: str, chunks: Sequence[str]) -> tuple[list[dict[str, str]], dict]:
-        text, info = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)")
+    def _messages(self, question: str, reference: str, chunks: Sequence[str],
+                  numbers: Sequence[int] | None = None) -> tuple[list[dict[str, str]], dict]:
+        text, info = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)", numbers=numbers)
         msgs = self.prompt.render(
             "json", question=question.strip(), reference=reference.strip(), passages=text, n_passages=str(len(chunks))
         )
@@ -104,24 +109,28 @@ class ContextPrecisionJudge:
         if not (reference or "").strip():
             return JudgeResult.abstained("no_reference", "Context precision needs a reference answer; it is empty.",
                                          details=details)
-        messages, info = self._messages(question or "", reference, chunks)
+        _, info = self._messages(question or "", reference, chunks)
         details["chunk_info"] = info
-        request = ChatRequest.of(
-            messages, max_tokens=self.max_tokens, json_schema=JsonSchema("context_precision_verdicts", self.schema)
+        got = ask_numbered(
+            self.client,
+            numbers=range(1, len(chunks) + 1),
+            render=lambda nums: self._messages(question or "", reference, [chunks[n - 1] for n in nums], nums)[0],
+            schema=self.schema, schema_name="context_precision_verdicts", list_key="verdicts", index_key="passage",
+            noun="passage", prompt_version=prompt_version(self.prompt), purpose="context_precision",
+            max_tokens=self.max_tokens,
         )
-        parse = numbered_verdicts_parser(
-            self.schema, list_key="verdicts", index_key="passage", n=len(chunks), noun="passage"
-        )
-        call = self.client.call(
-            request, parse=parse, prompt_version=prompt_version(self.prompt), purpose="context_precision"
-        )
-        calls = list(call.records)
-        if not call.ok:
-            return failed_result(call, stage="chunk relevance", details=details, calls=calls)
-        rels = [bool(v["relevant"]) for v in call.parsed]
+        calls = list(got.records)
+        if got.salvage is not None:
+            details["salvaged"] = got.salvage
+        if got.problems:
+            details["reply_problems"] = got.problems
+        if not got.ok:
+            return failed_result(got, stage="chunk relevance", details=details, calls=calls)
+        verdicts = [got.entries[i] for i in range(1, len(chunks) + 1)]
+        rels = [bool(v["relevant"]) for v in verdicts]
         details["chunks"] = [
             {"rank": i, "relevant": rel, "reason": v["reason"].strip()}
-            for i, (rel, v) in enumerate(zip(rels, call.parsed), 1)
+            for i, (rel, v) in enumerate(zip(rels, verdicts), 1)
         ]
         details["n_relevant"] = sum(rels)
         score = claim_math.average_precision(rels)
@@ -133,7 +142,7 @@ class ContextPrecisionJudge:
             )
         else:
             rationale = f"None of the {len(rels)} chunks is relevant to the reference answer; score 0."
-        return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
+        return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
     def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
         """Upper-bound cost of one row without calling the model: 1 call (0 with no contexts or reference)."""
@@ -178,9 +187,10 @@ class ContextRecallJudge:
     def prompt_versions(self) -> dict[str, str]:
         return {"statements": self.extractor.prompt_version, "context_recall": prompt_version(self.prompt)}
 
-    def _messages(self, question: str, statements: Sequence[str], passages: Sequence[str]) -> list[dict[str, str]]:
+    def _messages(self, question: str, statements: Sequence[str], passages: Sequence[str],
+                  numbers: Sequence[int] | None = None) -> list[dict[str, str]]:
         ctx_text, _ = number_items(passages, max_chars=self.max_passage_chars)
-        st_text, _ = number_items(statements)
+        st_text, _ = number_items(statements, numbers=numbers)
         return self.prompt.render(
             "json", question=question.strip(), contexts=ctx_text, statements=st_text, n_statements=str(len(statements))
         )
@@ -217,24 +227,30 @@ class ContextRecallJudge:
                 "no_statements", "The reference answer makes no statement to look for in the contexts.",
                 raw=extraction.raw, details=details, calls=calls,
             )
-        request = ChatRequest.of(
-            self._messages(question or "", statements, passages),
+        got = ask_numbered(
+            self.client,
+            numbers=range(1, len(statements) + 1),
+            render=lambda nums: self._messages(question or "", [statements[n - 1] for n in nums], passages, nums),
+            schema=self.schema, schema_name="context_recall_verdicts", list_key="verdicts", index_key="statement",
+            noun="statement", prompt_version=prompt_version(self.prompt), purpose="context_recall",
             max_tokens=self.max_tokens,
-            json_schema=JsonSchema("context_recall_verdicts", self.schema),
         )
-        parse = numbered_verdicts_parser(
-            self.schema, list_key="verdicts", index_key="statement", n=len(statements), noun="statement"
-        )
-        call = self.client.call(
-            request, parse=parse, prompt_version=prompt_version(self.prompt), purpose="context_recall"
-        )
-        calls += call.records
-        if not call.ok:
-            details["statements"] = [{"statement": s, "attributed": None, "reason": None} for s in statements]
-            return failed_result(call, stage="statement attribution", details=details, calls=calls)
+        calls += got.records
+        if got.salvage is not None:
+            details["salvaged"] = got.salvage
+        if got.problems:
+            details["reply_problems"] = got.problems
+        if not got.ok:
+            details["statements"] = [
+                {"statement": s, "attributed": bool(got.entries[i]["attributed"]) if i in got.entries else None,
+                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None}
+                for i, s in enumerate(statements, 1)
+            ]
+            return failed_result(got, stage="statement attribution", details=details, calls=calls)
         rows = [
-            {"statement": s, "attributed": bool(v["attributed"]), "reason": v["reason"].strip()}
-            for s, v in zip(statements, call.parsed)
+            {"statement": s, "attributed": bool(got.entries[i]["attributed"]),
+             "reason": got.entries[i]["reason"].strip()}
+            for i, s in enumerate(statements, 1)
         ]
         details["statements"] = rows
         flags = [r["attributed"] for r in rows]
@@ -246,7 +262,7 @@ class ContextRecallJudge:
         if missing:
             rationale += " Not found: " + "; ".join(f"\"{m}\"" for m in missing[:3])
             rationale += f"; and {len(missing) - 3} more." if len(missing) > 3 else "."
-        return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
+        return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
     def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
         """Upper-bound cost of one row: 2 calls (1 when the reference's statements are memoised,
@@ -308,20 +324,26 @@ class ContextRelevanceJudge:
             "json", question=question.strip(), sentences="\n".join(lines), n_sentences=str(len(sentences))
         )
 
-    def _parser(self, total: int) -> Callable[[ChatResponse], dict[str, Any]]:
+    def call_schema(self, total: int) -> dict[str, Any]:
+        """The per-call schema: sentence numbers limited to ``1..total``, each at most once."""
+        schema = copy.deepcopy(self.schema)
+        arr = schema["properties"]["sentences"]
+        arr["items"] = index_schema(range(1, total + 1))
+        arr["maxItems"] = total
+        return schema
+
+    def _parser(self, total: int, schema: dict[str, Any]) -> Callable[[ChatResponse], dict[str, Any]]:
+        item = {"type": "integer"}
+
         def parse(response: ChatResponse) -> dict[str, Any]:
-            obj = response.data if response.data is not None else extract_json_object(response.text)
-            validate_schema(obj, self.schema)
+            obj = reply_object(response, schema)
+            validate_schema(obj, {**schema, "properties": {"sentences": {"type": "array", "items": item}}})
             numbers = obj["sentences"]
             outside = sorted({x for x in numbers if not 1 <= x <= total})
             if outside:
-                raise ParseError(f"{INCONSISTENT}sentence number(s) {outside} do not exist (valid: 1..{total})")
-            if obj["insufficient_information"] and numbers:
-                raise ParseError(
-                    f"{INCONSISTENT}insufficient_information is true but sentences {numbers} were selected; "
-                    "select nothing when the context cannot answer the question"
-                )
-            return {"sentences": sorted(set(numbers)), "insufficient_information": obj["insufficient_information"],
+                raise ParseError(f"sentence number(s) {outside} do not exist (valid: 1..{total})",
+                                 FailureReason.INCONSISTENT)
+            return {"sentences": sorted(set(numbers)), "insufficient_information": not numbers,
                     "n_repeated": len(numbers) - len(set(numbers))}
 
         return parse
@@ -336,13 +358,14 @@ class ContextRelevanceJudge:
         if not sentences:
             return JudgeResult.abstained("no_contexts", "The contexts contain no sentence to select from.",
                                          details=details)
+        schema = self.call_schema(len(sentences))
         request = ChatRequest.of(
             self._messages(question or "", sentences),
             max_tokens=self.max_tokens,
-            json_schema=JsonSchema("context_relevance_selection", self.schema),
+            json_schema=JsonSchema("context_relevance_selection", schema),
         )
         call = self.client.call(
-            request, parse=self._parser(len(sentences)), prompt_version=prompt_version(self.prompt),
+            request, parse=self._parser(len(sentences), schema), prompt_version=prompt_version(self.prompt),
             purpose="context_relevance",
         )
         calls = list(call.records)
@@ -357,7 +380,7 @@ class ContextRelevanceJudge:
             details["n_repeated_numbers"] = call.parsed["n_repeated"]
         if call.parsed["insufficient_information"]:
             return JudgeResult.scored(
-                0.0, "The judge found the contexts insufficient to answer the question (score 0).",
+                0.0, "The judge selected no sentence: the contexts are insufficient to answer the question (score 0).",
                 raw=call.raw, details=details, calls=calls,
             )
         score = claim_math.context_relevance(chosen, len(sentences))

@@ -86,8 +86,11 @@ class CorrectnessJudge:
         client: the judge client (model, cache, limits).
         language: prompt language, ``en`` or ``ja`` (inputs in any language work).
         output: ``json`` (structured output), ``prometheus`` (``Feedback: ... [RESULT] n``)
-            or ``auto`` (structured where the backend supports a JSON schema, else
-            the Prometheus form, which the paper's open judges produce natively).
+            or ``auto``: the Prometheus form for Prometheus-family models (a model name
+            containing ``prometheus``; the form they were trained on, as the paper's judges
+            used it) and for backends that cannot return JSON; JSON otherwise -- enforced
+            by the server where it can, with the schema in the prompt where it cannot
+            (see docs/judge-client.md). The parser reads every form whatever was asked.
         max_context_chars: the context budget, see :func:`format_contexts`.
         max_tokens: reply budget.
     """
@@ -114,7 +117,10 @@ class CorrectnessJudge:
     def _format(self) -> str:
         if self.output != "auto":
             return self.output
-        return "json" if self.client.backend.supports_json_schema else "prometheus"
+        backend = self.client.backend
+        if "prometheus" in backend.model.lower() or not backend.supports_json_schema:
+            return "prometheus"
+        return "json"
 
     #: expected reply length (feedback + score) for cost estimates
     ESTIMATED_REPLY_TOKENS = 200

@@ -16,9 +16,12 @@ States (DESIGN point 1):
   evidence given; with none, a 0 would blame the generator for a retrieval miss;
 * a response with no claims (empty, a refusal, "I don't know") -> ``abstained("no_claims")``
   after the extraction call, and the verification call is skipped -- never NaN, never 1.0;
-* a verdict list that does not have exactly one entry per claim number -> the client re-asks
-  once (with what was wrong), then ``failed("inconsistent")`` with the raw reply kept -- never
-  padded, never truncated to fit;
+* the verification call's schema is built per call: exactly one entry per claim, claim numbers
+  limited to ``1..N`` (:func:`~mlflow_ragjudge.judges.statements.numbered_list_schema`);
+* verdicts are read by claim number, never by position; a reply that misses some numbers (or
+  gives one two different verdicts) is salvaged: one follow-up asks about those claims only and
+  the answers are merged; what is still missing fails the row ``inconsistent`` (or
+  ``ambiguous``) with the raw replies kept -- never padded, never truncated to fit;
 * an unreadable reply -> re-asked once, then ``failed("parse_error")`` with the raw reply.
 
 Every claim is kept with its verdict and reason in ``details["claims"]``; ``calls`` holds the
@@ -32,7 +35,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import claims as claim_math
-from ..backends import ChatRequest, JsonSchema
 from ..client import JudgeClient
 from ..prompts import load_prompt
 from ..types import JudgeResult
@@ -40,10 +42,10 @@ from .statements import (
     StatementExtractor,
     add_estimates,
     approx_tokens,
+    ask_numbered,
     estimate_messages,
     failed_result,
     number_items,
-    numbered_verdicts_parser,
     prompt_version,
 )
 
@@ -99,8 +101,9 @@ class FaithfulnessJudge:
         """Prompt name -> version label of every prompt this judge uses."""
         return {"statements": self.extractor.prompt_version, "faithfulness": prompt_version(self.prompt)}
 
-    def _verify_messages(self, claims: Sequence[str], evidence_text: str) -> list[dict[str, str]]:
-        claims_text, _ = number_items(claims)
+    def _verify_messages(self, claims: Sequence[str], evidence_text: str,
+                         numbers: Sequence[int] | None = None) -> list[dict[str, str]]:
+        claims_text, _ = number_items(claims, numbers=numbers)
         return self.prompt.render("json", evidence=evidence_text, claims=claims_text, n_claims=str(len(claims)))
 
     def judge(self, question: str, response: str, evidence: Sequence[str] | None) -> JudgeResult:
@@ -135,31 +138,37 @@ class FaithfulnessJudge:
             )
         evidence_text, info = number_items(passages, max_chars=self.max_passage_chars)
         details["evidence_info"] = info
-        request = ChatRequest.of(
-            self._verify_messages(claims, evidence_text),
-            max_tokens=self.max_tokens,
-            json_schema=JsonSchema("faithfulness_verdicts", self.schema),
+        got = ask_numbered(
+            self.client,
+            numbers=range(1, len(claims) + 1),
+            render=lambda nums: self._verify_messages([claims[n - 1] for n in nums], evidence_text, nums),
+            schema=self.schema, schema_name="faithfulness_verdicts", list_key="verdicts", index_key="claim",
+            noun="claim", prompt_version=prompt_version(self.prompt), purpose="faithfulness",
+            max_tokens=self.max_tokens, lowercase=("verdict",),
         )
-        parse = numbered_verdicts_parser(
-            self.schema, list_key="verdicts", index_key="claim", n=len(claims), noun="claim", lowercase=("verdict",)
-        )
-        call = self.client.call(
-            request, parse=parse, prompt_version=prompt_version(self.prompt), purpose="faithfulness"
-        )
-        calls += call.records
-        if not call.ok:
-            details["claims"] = [{"claim": c, "supported": None, "reason": None} for c in claims]
-            return failed_result(call, stage="claim verification", details=details, calls=calls)
+        calls += got.records
+        if got.salvage is not None:
+            details["salvaged"] = got.salvage
+        if got.problems:
+            details["reply_problems"] = got.problems
+        if not got.ok:
+            details["claims"] = [
+                {"claim": c, "supported": (got.entries[i]["verdict"] == "supported") if i in got.entries else None,
+                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None}
+                for i, c in enumerate(claims, 1)
+            ]
+            return failed_result(got, stage="claim verification", details=details, calls=calls)
         rows = [
-            {"claim": c, "supported": v["verdict"] == "supported", "reason": v["reason"].strip()}
-            for c, v in zip(claims, call.parsed)
+            {"claim": c, "supported": got.entries[i]["verdict"] == "supported",
+             "reason": got.entries[i]["reason"].strip()}
+            for i, c in enumerate(claims, 1)
         ]
         details["claims"] = rows
         supported = [r["supported"] for r in rows]
         details["n_supported"] = sum(supported)
         score = claim_math.faithfulness(supported)
         assert score is not None  # there is at least one claim
-        return JudgeResult.scored(score, _rationale(rows), raw=call.raw, details=details, calls=calls)
+        return JudgeResult.scored(score, _rationale(rows), raw=got.raw, details=details, calls=calls)
 
     def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> dict[str, int]:
         """Upper-bound cost of judging one row, without calling the model.

@@ -12,19 +12,25 @@ question are embedded with the ``embed`` callable (``client.embed`` for an API m
 address the question); so does an empty response, with no call. ragas asks for the ``n``
 questions in ``n`` separate calls; here they come in one.
 
+The call's schema asks for exactly ``n`` non-empty questions. A reply with fewer (but at least
+one) is used as it is -- the mean runs over the questions received -- and ``details`` records
+``n_generated``; extra questions beyond ``n`` are left out (recorded as ``n_dropped``); a reply
+with none (and not noncommittal) is re-asked once, then fails ``inconsistent``.
+
 The cosine is the embedding model's: with most sentence-embedding models it lies in [0, 1] in
 practice, but it is not clipped, so a negative similarity stays visible.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import claims as claim_math
 from ..backends import BackendError, ChatRequest, ChatResponse, JsonSchema
 from ..client import FAILURE_FOR_KIND, JudgeClient
-from ..parsing import ParseError, extract_json_object, validate_schema
+from ..parsing import ParseError, reply_object, validate_schema
 from ..prompts import load_prompt
 from ..types import FailureReason, JudgeResult
 from .statements import estimate_messages, failed_result, prompt_version
@@ -68,17 +74,24 @@ class AnswerRelevancyJudge:
     def _messages(self, response: str) -> list[dict[str, str]]:
         return self.prompt.render("json", response=response.strip(), n=str(self.n))
 
+    def call_schema(self) -> dict[str, Any]:
+        """The per-call schema: exactly ``n`` non-empty questions."""
+        schema = json.loads(json.dumps(self.schema))
+        arr = schema["properties"]["questions"]
+        arr["minItems"] = arr["maxItems"] = self.n
+        arr["items"] = {"type": "string", "minLength": 1}
+        return schema
+
     def _parse(self, response: ChatResponse) -> dict[str, Any]:
-        obj = response.data if response.data is not None else extract_json_object(response.text)
-        validate_schema(obj, self.schema)
-        questions = [" ".join(q.split()) for q in obj["questions"]]
+        obj = reply_object(response, self.schema)
+        validate_schema(obj, self.schema)  # the base schema: any count; the count rules follow
+        questions = [q for q in (" ".join(q.split()) for q in obj["questions"]) if q]
         noncommittal = obj["noncommittal"]
-        if not noncommittal:
-            if any(not q for q in questions):
-                raise ParseError("a generated question is empty")
-            if len(questions) != self.n:
-                raise ParseError(f"expected exactly {self.n} questions, got {len(questions)}")
-        return {"questions": [q for q in questions if q], "noncommittal": noncommittal}
+        if not noncommittal and not questions:
+            raise ParseError(f"no question was generated; write {self.n} questions that the response answers",
+                             FailureReason.INCONSISTENT)
+        return {"questions": questions[: self.n], "noncommittal": noncommittal,
+                "n_generated": len(questions), "n_dropped": max(0, len(questions) - self.n)}
 
     def judge(self, question: str, response: str) -> JudgeResult:
         """Judge one row. Never raises for model or embedding failures."""
@@ -92,7 +105,7 @@ class AnswerRelevancyJudge:
                                       details=details)
         request = ChatRequest.of(
             self._messages(response), max_tokens=self.max_tokens,
-            json_schema=JsonSchema("answer_relevancy_questions", self.schema),
+            json_schema=JsonSchema("answer_relevancy_questions", self.call_schema()),
         )
         call = self.client.call(request, parse=self._parse, prompt_version=prompt_version(self.prompt),
                                 purpose="answer_relevancy")
@@ -101,6 +114,9 @@ class AnswerRelevancyJudge:
             return failed_result(call, stage="question generation", details=details, calls=calls)
         generated: list[str] = call.parsed["questions"]
         details["noncommittal"] = call.parsed["noncommittal"]
+        details["n_generated"] = call.parsed["n_generated"]
+        if call.parsed["n_dropped"]:
+            details["n_dropped"] = call.parsed["n_dropped"]
         if call.parsed["noncommittal"]:
             details["generated_questions"] = [{"question": q, "similarity": None} for q in generated]
             return JudgeResult.scored(

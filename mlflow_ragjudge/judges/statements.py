@@ -13,23 +13,26 @@ memo hit no request is sent and no transcript record is repeated: the result car
 ``call_ids`` of the records that produced it, so the transcript stays one record per request.
 
 The second half of the module holds the small helpers the claim-based judges share: numbering
-passages, a strict parser for numbered verdict lists, mapping a failed call to a
+passages, per-call schemas for numbered verdict lists and the salvaging request loop that reads
+them by number (:func:`ask_numbered`), mapping a failed call to a
 :class:`~mlflow_ragjudge.types.JudgeResult`, and rough token estimates.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backends import ChatRequest, ChatResponse, JsonSchema
 from ..client import CallResult, JudgeClient
-from ..parsing import ParseError, extract_json_object, validate_schema
+from ..parsing import ParseError, reply_object, validate_schema
 from ..prompts import Prompt, load_prompt
 from ..text import is_cjk_char
 from ..types import FailureReason, JudgeResult
@@ -37,21 +40,18 @@ from ..types import FailureReason, JudgeResult
 __all__ = [
     "Extraction",
     "StatementExtractor",
-    "INCONSISTENT",
+    "NumberedVerdicts",
     "prompt_version",
     "number_items",
-    "numbered_verdicts_parser",
+    "index_schema",
+    "numbered_list_schema",
+    "numbered_parser",
+    "ask_numbered",
     "failed_result",
     "approx_tokens",
     "estimate_messages",
     "add_estimates",
 ]
-
-#: prefix of a parse error that means "well-formed JSON whose items do not match what was asked"
-#: (a verdict list shorter or longer than the claims, a repeated or missing number). The client
-#: re-asks once like for any unreadable reply and never caches it; a judge reports what is still
-#: inconsistent after the re-ask as ``failed("inconsistent")``.
-INCONSISTENT = "inconsistent: "
 
 TRUNCATION_MARK = " [...truncated]"
 
@@ -180,7 +180,7 @@ class StatementExtractor:
         return result
 
     def _parse(self, response: ChatResponse) -> list[str]:
-        obj = response.data if response.data is not None else extract_json_object(response.text)
+        obj = reply_object(response, self.schema)
         validate_schema(obj, self.schema)
         out: list[str] = []
         seen: set[str] = set()
@@ -219,18 +219,28 @@ class StatementExtractor:
 # --------------------------------------------------------------------------- shared helpers
 
 
-def number_items(items: Sequence[str], *, max_chars: int | None = None, empty: str = "(empty)") -> tuple[str, dict]:
+def number_items(
+    items: Sequence[str],
+    *,
+    max_chars: int | None = None,
+    empty: str = "(empty)",
+    numbers: Sequence[int] | None = None,
+) -> tuple[str, dict]:
     """Number items ``[1] ...`` one per line, whitespace collapsed, each cut at ``max_chars``.
 
     Every item is shown (the judges need one verdict per item, so none may be dropped); an item
-    longer than ``max_chars`` is cut and marked ``[...truncated]``.
+    longer than ``max_chars`` is cut and marked ``[...truncated]``. ``numbers`` gives the items
+    their own numbers (a follow-up that asks again about claims 3 and 7 shows them as [3] and [7]).
 
     Returns:
         The text and a record ``{"n", "n_truncated", "truncated": [item numbers], "chars"}``.
     """
+    nums = list(numbers) if numbers is not None else list(range(1, len(items) + 1))
+    if len(nums) != len(items):
+        raise ValueError(f"{len(items)} items but {len(nums)} numbers")
     lines: list[str] = []
     cut: list[int] = []
-    for i, item in enumerate(items, 1):
+    for i, item in zip(nums, items):
         body = " ".join(str(item or "").split()) or empty
         if max_chars is not None and len(body) > max_chars:
             body = body[: max(0, max_chars - len(TRUNCATION_MARK))] + TRUNCATION_MARK
@@ -240,83 +250,213 @@ def number_items(items: Sequence[str], *, max_chars: int | None = None, empty: s
     return text, {"n": len(lines), "n_truncated": len(cut), "truncated": cut, "chars": len(text)}
 
 
-def numbered_verdicts_parser(
-    schema: dict[str, Any],
-    *,
-    list_key: str,
-    index_key: str,
-    n: int,
-    noun: str,
-    lowercase: Sequence[str] = (),
-) -> Callable[[ChatResponse], list[dict[str, Any]]]:
-    """A ``parse=`` function for a reply holding one numbered verdict per item.
+#: index fields list their allowed values as an enum up to this many values, a range beyond
+MAX_INDEX_ENUM = 250
 
-    The reply must be a JSON object that validates against ``schema`` (after lower-casing the
-    string fields named in ``lowercase``) whose ``list_key`` list has exactly one entry for each
-    number ``1..n`` under ``index_key``. A schema violation raises :class:`ParseError`; a list
-    that is shorter or longer, repeats a number, skips one or names one outside ``1..n`` raises a
-    :class:`ParseError` starting with :data:`INCONSISTENT`. Nothing is padded or guessed.
 
-    Returns:
-        The entries sorted by their number.
+def index_schema(numbers: Sequence[int]) -> dict[str, Any]:
+    """The schema of an item-number field: exactly the numbers asked about."""
+    nums = sorted(numbers)
+    if len(nums) <= MAX_INDEX_ENUM or nums != list(range(nums[0], nums[-1] + 1)):
+        return {"type": "integer", "enum": nums}
+    return {"type": "integer", "minimum": nums[0], "maximum": nums[-1]}
+
+
+def numbered_list_schema(base: dict[str, Any], *, list_key: str, index_key: str,
+                         numbers: Sequence[int]) -> dict[str, Any]:
+    """A per-call copy of a verdict-list schema that says what the validator checks: exactly one
+    entry per number asked about (``minItems = maxItems = len(numbers)``) and index values limited
+    to those numbers. A model that follows it cannot leave a number out or invent one."""
+    schema = copy.deepcopy(base)
+    arr = schema["properties"][list_key]
+    arr["minItems"] = arr["maxItems"] = len(numbers)
+    arr["items"]["properties"][index_key] = index_schema(numbers)
+    return schema
+
+
+@dataclass
+class NumberedVerdicts:
+    """What :func:`ask_numbered` got: one entry per number, or the failure.
+
+    Attributes:
+        ok: every number has exactly one verdict.
+        entries: number -> the verdict entry, in number order (on failure: the ones obtained).
+        records: transcript records of every request made.
+        raw: the last raw reply.
+        failure, error: why it failed.
+        salvage: when the first reply missed numbers: ``{"missing_in_first_reply", "asked_again",
+            "recovered", "first_reply_problems"}``; else None.
+        problems: what was set aside from the replies (entries that did not validate, numbers not
+            asked about, conflicting repeats), when anything was.
     """
 
-    def parse(response: ChatResponse) -> list[dict[str, Any]]:
-        obj = response.data if response.data is not None else extract_json_object(response.text)
-        entries = obj.get(list_key) if isinstance(obj, dict) else None
-        if isinstance(entries, list):
-            for e in entries:
-                if isinstance(e, dict):
-                    for f in lowercase:
-                        if isinstance(e.get(f), str):
-                            e[f] = e[f].strip().lower()
-        validate_schema(obj, schema)
-        items: list[dict[str, Any]] = obj[list_key]
-        nums = [e[index_key] for e in items]
-        problems: list[str] = []
-        if len(items) != n:
-            problems.append(f"{len(items)} entries for {n} {noun}s")
-        repeated = sorted(x for x, count in Counter(nums).items() if count > 1)
-        if repeated:
-            problems.append(f"{noun} number(s) {repeated} repeated")
-        missing = sorted(set(range(1, n + 1)) - set(nums))
-        if missing:
-            problems.append(f"{noun} number(s) {missing} missing")
-        outside = sorted(x for x in set(nums) if not 1 <= x <= n)
-        if outside:
-            problems.append(f"number(s) {outside} are not {noun}s (valid: 1..{n})")
-        if problems:
-            raise ParseError(
-                f"{INCONSISTENT}{'; '.join(problems)}: give exactly one entry for each {noun} 1..{n}"
-            )
-        return sorted(items, key=lambda e: e[index_key])
+    ok: bool
+    entries: dict[int, dict[str, Any]]
+    records: list[dict[str, Any]]
+    raw: str | None = None
+    failure: FailureReason | None = None
+    error: str = ""
+    salvage: dict[str, Any] | None = None
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _entry_key(entry: dict[str, Any], index_key: str) -> str:
+    return json.dumps({k: v for k, v in entry.items() if k not in (index_key, "reason")}, sort_keys=True)
+
+
+def numbered_parser(
+    schema: dict[str, Any], *, list_key: str, index_key: str, numbers: Sequence[int], noun: str,
+    lowercase: Sequence[str] = (),
+) -> Callable[[ChatResponse], dict[str, Any]]:
+    """A ``parse=`` function that reads numbered verdicts **by their numbers**, never by position.
+
+    Entries that do not validate, name a number that was not asked about, or repeat a number with
+    a different verdict are set aside (recorded under ``problems``) and their numbers count as
+    missing; repeats with the same verdict are one entry. Raises :class:`ParseError` only when
+    the reply holds no usable entry at all (the client then re-asks with what was wrong).
+
+    Returns:
+        ``{"entries": {number: entry}, "problems": {...}}``.
+    """
+    item_schema = copy.deepcopy(schema["properties"][list_key]["items"])
+    item_schema["properties"][index_key] = {"type": "integer"}  # the number is checked below, by value
+    asked = set(numbers)
+
+    def parse(response: ChatResponse) -> dict[str, Any]:
+        obj = reply_object(response, schema)
+        items = obj.get(list_key) if isinstance(obj, dict) else None
+        if not isinstance(items, list):
+            raise ParseError(f"$: missing field {list_key!r} (a list with one entry per {noun})")
+        found: dict[int, dict[str, Any]] = {}
+        conflicts: set[int] = set()
+        invalid: list[str] = []
+        outside: list[Any] = []
+        for e in items:
+            if isinstance(e, dict):
+                for f in lowercase:
+                    if isinstance(e.get(f), str):
+                        e[f] = e[f].strip().lower()
+            try:
+                validate_schema(e, item_schema, f"$.{list_key}[]")
+            except ParseError as err:
+                invalid.append(str(err))
+                continue
+            n = e[index_key]
+            if n not in asked:
+                outside.append(n)
+            elif n in found and _entry_key(found[n], index_key) != _entry_key(e, index_key):
+                conflicts.add(n)
+            else:
+                found.setdefault(n, e)
+        for n in conflicts:
+            found.pop(n, None)
+        problems = {"invalid": invalid, "not_asked": outside, "conflicting": sorted(conflicts)}
+        if not found:
+            why = invalid[0] if invalid else (
+                f"{noun} numbers {sorted(conflicts)} have conflicting verdicts" if conflicts else
+                f"no entry for any of the {noun}s asked about ({_ranges(sorted(asked))})")
+            reason = (FailureReason.PARSE_ERROR if invalid else
+                      FailureReason.AMBIGUOUS if conflicts else FailureReason.INCONSISTENT)
+            raise ParseError(f"{why}: give exactly one entry for each {noun}", reason)
+        return {"entries": found, "problems": problems}
 
     return parse
 
 
+def _ranges(nums: Sequence[int]) -> str:
+    return ", ".join(str(n) for n in nums[:20]) + (" ..." if len(nums) > 20 else "")
+
+
+def ask_numbered(
+    client: JudgeClient,
+    *,
+    numbers: Sequence[int],
+    render: Callable[[list[int]], list[dict[str, str]]],
+    schema: dict[str, Any],
+    schema_name: str,
+    list_key: str,
+    index_key: str,
+    noun: str,
+    prompt_version: str,
+    purpose: str,
+    max_tokens: int,
+    lowercase: Sequence[str] = (),
+) -> NumberedVerdicts:
+    """Get one verdict per numbered item, salvaging instead of discarding.
+
+    The request's schema is built per call (:func:`numbered_list_schema`). When the reply misses
+    some numbers (or gives one a conflicting verdict), one follow-up request asks about **those
+    items only**, shown under their own numbers, and the answers are merged by number. What is
+    still missing then fails the row (``inconsistent``, or ``ambiguous`` for conflicting
+    verdicts), with every reply kept. Nothing is padded, reordered or guessed.
+    """
+    wanted = list(numbers)
+    entries: dict[int, dict[str, Any]] = {}
+    records: list[dict[str, Any]] = []
+    salvage: dict[str, Any] | None = None
+    asked = wanted
+    raw: str | None = None
+    conflicting: set[int] = set()
+    problems: list[dict[str, Any]] = []
+    for attempt in (1, 2):
+        call_schema = numbered_list_schema(schema, list_key=list_key, index_key=index_key, numbers=asked)
+        request = ChatRequest.of(render(asked), max_tokens=max_tokens,
+                                 json_schema=JsonSchema(schema_name, call_schema))
+        parse = numbered_parser(call_schema, list_key=list_key, index_key=index_key, numbers=asked, noun=noun,
+                                lowercase=lowercase)
+        call = client.call(request, parse=parse, prompt_version=prompt_version,
+                           purpose=purpose if attempt == 1 else f"{purpose}:missing")
+        records += call.records
+        raw = call.raw if call.raw is not None else raw
+        if not call.ok:
+            error = call.error
+            if attempt == 2 and call.failure in (FailureReason.INCONSISTENT, FailureReason.AMBIGUOUS):
+                what = "conflicting verdicts for" if call.failure is FailureReason.AMBIGUOUS else "no verdict for"
+                error = f"{what} {noun} number(s) {asked} even after asking about them again ({call.error})"
+            return NumberedVerdicts(False, dict(sorted(entries.items())), records, raw, call.failure,
+                                    error, salvage, problems)
+        got: dict[int, dict[str, Any]] = call.parsed["entries"]
+        entries.update(got)
+        found_problems = {k: v for k, v in call.parsed["problems"].items() if v}
+        if found_problems:
+            problems.append({"reply": attempt, **found_problems})
+        conflicting = set(call.parsed["problems"]["conflicting"])
+        missing = [n for n in wanted if n not in entries]
+        if attempt == 2 and salvage is not None:
+            salvage["recovered"] = sorted(got)
+        if not missing:
+            break
+        if attempt == 1:
+            salvage = {"missing_in_first_reply": missing, "asked_again": missing,
+                       "first_reply_problems": call.parsed["problems"]}
+            asked = missing
+    missing = [n for n in wanted if n not in entries]
+    if missing:
+        reason = FailureReason.AMBIGUOUS if set(missing) <= conflicting else FailureReason.INCONSISTENT
+        what = "conflicting verdicts for" if reason is FailureReason.AMBIGUOUS else "no verdict for"
+        return NumberedVerdicts(
+            False, dict(sorted(entries.items())), records, raw, reason,
+            f"{what} {noun} number(s) {missing} even after asking about them again", salvage, problems,
+        )
+    return NumberedVerdicts(True, {n: entries[n] for n in wanted}, records, raw, salvage=salvage, problems=problems)
+
+
 def failed_result(
-    call: CallResult | Extraction,
+    call: CallResult | Extraction | NumberedVerdicts,
     *,
     stage: str,
     details: dict[str, Any],
     calls: list[dict[str, Any]],
 ) -> JudgeResult:
-    """A failed :class:`JudgeResult` from a failed call, keeping the raw reply.
-
-    A parse failure whose message starts with :data:`INCONSISTENT` becomes reason
-    ``inconsistent``; every other failure keeps the client's reason (``parse_error``,
-    ``timeout``, ``rate_limited``, ...).
-    """
-    error = call.error or ""
-    if isinstance(call, CallResult):
-        reason: str = call.failure.value if call.failure is not None else FailureReason.INTERNAL_ERROR.value
+    """A failed :class:`JudgeResult` from a failed call, keeping the raw reply and the reason
+    (``parse_error``, ``inconsistent``, ``ambiguous``, ``timeout``, ``rate_limited``, ...)."""
+    failure = call.failure
+    if isinstance(failure, FailureReason):
+        reason: str = failure.value
     else:
-        reason = call.failure or FailureReason.INTERNAL_ERROR.value
-    if reason == FailureReason.PARSE_ERROR.value and error.startswith(INCONSISTENT):
-        reason = FailureReason.INCONSISTENT.value
-        error = error[len(INCONSISTENT):]
+        reason = failure or FailureReason.INTERNAL_ERROR.value
     details = {**details, "failed_stage": stage}
-    return JudgeResult.failed(reason, f"{stage}: {error}", raw=call.raw, details=details, calls=calls)
+    return JudgeResult.failed(reason, f"{stage}: {call.error or ''}", raw=call.raw, details=details, calls=calls)
 
 
 def approx_tokens(text: str) -> int:
