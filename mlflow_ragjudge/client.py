@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, resolve_backend
+from .backends.base import SCHEMA_NOTE_VERSION, carry_schema, safe_url
 from .cache import CallCache, cache_key
 from .pricing import cost_usd
-from .types import FailureReason
+from .types import FailureReason, ParseError
 
 __all__ = ["FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for"]
 
@@ -38,12 +38,12 @@ MAX_RATE_LIMITED_ATTEMPTS = 100  # hard cap on 429-with-retry-after attempts per
 
 REASK_TEMPLATE = (
     "Your previous reply could not be read: {error}. Reply again with the complete answer, "
-    "in exactly the format the instructions ask for and nothing else."
+    "in exactly the format the instructions ask for, with one final verdict and nothing else."
 )
-
-
-class ParseError(ValueError):
-    """A reply that does not have the form the prompt asked for."""
+#: failures of a reply that arrived but could not be used: re-asked once, never cached
+PARSE_FAILURES = frozenset({FailureReason.PARSE_ERROR, FailureReason.INCONSISTENT, FailureReason.AMBIGUOUS})
+#: modes in which the backend carries the schema in the prompt (the transcript shows the prompt as sent)
+_CARRY_MODES = frozenset({"json_schema_basic", "json_object", "text"})
 
 
 # --------------------------------------------------------------------------- gate
@@ -151,6 +151,7 @@ class Usage:
     failures: int = 0
     retries: int = 0
     rate_limited: int = 0
+    format_refusals: int = 0  # requests the server refused for their output format (negotiation)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = 0.0
@@ -184,17 +185,6 @@ def _iso_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _safe_url(url: str | None) -> str | None:
-    """Drop credentials and query strings from a URL before recording it."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
 FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
     ErrorKind.RATE_LIMITED: FailureReason.RATE_LIMITED,
     ErrorKind.TRANSIENT: FailureReason.PROVIDER_ERROR,
@@ -202,6 +192,7 @@ FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
     ErrorKind.CONNECTION: FailureReason.CONNECTION_ERROR,
     ErrorKind.PERMANENT: FailureReason.PROVIDER_ERROR,
     ErrorKind.REFUSED: FailureReason.REFUSED,
+    ErrorKind.FORMAT_REJECTED: FailureReason.PROVIDER_ERROR,
 }
 
 _SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
@@ -228,6 +219,8 @@ class JudgeClient:
             ``max``, with jitter in [50%, 100%]; scaled by ``RAGJUDGE_BACKOFF_SCALE``.
         prices: extra ``model -> ($/Mtok in, $/Mtok out)`` entries.
         sleep: the sleep function (tests may inject one).
+        check_ready: check now that the backend can send (an API key is set ...), so a
+            missing key is an error before any work; ``False`` for estimates, which send nothing.
     """
 
     def __init__(
@@ -244,8 +237,11 @@ class JudgeClient:
         backoff_max: float = 60.0,
         prices: dict[str, tuple[float, float]] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        check_ready: bool = True,
     ) -> None:
         self.backend = resolve_backend(judge)
+        if check_ready:
+            self.backend.check_ready()
         if cache is True:
             self.cache: CallCache | None = CallCache()
         elif cache is False or cache is None:
@@ -284,8 +280,13 @@ class JudgeClient:
 
     def identity(self) -> dict[str, Any]:
         ident = dict(self.backend.identity())
-        ident["base_url"] = _safe_url(ident.get("base_url"))
+        ident["base_url"] = safe_url(ident.get("base_url"))
         return ident
+
+    @property
+    def structured_mode(self) -> str:
+        """How structured replies are obtained on this connection now (negotiated; see docs/judge-client.md)."""
+        return self.backend.structured_mode
 
     def call(
         self,
@@ -301,21 +302,27 @@ class JudgeClient:
         Args:
             request: the messages and sampling parameters.
             parse: turns a reply into the judge's verdict; raises :class:`ParseError`
-                when the reply is unreadable. A reply that fails to parse is re-asked
-                once (when ``reask``), then the call fails with ``parse_error`` and
-                the raw text kept.
+                when the reply is unreadable, inconsistent or ambiguous. Such a reply is
+                re-asked once (when ``reask``; the re-ask repeats the JSON schema, if any),
+                then the call fails with the parse error's reason and the raw text kept.
             prompt_version: the prompt's version, part of the cache key.
             purpose: a label for the transcript (``correctness``, ``claims`` ...).
         """
         result = self._call_once(request, parse, prompt_version, purpose)
-        if result.ok or result.failure is not FailureReason.PARSE_ERROR or not reask or result.response is None:
+        if result.ok or result.failure not in PARSE_FAILURES or not reask or result.response is None:
             self._count_failure(result)
             return result
+        ask: tuple[dict[str, str], ...] = (
+            {"role": "user", "content": REASK_TEMPLATE.format(error=result.error)},
+        )
+        if request.json_schema is not None:
+            # whatever the server's mode, the re-ask says exactly what the reply must hold
+            ask = carry_schema(ask, request.json_schema)
         followup = ChatRequest(
             messages=(
                 *request.messages,
                 {"role": "assistant", "content": result.response.text},
-                {"role": "user", "content": REASK_TEMPLATE.format(error=result.error)},
+                *ask,
             ),
             temperature=request.temperature,
             max_tokens=request.max_tokens,
@@ -361,6 +368,7 @@ class JudgeClient:
         with self._lock:
             d = self.usage.as_dict()
         d["peak_in_flight"] = self.gate.peak
+        d["structured_mode"] = self.structured_mode
         return d
 
     def redact(self, value: Any) -> Any:
@@ -401,6 +409,7 @@ class JudgeClient:
         started = time.monotonic()
         attempt = 0
         budget_used = 0  # attempts that count against max_attempts
+        format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
         waited = 0.0
         while True:
             attempt += 1
@@ -421,6 +430,16 @@ class JudgeClient:
             if err.kind is ErrorKind.RATE_LIMITED:
                 with self._lock:
                     self.usage.rate_limited += 1
+            if err.kind is ErrorKind.FORMAT_REJECTED:
+                # not a fault of this request's content: resend at once in the weaker mode; bounded by
+                # the number of modes (a backend that keeps refusing ends as a provider error)
+                format_refusals += 1
+                budget_used -= 1
+                if format_refusals <= 4:
+                    with self._lock:
+                        self.usage.format_refusals += 1
+                    continue
+                err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
             told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
             if told_when and attempt < MAX_RATE_LIMITED_ATTEMPTS:
                 # The server said when to come back: that wait is bounded by max_retry_time, not by
@@ -466,6 +485,7 @@ class JudgeClient:
             "base_url": ident["base_url"],
             "messages": [dict(m) for m in request.messages],
             "params": request.params(),
+            "structured_mode": self.backend.structured_mode if request.json_schema is not None else None,
         }
         with self._lock:
             self.usage.calls += 1
@@ -493,6 +513,11 @@ class JudgeClient:
         # 2. the model, under the gate, with retries
         response, attempts, err, waited = self._with_retries(lambda: self.backend.chat(request, timeout=self.timeout))
         record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
+        if response is not None and request.json_schema is not None and response.structured_mode:
+            record["structured_mode"] = response.structured_mode
+            if response.structured_mode in _CARRY_MODES:  # the prompt as sent carried the schema
+                record["messages"] = [dict(m) for m in carry_schema(request.messages, request.json_schema)]
+                record["schema_note_version"] = SCHEMA_NOTE_VERSION
         if response is None:
             assert err is not None
             failure = FAILURE_FOR_KIND[err.kind]
@@ -518,11 +543,12 @@ class JudgeClient:
         try:
             parsed = parse(response) if parse else response.text
         except ParseError as e:
+            if response.structured_mode in ("json_schema", "json_object") and "{" not in response.text:
+                self.backend.format_ignored(response.structured_mode)  # prose despite a JSON request
             if response.finish_reason in ("length", "max_tokens"):
-                e = ParseError(f"{e} (the reply was cut off at max_tokens={request.max_tokens})")
-            record.update(outcome=FailureReason.PARSE_ERROR.value, error=str(e))
-            return self._finish(
-                CallResult(False, response=response, failure=FailureReason.PARSE_ERROR, error=str(e)), record)
+                e = ParseError(f"{e} (the reply was cut off at max_tokens={request.max_tokens})", e.reason)
+            record.update(outcome=e.reason.value, error=str(e))
+            return self._finish(CallResult(False, response=response, failure=e.reason, error=str(e)), record)
         if self.cache is not None:
             self.cache.put(key, response.to_json())
         record.update(parsed=_jsonable(parsed), outcome="ok", error=None)

@@ -342,6 +342,8 @@ class Reply:
     error_message: str | None = None
     error_type: str | None = None
     error_code: str | None = None
+    error_param: str | None = None
+    """OpenAI error body ``param``: the request parameter the error is about (e.g. ``response_format``)."""
 
     @classmethod
     def error(
@@ -352,6 +354,7 @@ class Reply:
         *,
         type: str | None = None,  # noqa: A002 - mirrors the APIs' field name
         code: str | None = None,
+        param: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> Reply:
         """An error reply shaped like each API's real error body.
@@ -369,6 +372,7 @@ class Reply:
             error_message=message if message is not None else _DEFAULT_ERROR_MESSAGES.get(status, "Error."),
             error_type=type,
             error_code=code,
+            error_param=param,
         )
 
     @property
@@ -922,7 +926,7 @@ def _error_body(api: str, request: Request, reply: Reply) -> bytes:
     return _dumps({"error": {
         "message": message,
         "type": reply.error_type or default_type,
-        "param": None,
+        "param": reply.error_param,
         "code": reply.error_code if reply.error_code is not None else default_code,
     }})
 

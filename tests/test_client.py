@@ -323,12 +323,16 @@ def test_resolve_backend_errors(uri, message):
 def test_missing_key_message_shows_the_fix(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    # the key is checked when a client is about to send (an estimate sends nothing and needs none)
+    resolve_backend("openai:/gpt-4o-mini")
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
-        resolve_backend("openai:/gpt-4o-mini")
+        JudgeClient("openai:/gpt-4o-mini", cache=False)
     with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):
-        resolve_backend("anthropic:/claude-3-5-haiku-latest")
+        JudgeClient("anthropic:/claude-3-5-haiku-latest", cache=False)
+    JudgeClient("openai:/gpt-4o-mini", cache=False, check_ready=False)  # an estimate's client
     # a local OpenAI-compatible server needs no key
     assert resolve_backend("vllm:/m").base_url == "http://localhost:8000/v1"
+    JudgeClient("vllm:/m", cache=False)
 
 
 def test_end_of_cool_down_is_not_a_burst(fake_llm, oa):

@@ -56,7 +56,7 @@ def classify(exc: BaseException, sdk: Any) -> BackendError:
             return BackendError(ErrorKind.RATE_LIMITED, msg, status, parse_retry_after(headers))
         if status in (408, 409) or status >= 500:
             return BackendError(ErrorKind.TRANSIENT, msg, status, parse_retry_after(headers))
-        return BackendError(ErrorKind.PERMANENT, msg, status)
+        return BackendError(ErrorKind.PERMANENT, msg, status, extra=_error_fields(exc))
     if isinstance(exc, sdk.APIResponseValidationError) or isinstance(exc, ValueError):
         # A body that is not the API's JSON (a proxy's HTML page, a cut-off reply).
         return BackendError(ErrorKind.TRANSIENT, f"unreadable response body: {type(exc).__name__}: {exc}")
@@ -70,6 +70,15 @@ def _message(exc: Any) -> str:
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])
     return str(getattr(exc, "message", exc))
+
+
+def _error_fields(exc: Any) -> dict[str, Any]:
+    """The error body's ``param`` / ``code`` / ``type`` (OpenAI names the offending parameter there)."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return {}
+    return {k: err[k] for k in ("param", "code", "type") if err.get(k) is not None}
 
 
 def missing_sdk(package: str) -> ImportError:

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from ._sdk import classify, missing_sdk
-from .base import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind
+from .base import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, url_credentials
 
 
 class AnthropicBackend(Backend):
@@ -31,12 +31,7 @@ class AnthropicBackend(Backend):
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None) -> None:
         self.model = model
         self._base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or "").rstrip("/") or None
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if not key:
-            raise ValueError(
-                "No Anthropic API key: set the ANTHROPIC_API_KEY environment variable or pass api_key=."
-            )
-        self._api_key = key
+        self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
         self._client: Any = None
         self._client_lock = threading.Lock()
         self._takes_temperature: bool | None = None
@@ -45,8 +40,18 @@ class AnthropicBackend(Backend):
     def base_url(self) -> str | None:
         return self._base_url
 
+    @property
+    def structured_mode(self) -> str:
+        return "tool_use"
+
     def secrets(self) -> list[str]:
-        return [self._api_key]
+        return ([self._api_key] if self._api_key else []) + url_credentials(self._base_url)
+
+    def check_ready(self) -> None:
+        if not self._api_key:
+            raise ValueError(
+                "No Anthropic API key: set the ANTHROPIC_API_KEY environment variable or pass api_key=."
+            )
 
     def _sdk(self) -> Any:
         try:
@@ -58,6 +63,7 @@ class AnthropicBackend(Backend):
     def _get_client(self) -> Any:
         if self._client is not None:
             return self._client
+        self.check_ready()
         with self._client_lock:  # one SDK client (and connection pool) however many threads start at once
             if self._client is None:
                 anthropic = self._sdk()
@@ -124,4 +130,5 @@ class AnthropicBackend(Backend):
             output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
             model=getattr(msg, "model", "") or self.model,
             finish_reason=stop_reason,
+            structured_mode="tool_use" if schema is not None else "text",
         )

@@ -10,9 +10,11 @@ retries and accounting live in :class:`mlflow_ragjudge.client.JudgeClient` alone
 from __future__ import annotations
 
 import enum
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 __all__ = [
     "ChatRequest",
@@ -22,7 +24,31 @@ __all__ = [
     "BackendError",
     "Backend",
     "JsonSchema",
+    "SCHEMA_NOTE_VERSION",
+    "carry_schema",
+    "safe_url",
+    "url_credentials",
 ]
+
+
+def url_credentials(url: str | None) -> list[str]:
+    """The credentials a URL carries (``user:password@``), raw and percent-decoded, as secrets to scrub."""
+    if not url:
+        return []
+    parts = urlsplit(url)
+    raw = [x for x in (parts.password, parts.username) if x]
+    return list(dict.fromkeys(raw + [unquote(x) for x in raw]))
+
+
+def safe_url(url: str | None) -> str | None:
+    """A URL fit to record: credentials and query string dropped (``https://host:port/path``)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,9 @@ class ChatResponse:
     model: str = ""
     finish_reason: str | None = None
     refusal: str | None = None
+    #: how the reply's format was obtained (``json_schema``, ``json_object``, ``text``, ``tool_use``);
+    #: set by the backend, recorded in transcripts, not part of the cached reply
+    structured_mode: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,9 +155,41 @@ class ErrorKind(str, enum.Enum):
     CONNECTION = "connection"  # could not connect: back off, retry
     PERMANENT = "permanent"  # 4xx other than 429, auth, bad request: fail at once
     REFUSED = "refused"  # the model refused (content policy): fail at once, never cached
+    # The server rejected the requested output format (response_format); the backend has already
+    # switched its connection to a weaker mode, so the client resends at once, without backoff and
+    # without using up an attempt (bounded by the number of modes).
+    FORMAT_REJECTED = "format_rejected"
 
 
-RETRYABLE = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.CONNECTION})
+RETRYABLE = frozenset({
+    ErrorKind.RATE_LIMITED, ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.CONNECTION, ErrorKind.FORMAT_REJECTED,
+})
+
+#: version of the schema note below; recorded in transcripts with the mode that used it
+SCHEMA_NOTE_VERSION = "1"
+
+
+def carry_schema(messages: tuple[dict[str, str], ...], schema: JsonSchema) -> tuple[dict[str, str], ...]:
+    """The messages with the reply's JSON schema appended to the last user message.
+
+    Used whenever the server cannot enforce the schema itself (JSON mode, plain text): the
+    schema says exactly which fields, how many items and which values the reply may hold, so a
+    model that follows it produces what the validator accepts.
+    """
+    note = (
+        "\n\nThe reply must be one JSON object that is valid against this JSON Schema. The schema fixes the "
+        "fields, the number of items in each list and the values allowed:\n```json\n"
+        + json.dumps(schema.schema, ensure_ascii=False)
+        + "\n```\nReply with that JSON object and nothing else."
+    )
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role") == "user":
+            m["content"] = m["content"] + note
+            break
+    else:
+        out.append({"role": "user", "content": note.strip()})
+    return tuple(out)
 
 
 @dataclass
@@ -159,8 +220,25 @@ class Backend(ABC):
 
     provider: str = "abstract"
     model: str = ""
-    #: whether the backend can constrain output to a JSON schema
+    #: whether the backend can return a reply that follows a JSON schema (enforced by the server,
+    #: or carried in the prompt when the server cannot enforce it)
     supports_json_schema: bool = False
+
+    @property
+    def structured_mode(self) -> str:
+        """How structured replies are obtained on this connection right now (recorded on the run)."""
+        return "json_schema" if self.supports_json_schema else "text"
+
+    def format_ignored(self, mode: str) -> None:
+        """A reply sent in ``mode`` held no JSON at all: the server accepted the structured-output
+        request but did not enforce it. Backends that negotiate move to a mode that carries the
+        schema in the prompt; others do nothing."""
+        return None
+
+    def check_ready(self) -> None:
+        """Raise ``ValueError`` (naming the fix) when this backend cannot send requests, e.g. a
+        missing API key. Called before a run's first request; a dry run skips it."""
+        return None
 
     @property
     def base_url(self) -> str | None:

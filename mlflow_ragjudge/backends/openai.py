@@ -8,19 +8,116 @@ URI forms (see :func:`mlflow_ragjudge.backends.resolve_backend`)::
 
 The key comes from ``OPENAI_API_KEY``; a local server that needs none gets a
 placeholder key when a base URL is set.
+
+**Structured output is negotiated, not assumed** (docs/judge-client.md). A request that
+carries a JSON schema is sent in the strongest mode the connection is known to accept:
+
+1. ``json_schema`` -- ``response_format={"type": "json_schema", ...}``: the server enforces the
+   schema (OpenAI, vLLM, Ollama, llama.cpp, LM Studio);
+2. ``json_schema_basic`` -- the same, with the count / range / length keywords left out of the
+   schema sent (for servers whose grammar engine rejects them); the full schema rides in the prompt;
+3. ``json_object`` -- JSON mode; the full schema rides in the prompt;
+4. ``text`` -- no ``response_format`` at all; the full schema rides in the prompt.
+
+A server that refuses a mode (HTTP 400/415/422/501 whose message names ``response_format``,
+a schema or JSON mode) moves its connection one step down the list, for the whole process,
+and the client resends the same request at once (:attr:`ErrorKind.FORMAT_REJECTED`). A
+``structured=`` pinned in the URI is never changed: a refusal is then an error naming the fix.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from typing import Any
 
 from ._sdk import classify, missing_sdk
-from .base import Backend, BackendError, ChatRequest, ChatResponse, EmbedResponse, ErrorKind
+from .base import (
+    Backend,
+    BackendError,
+    ChatRequest,
+    ChatResponse,
+    EmbedResponse,
+    ErrorKind,
+    carry_schema,
+    url_credentials,
+)
+
+__all__ = ["OpenAIBackend", "STRUCTURED_MODES", "negotiated_modes", "openai_strict_schema", "basic_schema"]
 
 _PLACEHOLDER_KEY = "not-needed"
+
+#: the modes, strongest first; a refused mode moves the connection to the next one
+STRUCTURED_MODES = ("json_schema", "json_schema_basic", "json_object", "text")
+#: modes in which the server does not enforce the full schema, so the prompt carries it
+CARRY_MODES = frozenset({"json_schema_basic", "json_object", "text"})
+_ALIASES = {"none": "text", "auto": None}
+
+# The negotiated mode of each connection (provider + base URL), for the whole process.
+_NEGOTIATED: dict[str, str] = {}
+_NEGOTIATED_LOCK = threading.Lock()
+# Connections whose mode a structured reply has confirmed. Until then structured requests on the
+# connection go one at a time, so a refusing server sees one refused request per mode, not one per
+# thread of a concurrent run.
+_CONFIRMED: set[str] = set()
+_PROBE_LOCKS: dict[str, threading.Lock] = {}
+
+# A refusal of the output format: the status says "bad request", the message names the feature.
+_FORMAT_STATUSES = frozenset({400, 415, 422, 501})
+_FORMAT_WORDS = re.compile(
+    r"response_format|json_schema|json_object|json mode|structured output|guided|grammar|schema", re.IGNORECASE
+)
+
+# Keywords OpenAI's strict structured outputs accept (its "supported schemas" list); anything else
+# is left out of what is sent to OpenAI itself. The client still checks the full schema.
+_OPENAI_STRICT_KEYWORDS = frozenset({
+    "type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf", "$defs",
+    "$ref", "description", "title", "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "pattern", "format",
+})
+# What json_schema_basic leaves out: the constraints grammar engines most often reject.
+_BASIC_DROPPED = frozenset({
+    "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minLength", "maxLength", "uniqueItems", "pattern", "format",
+})
+
+
+def _prune(schema: Any, keep: Any) -> Any:
+    """A copy of a JSON schema keeping only keywords for which ``keep(keyword)`` is true
+    (property names under ``properties`` / ``$defs`` are names, not keywords, and are kept)."""
+    if isinstance(schema, list):
+        return [_prune(s, keep) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for k, v in schema.items():
+        if not keep(k):
+            continue
+        if k in ("properties", "$defs") and isinstance(v, dict):
+            out[k] = {name: _prune(sub, keep) for name, sub in v.items()}
+        elif k in ("items", "anyOf", "additionalProperties") and isinstance(v, (dict, list)):
+            out[k] = _prune(v, keep)
+        else:
+            out[k] = v
+    return out
+
+
+def openai_strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as OpenAI's strict mode accepts it (unsupported keywords left out)."""
+    return _prune(schema, lambda k: k in _OPENAI_STRICT_KEYWORDS)
+
+
+def basic_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema without count, range and length constraints (mode ``json_schema_basic``)."""
+    return _prune(schema, lambda k: k not in _BASIC_DROPPED)
+
+
+def negotiated_modes() -> dict[str, str]:
+    """Connection key -> the structured mode negotiated so far in this process."""
+    with _NEGOTIATED_LOCK:
+        return dict(_NEGOTIATED)
 
 
 class OpenAIBackend(Backend):
@@ -30,13 +127,16 @@ class OpenAIBackend(Backend):
         model: model name as the server knows it.
         base_url: an OpenAI-compatible server; default ``OPENAI_BASE_URL`` or OpenAI.
         api_key: default ``OPENAI_API_KEY``.
-        structured: ``"json_schema"`` (constrained decoding; OpenAI, vLLM, Ollama),
-            ``"json_object"`` (JSON mode only), or ``"none"`` (plain text; the judge's
-            prompt then carries the format, e.g. Prometheus ``[RESULT] n``).
-            Default: ``json_schema`` for OpenAI itself, ``none`` for other servers.
+        structured: ``None`` / ``"auto"`` (default): negotiated per connection, starting at
+            ``json_schema`` (see the module docstring); or pinned to one of ``json_schema``,
+            ``json_schema_basic``, ``json_object``, ``text`` (``none`` is an alias of ``text``).
+        organization: OpenAI organization id.
+        headers: extra HTTP headers for every request (e.g. a gateway's auth header); their
+            values are treated as secrets and scrubbed from every record.
     """
 
     provider = "openai"
+    supports_json_schema = True  # enforced by the server, or carried in the prompt
 
     def __init__(
         self,
@@ -46,35 +146,66 @@ class OpenAIBackend(Backend):
         api_key: str | None = None,
         structured: str | None = None,
         organization: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.model = model
         self._base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").rstrip("/") or None
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if self._base_url is None:
-                raise ValueError(
-                    "No OpenAI API key: set the OPENAI_API_KEY environment variable, or pass api_key=, "
-                    "or point the judge at an OpenAI-compatible server with "
-                    "'openai:/<model>?base_url=http://host:port/v1' (local servers need no key)."
-                )
-            key = _PLACEHOLDER_KEY
-        self._api_key = key
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
         self._organization = organization
-        if structured is None:
-            structured = "json_schema" if self._base_url is None else "none"
-        if structured not in ("json_schema", "json_object", "none"):
-            raise ValueError(f"structured must be 'json_schema', 'json_object' or 'none', not {structured!r}")
-        self.structured = structured
-        self.supports_json_schema = structured == "json_schema"
+        self._headers = dict(headers or {})
+        structured = _ALIASES.get(structured, structured) if structured is not None else None
+        if structured is not None and structured not in STRUCTURED_MODES:
+            raise ValueError(
+                f"structured must be one of {', '.join(STRUCTURED_MODES)} (or 'auto' to negotiate), "
+                f"not {structured!r}"
+            )
+        #: the mode pinned by the user, or None when negotiated
+        self.pinned_mode = structured
         self._client: Any = None
         self._client_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ identity and secrets
 
     @property
     def base_url(self) -> str | None:
         return self._base_url
 
     def secrets(self) -> list[str]:
-        return [self._api_key] if self._api_key != _PLACEHOLDER_KEY else []
+        out = [self._api_key] if self._api_key and self._api_key != _PLACEHOLDER_KEY else []
+        out += url_credentials(self._base_url)
+        out += [v for v in self._headers.values() if v]
+        return out
+
+    def check_ready(self) -> None:
+        if not self._api_key and self._base_url is None:
+            raise ValueError(
+                "No OpenAI API key: set the OPENAI_API_KEY environment variable, or pass api_key=, "
+                "or point the judge at an OpenAI-compatible server with "
+                "'openai:/<model>?base_url=http://host:port/v1' (local servers need no key)."
+            )
+
+    @property
+    def structured_mode(self) -> str:
+        if self.pinned_mode is not None:
+            return self.pinned_mode
+        with _NEGOTIATED_LOCK:
+            return _NEGOTIATED.get(self.connection_key(), STRUCTURED_MODES[0])
+
+    def _downgrade(self, used: str) -> str | None:
+        """Move the connection one mode down from ``used`` (compare-and-set: concurrent refusals of
+        the same mode move it once). Returns the new mode, or None when there is nothing weaker."""
+        key = self.connection_key()
+        with _NEGOTIATED_LOCK:
+            current = _NEGOTIATED.get(key, STRUCTURED_MODES[0])
+            if current != used:
+                return current  # another thread already moved it
+            i = STRUCTURED_MODES.index(used)
+            if i + 1 >= len(STRUCTURED_MODES):
+                return None
+            _NEGOTIATED[key] = STRUCTURED_MODES[i + 1]
+            return _NEGOTIATED[key]
+
+    # ------------------------------------------------------------------ SDK
 
     def _sdk(self) -> Any:
         try:
@@ -86,23 +217,55 @@ class OpenAIBackend(Backend):
     def _get_client(self) -> Any:
         if self._client is not None:
             return self._client
+        self.check_ready()
         with self._client_lock:  # one SDK client (and connection pool) however many threads start at once
             if self._client is None:
                 openai = self._sdk()
                 # The client is the only retry layer: the SDK's own retries are off.
                 self._client = openai.OpenAI(
-                    api_key=self._api_key,
+                    api_key=self._api_key or _PLACEHOLDER_KEY,
                     base_url=self._base_url,
                     organization=self._organization,
+                    default_headers=self._headers or None,
                     max_retries=0,
                 )
         return self._client
 
+    def _response_format(self, request: ChatRequest, mode: str) -> dict[str, Any] | None:
+        schema = request.json_schema
+        if schema is None or mode == "text":
+            return None
+        if mode == "json_object":
+            return {"type": "json_object"}
+        sent = schema.schema if mode == "json_schema" else basic_schema(schema.schema)
+        if self._base_url is None:  # OpenAI itself: only the keywords its strict mode supports
+            sent = openai_strict_schema(sent)
+        return {"type": "json_schema", "json_schema": {"name": schema.name, "schema": sent, "strict": True}}
+
     def chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
+        if request.json_schema is None or self.pinned_mode is not None:
+            return self._chat(request, timeout=timeout)
+        key = self.connection_key()
+        with _NEGOTIATED_LOCK:
+            confirmed = key in _CONFIRMED
+            probe = _PROBE_LOCKS.setdefault(key, threading.Lock())
+        if confirmed:
+            return self._chat(request, timeout=timeout)
+        with probe:  # negotiating: one structured request at a time on this connection
+            response = self._chat(request, timeout=timeout)
+            with _NEGOTIATED_LOCK:
+                _CONFIRMED.add(key)
+            return response
+
+    def _chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
         openai = self._sdk()
+        mode = self.structured_mode if request.json_schema is not None else "text"
+        messages = request.messages
+        if request.json_schema is not None and mode in CARRY_MODES:
+            messages = carry_schema(messages, request.json_schema)
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": [dict(m) for m in request.messages],
+            "messages": [dict(m) for m in messages],
             "temperature": request.temperature,
             "max_tokens": request.max_tokens,
             "timeout": timeout,
@@ -111,22 +274,16 @@ class OpenAIBackend(Backend):
             kwargs["seed"] = request.seed
         if request.stop:
             kwargs["stop"] = list(request.stop)
-        if request.json_schema is not None:
-            if self.structured == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": request.json_schema.name,
-                        "schema": request.json_schema.schema,
-                        "strict": True,
-                    },
-                }
-            elif self.structured == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+        response_format = self._response_format(request, mode)
+        if response_format is not None:
+            kwargs["response_format"] = response_format
         try:
             completion = self._get_client().chat.completions.create(**kwargs)
         except Exception as exc:
-            raise classify(exc, openai) from exc
+            err = classify(exc, openai)
+            if response_format is not None and _refuses_format(err):
+                raise self._format_refused(err, mode) from exc
+            raise err from exc
         if not getattr(completion, "choices", None):
             raise BackendError(ErrorKind.TRANSIENT, "reply has no choices")
         choice = completion.choices[0]
@@ -135,7 +292,7 @@ class OpenAIBackend(Backend):
         text = message.content or ""
         usage = getattr(completion, "usage", None)
         data = None
-        if request.json_schema is not None and self.structured != "none" and text:
+        if response_format is not None and text:
             try:
                 parsed = json.loads(text)
                 data = parsed if isinstance(parsed, dict) else None
@@ -149,6 +306,29 @@ class OpenAIBackend(Backend):
             model=getattr(completion, "model", "") or self.model,
             finish_reason=getattr(choice, "finish_reason", None),
             refusal=refusal,
+            structured_mode=mode,
+        )
+
+    def format_ignored(self, mode: str) -> None:
+        # A server that accepts response_format but answers in prose does not enforce the schema: from
+        # now on the schema rides in the prompt (json_schema_basic), where a model can read it.
+        if self.pinned_mode is None and mode == "json_schema":
+            self._downgrade(mode)
+
+    def _format_refused(self, err: BackendError, mode: str) -> BackendError:
+        if self.pinned_mode is not None:
+            return BackendError(
+                ErrorKind.PERMANENT,
+                f"the server refused structured={mode} ({err.message}); remove 'structured=' from the judge URI "
+                "to let the client negotiate a mode the server accepts",
+                err.status,
+            )
+        new = self._downgrade(mode)
+        if new is None:
+            return err
+        return BackendError(
+            ErrorKind.FORMAT_REJECTED, f"the server refused {mode} ({err.message}); now using {new}", err.status,
+            extra={"from": mode, "to": new},
         )
 
     def embed(self, texts: list[str], *, timeout: float) -> EmbedResponse:
@@ -166,3 +346,11 @@ class OpenAIBackend(Backend):
             input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             model=getattr(resp, "model", "") or self.model,
         )
+
+
+def _refuses_format(err: BackendError) -> bool:
+    """A client error that names the output format: the server does not support the mode we sent."""
+    if err.kind is not ErrorKind.PERMANENT or err.status not in _FORMAT_STATUSES:
+        return False
+    text = err.message + " " + json.dumps(err.extra, default=str)
+    return bool(_FORMAT_WORDS.search(text))

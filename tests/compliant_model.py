@@ -1,0 +1,188 @@
+"""An independent, compliant judge model for the fake server. It knows nothing of mlflow-ragjudge's prompts.
+
+It answers the way a capable model behind a real OpenAI-compatible server does, reading only what any
+model could read generically -- never the package's prompt wording:
+
+* the JSON schema the client sent (OpenAI ``response_format`` ``json_schema``, Anthropic tool
+  ``input_schema``) or, when none was sent, a JSON schema written into the conversation (any JSON object
+  in a message with ``"type": "object"`` and ``"properties"``; the most recent one counts);
+* it fills every field the schema declares: an array gets ``minItems`` items, two when the schema sets no
+  count (capped at ``maxItems``); in the i-th item of an array, an integer field whose schema enumerates
+  its values takes the i-th value -- how a model numbers its entries down a numbered list; other enum
+  fields, booleans and unbounded integers get values chosen by a hash of the conversation; strings are
+  short sentences, different for every request and field;
+* with no schema anywhere it answers in prose (it has no idea what format a grader wants).
+
+Server modes, like the servers users run:
+
+* ``json_schema`` -- honours ``response_format`` ``json_schema`` and ``json_object`` (OpenAI, vLLM, Ollama);
+* ``json_object`` -- refuses ``json_schema`` with HTTP 400 naming ``response_format``, honours JSON mode;
+* ``text`` -- refuses any ``response_format`` with HTTP 400 and answers in plain text: JSON written bare,
+  inside a ```json fence after a lead-in sentence, or followed by a remark;
+* ``text_422`` -- like ``text``, but refuses the way TGI does: HTTP 422, a deserialisation message, no
+  ``param``;
+* ``ignores_format`` -- accepts any ``response_format`` and ignores it: it reads a schema only from the
+  conversation, like a proxy that drops the parameter on the floor.
+
+Usage::
+
+    fake_llm.set_handler(CompliantModel("json_object"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from fakellm import Reply, Request
+
+MODES = ("json_schema", "json_object", "text", "text_422", "ignores_format")
+
+
+def _h(*parts: str) -> int:
+    return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).digest()[:8], "big")
+
+
+_WORDS = ("the", "passage", "states", "this", "point", "clearly", "answer", "covers", "detail", "evidence",
+          "question", "matches", "part", "fact", "given", "named")
+
+
+def _sentence(seed: str, path: str) -> str:
+    n = _h(seed, path)
+    words = [_WORDS[(n >> (4 * i)) % len(_WORDS)] for i in range(6)]
+    return f"{words[0].capitalize()} {' '.join(words[1:])} (note {n % 100000:05d})."
+
+
+def fill(schema: dict[str, Any], seed: str, path: str = "$", index: int | None = None) -> Any:
+    """A value that validates against ``schema`` (the subset real judges' schemas use)."""
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        values = list(schema["enum"])
+        if index is not None and values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return values[index % len(values)]
+        return values[_h(seed, path) % len(values)]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        return {k: fill(sub, seed, f"{path}.{k}", index) for k, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        n = int(schema.get("minItems") or 0) or 2
+        if "maxItems" in schema:
+            n = min(n, int(schema["maxItems"]))
+        return [fill(schema.get("items", {}), seed, f"{path}[{i}]", i) for i in range(n)]
+    if kind in ("integer", "number"):
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        if lo is not None:
+            v = lo + (index or 0)
+            return min(v, hi) if hi is not None else v
+        if hi is not None:
+            return hi
+        return index or 0
+    if kind == "boolean":
+        return bool(_h(seed, path) & 1)
+    if kind == "null":
+        return None
+    return _sentence(seed, path)
+
+
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    """Top-level JSON objects written in a text (string-aware brace matching)."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while True:
+        start = text.find("{", i)
+        if start == -1:
+            return out
+        depth, in_str, esc, end = 0, False, False, -1
+        for j in range(start, len(text)):
+            c = text[j]
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    end = j
+                    break
+        if end == -1:
+            return out
+        try:
+            obj = json.loads(text[start: end + 1])
+        except ValueError:
+            i = start + 1
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        i = end + 1
+
+
+def schema_in_conversation(request: Request) -> dict[str, Any] | None:
+    """The most recent JSON schema written into the messages, if any."""
+    found = None
+    for message in request.messages:
+        for obj in _json_objects(message["content"]):
+            if obj.get("type") == "object" and isinstance(obj.get("properties"), dict):
+                found = obj
+    return found
+
+
+class CompliantModel:
+    """A fake-server handler: an independent model that follows schemas (see the module docstring)."""
+
+    def __init__(self, mode: str = "json_schema") -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        self.mode = mode
+        self.refused = 0  # requests refused for their response_format
+
+    def _refuse(self, kind: str) -> Reply:
+        self.refused += 1
+        if self.mode == "text_422":
+            return Reply.error(422, "Failed to deserialize the JSON body into the target type: response_format: "
+                                    f"unknown variant `{kind}`, expected `json` or `regex` at line 1 column 80")
+        if self.mode == "json_object":
+            return Reply.error(400, f"Invalid value for 'response_format.type': '{kind}' is not supported by this "
+                                    "server. Supported values are: 'text', 'json_object'.", param="response_format")
+        return Reply.error(400, "This server does not support the 'response_format' parameter.",
+                           param="response_format")
+
+    def __call__(self, request: Request) -> Any:
+        if request.api == "openai_embeddings":
+            return None  # the server's default: a hashed bag-of-words vector
+        seed = json.dumps(request.messages, sort_keys=True)
+        fmt = request.response_format if request.api == "openai_chat" else None
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_schema" and self.mode in ("json_object", "text", "text_422"):
+            return self._refuse(kind)
+        if kind == "json_object" and self.mode in ("text", "text_422"):
+            return self._refuse(kind)
+        schema = request.json_schema  # response_format json_schema, or an Anthropic tool's input_schema
+        if self.mode == "ignores_format" and request.api == "openai_chat":
+            schema, kind = None, None
+        if schema is not None:
+            return fill(schema, seed)
+        schema = schema_in_conversation(request)
+        if schema is None:
+            if kind == "json_object":
+                return Reply(text=json.dumps({"answer": _sentence(seed, "answer")}))
+            return Reply(text=_sentence(seed, "prose") + " " + _sentence(seed, "prose2"))
+        value = json.dumps(fill(schema, seed), ensure_ascii=False, indent=1)
+        if kind == "json_object":
+            return Reply(text=value)
+        style = _h(seed, "style") % 3
+        if style == 0:
+            return Reply(text=value)
+        if style == 1:
+            return Reply(text=f"Here is my evaluation:\n\n```json\n{value}\n```")
+        return Reply(text=f"{value}\n\nI followed the requested format.")
