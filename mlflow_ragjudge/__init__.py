@@ -22,6 +22,15 @@ from .evaluation import EvalOutput, InputError, evaluate_frame
 from .judges import CorrectnessJudge
 from .types import Aggregate, FailureReason, JudgeResult, Status, aggregate
 
+
+def load_output(run_id: str) -> EvalOutput:
+    """The full output of a ``ragjudge`` run (metrics, per-row table and results, transcripts, config),
+    read back from the MLflow run. See :func:`mlflow_ragjudge.evaluator.load_output`."""
+    from .evaluator import load_output as _load
+
+    return _load(run_id)
+
+
 __all__ = [
     "__version__",
     "Aggregate",
@@ -39,5 +48,6 @@ __all__ = [
     "Status",
     "aggregate",
     "evaluate_frame",
+    "load_output",
     "resolve_backend",
 ]

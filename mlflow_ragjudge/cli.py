@@ -3,6 +3,16 @@
 ``evaluate`` reads JSONL, CSV or Parquet (list columns in CSV as JSON text),
 creates an MLflow run with metrics, the per-row table, transcripts and config,
 and prints a short summary and the run's location.
+
+Exit codes (docs/judge-client.md):
+
+* 0 -- the run completed and every gate passed;
+* 2 -- bad input or configuration, found before any judge call (nothing was sent);
+* 3 -- the run completed and was logged, but a judged metric failed on more than
+  ``--max-error-rate`` of its rows (the judge is not working: see the warning);
+* 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate was not met.
+
+When both 3 and 4 apply the exit code is 3: a gate measured by a failing judge means nothing.
 """
 
 from __future__ import annotations
@@ -12,13 +22,19 @@ import json
 import os
 import re
 import sys
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["main", "read_table"]
+__all__ = ["main", "read_table", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED"]
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_JUDGE_FAILURES = 3
+EXIT_GATE_FAILED = 4
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -80,6 +96,11 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="extra evaluator_config as a JSON object")
     ev.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
     ev.add_argument("--max-concurrency", type=int)
+    ev.add_argument("--max-error-rate", type=float, metavar="SHARE",
+                    help="exit 3 when a judged metric fails on more than this share of rows (default 0.2)")
+    ev.add_argument("--fail-under", action="append", metavar="METRIC=VALUE",
+                    help="quality gate, repeatable: exit 4 when METRIC (e.g. correctness, faithfulness/mean) "
+                         "is below VALUE")
     ev.add_argument("--experiment", help="MLflow experiment name (created if missing)")
     ev.add_argument("--run-name", help="MLflow run name")
     ev.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
@@ -127,6 +148,17 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         cfg["cache"] = False
     if getattr(args, "max_concurrency", None):
         cfg["max_concurrency"] = args.max_concurrency
+    if getattr(args, "max_error_rate", None) is not None:
+        cfg["max_error_rate"] = args.max_error_rate
+    if getattr(args, "fail_under", None):
+        gates: dict[str, float] = {}
+        for name, value in _kv(args.fail_under, "--fail-under").items():
+            try:
+                gates[name] = float(value)
+            except ValueError:
+                raise SystemExit(f"error: --fail-under {name}={value!r}: the threshold must be a number, "
+                                 f"e.g. --fail-under {name}=3.5") from None
+        cfg["fail_under"] = gates
     return cfg
 
 
@@ -135,14 +167,17 @@ def run_evaluation(
 ) -> tuple[str, Any]:
     import mlflow
 
-    from .evaluation import evaluate_frame
+    from .evaluation import JudgeFailureWarning, evaluate_frame
     from .evaluator import log_output
 
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
     if experiment:
         mlflow.set_experiment(experiment)
-    out = evaluate_frame(df, cfg)  # validates before starting a run: bad input leaves no empty run
+    with warnings.catch_warnings():
+        # the CLI names failing metrics itself, after the summary (see _exit_code)
+        warnings.simplefilter("ignore", JudgeFailureWarning)
+        out = evaluate_frame(df, cfg)  # validates before starting a run: bad input leaves no empty run
     with mlflow.start_run(run_name=run_name) as run:
         log_output(out, run.info.run_id)
     return run.info.run_id, out
@@ -151,34 +186,82 @@ def run_evaluation(
 _AT_K = re.compile(r"_at_(\d+)/")
 
 
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
 def _summary(run_id: str, out: Any) -> str:
-    """The headline numbers: every ``<metric>/mean``, retrieval @k only at the middle cut-off,
-    abstain/error rates where not zero, judge usage; the full set is in the run."""
+    """The headline first: each judged metric's mean, count, error and abstain rates; then the metrics
+    that need no judge (retrieval @k only at the middle cut-off); judge bookkeeping last."""
     import mlflow
 
-    ks = sorted({int(m.group(1)) for k in out.metrics if (m := _AT_K.search(k))})
-    shown_k = ks[len(ks) // 2] if ks else None
+    m = out.metrics
     lines = [f"rows: {out.config['rows']}   metrics: {', '.join(out.config['metrics_run'])}"]
-    if out.config.get("context_mode"):
-        lines.append(f"judge: {out.params['ragjudge.judge']}   context mode: {out.config['context_mode']}")
-    for k in sorted(out.metrics):
-        v = out.metrics[k]
+    if out.params.get("ragjudge.judge", "none") != "none":
+        structured = out.params.get("ragjudge.judge.structured")
+        judge = f"judge: {out.params['ragjudge.judge']} (structured output: {structured})"
+        if out.config.get("context_mode"):
+            judge += f"   context mode: {out.config['context_mode']}"
+        lines.append(judge)
+    judged = [name for name in out.results if f"{name}/error_rate" in m]
+    if judged:
+        lines.append(f"  {'metric':<22} {'mean':>8} {'count':>6} {'error_rate':>11} {'abstain_rate':>13}")
+        for name in judged:
+            failing = {f["metric"] for f in out.failures}
+            flag = "   <-- FAILING" if name in failing or (name in ("wscore", "lscore", "mscore")
+                                                          and "multiturn" in failing) else ""
+            lines.append(f"  {name:<22} {_fmt(m.get(f'{name}/mean')):>8} {int(m.get(f'{name}/count', 0)):>6} "
+                         f"{m[f'{name}/error_rate']:>11.4f} {m.get(f'{name}/abstain_rate', 0.0):>13.4f}{flag}")
+    ks = sorted({int(mt.group(1)) for k in m if (mt := _AT_K.search(k))})
+    shown_k = ks[len(ks) // 2] if ks else None
+    plain = []
+    for k in sorted(m):
         at = _AT_K.search(k)
-        if k.count("/") != 1 and not k.startswith("judge/"):
+        if k.count("/") != 1 or not k.endswith("/mean") or k.split("/")[0] in judged or k.startswith("judge/"):
             continue
         if at and int(at.group(1)) != shown_k:
             continue
-        if k.endswith("/mean") or k.startswith("judge/") or (k.endswith("_rate") and v > 0):
-            lines.append(f"  {k:<34} {v:.4f}")
-    if shown_k is not None and len(ks) > 1:
-        lines.append(f"  (retrieval shown at k={shown_k}; k={ks} are all logged)")
+        plain.append(f"  {k:<34} {m[k]:.4f}")
+    if plain:
+        lines.append("no judge needed:")
+        lines += plain
+        if shown_k is not None and len(ks) > 1:
+            lines.append(f"  (retrieval shown at k={shown_k}; k={ks} are all logged)")
     for name, reason in out.skipped.items():
         lines.append(f"  skipped {name}: {reason}")
+    if "judge/calls" in m:
+        cost = m.get("judge/cost_usd")
+        usage = out.config.get("usage") or {}
+        lines.append(
+            f"judge usage: {int(usage.get('requests', 0))} requests, {int(m['judge/cache_hits'])} cache hits, "
+            f"{int(m['judge/input_tokens'])} input / {int(m['judge/output_tokens'])} output tokens"
+            + (f", ${cost:.4f}" if cost is not None else "")
+        )
+    for g in out.gate:
+        verdict = "passed" if g["passed"] else "FAILED"
+        value = "not produced" if g["value"] is None else f"{g['value']:.4f}"
+        lines.append(f"gate {verdict}: {g['metric']} = {value} (threshold {g['threshold']:g})")
     uri = mlflow.get_tracking_uri()
     run = mlflow.get_run(run_id)
     lines.append(f"MLflow run {run_id} in experiment {run.info.experiment_id} at {uri}")
     lines.append(f"  view it with: mlflow ui --backend-store-uri {uri}")
     return "\n".join(lines)
+
+
+def _exit_code(out: Any) -> int:
+    """3 when a judged metric failed on too many rows (each named on stderr), 4 when a gate failed, else 0."""
+    for f in out.failures:
+        print(f"WARNING: {f['message']}", file=sys.stderr)
+    if out.failures:
+        print(f"error: {len(out.failures)} judged metric(s) failed on more than max_error_rate of their rows; "
+              f"the run was logged, but its judged numbers are not usable (exit {EXIT_JUDGE_FAILURES})",
+              file=sys.stderr)
+        return EXIT_JUDGE_FAILURES
+    failed = [g for g in out.gate if not g["passed"]]
+    for g in failed:
+        value = "was not produced" if g["value"] is None else f"= {g['value']:.4f}"
+        print(f"error: gate failed: {g['metric']} {value}, below {g['threshold']:g}", file=sys.stderr)
+    return EXIT_GATE_FAILED if failed else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,9 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     except (InputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print(_summary(run_id, out))
-    return 0
+    return _exit_code(out)
 
 
 if __name__ == "__main__":  # pragma: no cover

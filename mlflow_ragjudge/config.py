@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends import Backend
+from .backends import Backend, safe_judge_uri
 
 __all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "ALL_METRICS", "BUILT_METRICS"]
 
@@ -91,6 +91,13 @@ class RagJudgeConfig:
         multiturn_turns: the turn budget n (paper: 5).
         multiturn_final_score: ``append`` (the final judgement is one more element of sigma) or
             ``replace`` (it replaces the last one); see docs/multiturn.md.
+        max_error_rate: a judged metric that fails on more than this share of its rows is reported
+            loudly: a warning naming the failure reasons and the likely fix, a run tag, and a non-zero
+            exit of ``ragjudge evaluate`` (docs/judge-client.md). Default 0.2.
+        fail_under: ``{metric: threshold}`` quality gate, e.g. ``{"correctness": 3.5}`` (a bare name
+            means ``<name>/mean``; a full metric name such as ``faithfulness/mean/<group>`` works too).
+            The outcome is recorded on the run; ``ragjudge evaluate --fail-under`` exits non-zero when
+            a threshold is not met.
     """
 
     judge: str | Backend | None = None
@@ -122,6 +129,8 @@ class RagJudgeConfig:
     multiturn_system: Callable[[str, list[dict[str, str]]], Any] | None = None
     multiturn_turns: int = 5
     multiturn_final_score: str = "append"
+    max_error_rate: float = 0.2
+    fail_under: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
@@ -181,6 +190,18 @@ class RagJudgeConfig:
             raise ValueError(f"multiturn_final_score={self.multiturn_final_score!r}: use 'append' or 'replace'.")
         if self.progress not in ("auto", True, False):
             raise ValueError(f"progress={self.progress!r}: use 'auto', True or False.")
+        if isinstance(self.max_error_rate, bool) or not isinstance(self.max_error_rate, (int, float)) or not (
+                0 <= self.max_error_rate <= 1):
+            raise ValueError(f"max_error_rate={self.max_error_rate!r} must be a share between 0 and 1, e.g. 0.2.")
+        if not isinstance(self.fail_under, dict):
+            raise ValueError(f"fail_under={self.fail_under!r} must be a dict {{metric: threshold}}, "
+                             "e.g. {'correctness': 3.5}.")
+        for name, threshold in self.fail_under.items():
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"fail_under has a bad metric name {name!r}; use e.g. 'correctness' or "
+                                 "'faithfulness/mean'.")
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold != threshold:
+                raise ValueError(f"fail_under[{name!r}]={threshold!r} must be a number, e.g. 3.5.")
         if self.max_context_chars < 500:
             raise ValueError(f"max_context_chars={self.max_context_chars} is too small (minimum 500).")
 
@@ -189,9 +210,8 @@ class RagJudgeConfig:
 
     def public_params(self) -> dict[str, Any]:
         """Settings safe to log as params (no callables' internals, no secrets)."""
-        judge = self.judge.uri if isinstance(self.judge, Backend) else self.judge
         return {
-            "judge": judge,
+            "judge": safe_judge_uri(self.judge),  # never the credentials of a base_url
             "metrics": self.metrics,
             "context_mode": self.context_mode,
             "retriever": getattr(self.retriever, "__name__", type(self.retriever).__name__)
@@ -222,4 +242,6 @@ class RagJudgeConfig:
             else None,
             "multiturn_turns": self.multiturn_turns,
             "multiturn_final_score": self.multiturn_final_score,
+            "max_error_rate": self.max_error_rate,
+            "fail_under": dict(self.fail_under),
         }

@@ -13,6 +13,8 @@ import json
 import math
 import sys
 import time
+import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,13 +23,18 @@ from typing import Any
 import pandas as pd
 
 from . import __version__
+from .backends import safe_url
 from .client import JudgeClient
 from .config import BUILT_METRICS, LOGICAL_COLUMNS, RagJudgeConfig
 from .judged import JUDGED_METRICS, EmbeddingsUnavailable, JudgeContext, JudgedMetric, resolve_embedder
 from .multiturn import MultiTurnRunner
 from .types import JudgeResult, Status, aggregate, metric_name_safe
 
-__all__ = ["evaluate_frame", "EvalOutput", "InputError", "metric_name_safe"]
+__all__ = ["evaluate_frame", "EvalOutput", "InputError", "JudgeFailureWarning", "metric_name_safe"]
+
+
+class JudgeFailureWarning(UserWarning):
+    """A judged metric failed on more than ``max_error_rate`` of its rows."""
 
 
 class InputError(ValueError):
@@ -60,6 +67,15 @@ class EvalOutput:
     skipped: dict[str, str] = field(default_factory=dict)
     #: extra JSONL artifacts: file name -> records (the multi-turn conversations)
     artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: judged metrics that failed on more than ``max_error_rate`` of their rows:
+    #: ``{"metric", "error_rate", "failed", "rows", "reasons": {reason: count}, "message"}``
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    #: the ``fail_under`` quality gate: ``{"metric", "threshold", "value", "passed"}`` per entry
+    gate: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def gate_passed(self) -> bool:
+        return all(g["passed"] for g in self.gate)
 
 
 # --------------------------------------------------------------------------- input
@@ -694,6 +710,88 @@ def _meta(
     return result, meta.meta_metrics(result)
 
 
+# --------------------------------------------------------------------------- failing loudly
+
+#: what most often causes each failure reason, and what to do about it
+LIKELY_FIX: dict[str, str] = {
+    "parse_error": "the judge's replies could not be read in the requested format; look at raw_reply in "
+                   "ragjudge/judge_transcripts.jsonl, use a model that follows JSON instructions, or pin "
+                   "structured=json_object (or text) in the judge URI if the server mishandles JSON schemas",
+    "inconsistent": "the judge's verdict lists did not cover every item even after asking again; use a stronger "
+                    "judge model, or a server that enforces JSON schemas (structured=json_schema)",
+    "ambiguous": "the judge gave two different verdicts in one reply; use a stronger judge model (with "
+                 "Prometheus-style output, one that writes a single [RESULT])",
+    "timeout": "judge requests timed out; raise timeout= (seconds per request) or lower max_concurrency",
+    "rate_limited": "the provider kept rate-limiting; lower max_concurrency or set requests_per_minute to your "
+                    "provider's limit",
+    "connection_error": "the judge server could not be reached; check the base_url and that the server is running",
+    "provider_error": "the provider answered with errors; check the model name and API key, and the 'error' field "
+                      "of the transcripts",
+    "refused": "the model refused to judge (content policy); try another judge model",
+    "invalid_input": "rows lack what the metric needs; see the justification column of the per-row table",
+    "internal_error": "an error inside mlflow-ragjudge; please report it with the transcript",
+    "system_error": "the RAG system under test raised; see ragjudge/multiturn_conversations.jsonl",
+}
+
+
+def _failure_report(name: str, results: Sequence[JudgeResult], max_error_rate: float) -> dict[str, Any] | None:
+    failed = [r for r in results if r.status is Status.FAILED]
+    if not results or len(failed) / len(results) <= max_error_rate:
+        return None
+    reasons = Counter(r.reason or "unknown" for r in failed)
+    top = reasons.most_common(1)[0][0]
+    shown = ", ".join(f"{reason} x{count}" for reason, count in reasons.most_common())
+    message = (
+        f"'{name}' failed on {len(failed)} of {len(results)} rows (error rate {len(failed) / len(results):.2f} > "
+        f"max_error_rate {max_error_rate:g}): {shown}. Likely fix: {LIKELY_FIX.get(top, 'see the transcripts')}."
+    )
+    example = next((r.rationale for r in failed if r.reason == top and r.rationale), "")
+    if example:
+        message += f" First error: {example[:200]}"
+    return {"metric": name, "error_rate": len(failed) / len(results), "failed": len(failed), "rows": len(results),
+            "reasons": dict(reasons), "message": message}
+
+
+_OUTPUT_FAMILIES: dict[str, tuple[str, ...]] = {
+    # metric -> the names (or name prefixes, ending in "_") of what it logs
+    "multiturn": ("wscore", "lscore", "mscore"),
+    "lexical": ("word_recall", "rougeL", "bertscore_f1"),
+    "retrieval": ("precision_at_", "recall_at_", "f1_at_", "hit_rate_at_", "ndcg_at_", "mrr", "map",
+                  "context_rougeL_"),
+}
+
+
+def gate_metric_name(name: str) -> str:
+    """``correctness`` -> ``correctness/mean``; a full metric name is kept."""
+    name = name.strip()
+    return name if "/" in name else f"{name}/mean"
+
+
+def _check_gate_names(fail_under: dict[str, float], metrics: Sequence[str]) -> None:
+    for raw in fail_under:
+        base = gate_metric_name(raw).split("/", 1)[0]
+        known = any(
+            base == f or (f.endswith("_") and base.startswith(f))
+            for m in metrics for f in _OUTPUT_FAMILIES.get(m, (m,))
+        )
+        if not known:
+            raise InputError(
+                f"fail_under names {raw!r}, which this run does not produce (metrics: {', '.join(metrics)}). "
+                "Use a metric's name (e.g. 'correctness', 'faithfulness', 'wscore') or a logged metric name "
+                "such as 'correctness/mean'."
+            )
+
+
+def _gate(fail_under: dict[str, float], metrics_out: dict[str, float]) -> list[dict[str, Any]]:
+    out = []
+    for raw, threshold in fail_under.items():
+        key = gate_metric_name(raw)
+        value = metrics_out.get(key)
+        out.append({"metric": key, "threshold": float(threshold), "value": value,
+                    "passed": value is not None and value >= threshold})
+    return out
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -735,6 +833,7 @@ def evaluate_frame(
     else:
         metrics, skipped = list(dict.fromkeys(cfg.metrics)), {}
         _check_required(data, cfg, metrics)
+    _check_gate_names(cfg.fail_under, metrics)
     rows = _read_rows(data, cfg, metrics)
     mode = "none"
     if "correctness" in metrics or "multiturn" in metrics:  # both judge with the six-level rubric
@@ -766,6 +865,7 @@ def evaluate_frame(
             requests_per_minute=cfg.requests_per_minute,
             timeout=cfg.timeout,
             max_attempts=cfg.max_attempts,
+            check_ready=not cfg.dry_run,  # an estimate sends nothing, so it needs no API key
         )
     ctx = JudgeContext(client, cfg, embed) if client is not None else None
     runner = _multiturn_runner(ctx) if ctx is not None and "multiturn" in metrics else None
@@ -791,10 +891,16 @@ def evaluate_frame(
             res.details["context_mode"] = mode
     metrics_out: dict[str, float] = {}
     all_results: dict[str, list[JudgeResult]] = {}
-    for run in runs.values():
+    failures: list[dict[str, Any]] = []
+    for m, run in runs.items():
         for name, results in run.results.items():
             all_results[name] = results
             metrics_out.update(_aggregate_metric(name, results, rows, run.judged, levels=name == "correctness"))
+        if run.judged and run.results:  # one report per metric (multi-turn's three scores fail together)
+            report = _failure_report(m, next(iter(run.results.values())), cfg.max_error_rate)
+            if report is not None:
+                failures.append(report)
+                warnings.warn(report["message"], JudgeFailureWarning, stacklevel=2)
         metrics_out.update(run.extra)
     table = _build_table(rows, runs, data, cfg)
     meta_frame, meta_metrics = _meta(table, runs, cfg)
@@ -826,11 +932,13 @@ def evaluate_frame(
         "skipped": skipped,
         "rows": len(rows),
         "seconds": round(time.perf_counter() - t0, 3),
+        "failures": failures,
     }
     params = {
         "ragjudge.version": __version__,
         "ragjudge.metrics": ",".join(metrics),
         "ragjudge.judge": (client.backend.uri if client is not None else "none"),
+
         "ragjudge.context_mode": record["context_mode"] or "n/a",
         "ragjudge.prompt_versions": json.dumps(prompt_versions, sort_keys=True),
         "ragjudge.language": cfg.language,
@@ -850,7 +958,27 @@ def evaluate_frame(
         for k, v in u.items():
             metrics_out[f"judge/{name}/{k}"] = v
     record["usage_by_metric"] = per_metric
-    return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped, artifacts)
+    if client is not None:
+        params.update(_judge_params(client, transcripts))
+        record["structured_modes_used"] = sorted({t["structured_mode"] for t in transcripts
+                                                  if t.get("structured_mode")})
+    gate = _gate(cfg.fail_under, metrics_out)
+    record["gate"] = gate
+    return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped, artifacts,
+                      failures, gate)
+
+
+def _judge_params(client: JudgeClient, transcripts: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Params that tell runs apart by judge: provider, model, server host (no credentials) and the
+    structured-output mode the run's structured requests ended up using (``none`` if it sent none)."""
+    url = safe_url(client.backend.base_url)
+    structured = any(t.get("structured_mode") for t in transcripts)
+    return {
+        "ragjudge.judge.provider": client.backend.provider,
+        "ragjudge.judge.model": client.backend.model,
+        "ragjudge.judge.base_url_host": url.split("://", 1)[-1].split("/", 1)[0] if url else "default",
+        "ragjudge.judge.structured": client.structured_mode if structured else "none",
+    }
 
 
 def _usage_by_metric(transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict[str, dict[str, float]]:

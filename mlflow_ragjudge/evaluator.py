@@ -25,8 +25,10 @@ from mlflow.models.evaluation.artifacts import JsonEvaluationArtifact
 from mlflow.tracking import MlflowClient
 
 from .evaluation import EvalOutput, InputError, evaluate_frame
+from .types import JudgeResult, Status
 
-__all__ = ["RagJudgeEvaluator", "log_output", "MODEL_TYPE", "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE"]
+__all__ = ["RagJudgeEvaluator", "log_output", "load_output", "MODEL_TYPE", "TABLE_FILE", "TRANSCRIPTS_FILE",
+           "CONFIG_FILE"]
 
 MODEL_TYPE = "rag"
 TABLE_FILE = "ragjudge/eval_results_table.json"
@@ -98,7 +100,7 @@ def log_output(out: EvalOutput, run_id: str) -> dict[str, Any]:
     # one batch for the metrics and params (the store handles hundreds at once)
     import time as _time
 
-    from mlflow.entities import Metric, Param
+    from mlflow.entities import Metric, Param, RunTag
 
     ts = int(_time.time() * 1000)
     params = {k: str(v)[:6000] for k, v in out.params.items()}
@@ -108,6 +110,7 @@ def log_output(out: EvalOutput, run_id: str) -> dict[str, Any]:
         run_id,
         metrics=[Metric(k, v, ts, 0) for k, v in sorted(metrics.items())],
         params=[Param(k, v) for k, v in params.items() if k not in existing],
+        tags=[RunTag(k, v) for k, v in _tags(out).items()],
     )
     mlflow.log_table(data=out.table, artifact_file=TABLE_FILE, run_id=run_id)
     if out.meta is not None:
@@ -134,6 +137,98 @@ def log_output(out: EvalOutput, run_id: str) -> dict[str, Any]:
         "judge_transcripts": f"{base}/{TRANSCRIPTS_FILE}",
         "config": f"{base}/{CONFIG_FILE}",
     }
+
+
+def _tags(out: EvalOutput) -> dict[str, str]:
+    """Run tags that make a failed or gated run visible in the MLflow UI's run list."""
+    tags = {"ragjudge.status": "judge_failures" if out.failures else "ok"}
+    for f in out.failures:
+        tags[f"ragjudge.failure.{f['metric']}"[:250]] = f["message"][:5000]
+    if out.gate:
+        tags["ragjudge.gate"] = "passed" if out.gate_passed else "failed"
+        tags["ragjudge.gate.detail"] = json.dumps(out.gate)[:5000]
+    return tags
+
+
+def _result_from_cells(score: Any, status: Any, justification: Any, judged: bool) -> JudgeResult:
+    if isinstance(score, float) and score != score:
+        score = None
+    if not judged or not isinstance(status, str):
+        return JudgeResult.scored(score) if score is not None else JudgeResult.abstained("not_scored")
+    state, _, reason = status.partition(":")
+    text = justification if isinstance(justification, str) else ""
+    if state == Status.FAILED.value:
+        return JudgeResult.failed(reason or "unknown", text)
+    if state == Status.ABSTAINED.value:
+        return JudgeResult.abstained(reason or "abstained", text)
+    return JudgeResult.scored(score, text) if score is not None else JudgeResult.abstained("not_scored", text)
+
+
+def load_output(run_id: str) -> EvalOutput:
+    """The full output of a ``ragjudge`` run, read back from what the run logged.
+
+    ``mlflow.models.evaluate`` returns its own result object, so the ``EvalOutput`` the evaluator
+    built does not reach the caller; this rebuilds it from the run: ``metrics`` and ``params``
+    (the ``ragjudge.*`` ones), the per-row ``table``, ``transcripts``, ``config``, the meta-evaluation
+    table, the extra artifacts (multi-turn conversations), the recorded judge ``failures`` and the
+    ``gate``. ``results`` holds one :class:`JudgeResult` per row and metric, rebuilt from the table's
+    score / status / justification columns, with each row's judge calls attached from the transcripts
+    (metric-specific ``details`` stay in the table's extra columns).
+
+    Example:
+        >>> result = mlflow.models.evaluate(..., evaluators="ragjudge", ...)    # doctest: +SKIP
+        >>> out = mlflow_ragjudge.load_output(result.run_id)                     # doctest: +SKIP
+        >>> out.table[["question", "correctness/score"]]                         # doctest: +SKIP
+    """
+    import mlflow
+
+    client = MlflowClient()
+    run = client.get_run(run_id)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            folder = client.download_artifacts(run_id, "ragjudge", tmp)
+        except Exception as e:
+            raise ValueError(f"Run {run_id} has no ragjudge artifacts ({e}); was it evaluated by ragjudge?") from e
+        files = set(os.listdir(folder))
+
+        def read_jsonl(name: str) -> list[dict[str, Any]]:
+            if name not in files:
+                return []
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                return [json.loads(line) for line in fh if line.strip()]
+
+        config: dict[str, Any] = {}
+        if "config.json" in files:
+            with open(os.path.join(folder, "config.json"), encoding="utf-8") as fh:
+                config = json.load(fh)
+        transcripts = read_jsonl("judge_transcripts.jsonl")
+        artifacts = {name: read_jsonl(name) for name in files
+                     if name.endswith(".jsonl") and name != "judge_transcripts.jsonl"}
+    table = mlflow.load_table(TABLE_FILE, run_ids=[run_id])
+    meta = None
+    if any(a.path == META_FILE for a in client.list_artifacts(run_id, "ragjudge")):
+        meta = mlflow.load_table(META_FILE, run_ids=[run_id])
+    calls: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rec in transcripts:
+        calls.setdefault((rec.get("metric", ""), int(rec.get("row", -1))), []).append(rec)
+    results: dict[str, list[JudgeResult]] = {}
+    for col in table.columns:
+        if not col.endswith("/score"):
+            continue
+        name = col[: -len("/score")]
+        judged = f"{name}/status" in table.columns
+        results[name] = []
+        for i in range(len(table)):
+            res = _result_from_cells(table[col].iloc[i], table[f"{name}/status"].iloc[i] if judged else None,
+                                     table[f"{name}/justification"].iloc[i] if judged else None, judged)
+            res.calls = calls.get(("multiturn" if name == "wscore" else name, i), [])
+            results[name].append(res)
+    params = {k: v for k, v in run.data.params.items() if k.startswith("ragjudge.")}
+    return EvalOutput(
+        metrics=dict(run.data.metrics), table=table, results=results, transcripts=transcripts, params=params,
+        config=config, meta=meta, skipped=dict(config.get("skipped") or {}), artifacts=artifacts,
+        failures=list(config.get("failures") or []), gate=list(config.get("gate") or []),
+    )
 
 
 class RagJudgeEvaluator(ModelEvaluator):
@@ -168,6 +263,6 @@ class RagJudgeEvaluator(ModelEvaluator):
             ),
             "ragjudge_config": JsonEvaluationArtifact(uri=uris["config"], content=out.config),
         }
-        result = EvaluationResult(metrics=dict(out.metrics), artifacts=artifacts, run_id=run_id)
-        result.ragjudge = out  # type: ignore[attr-defined]  # the full output for Python users
-        return result
+        # MLflow returns its own result object to the caller, so the full output is read back from the run
+        # with mlflow_ragjudge.load_output(result.run_id) (docs/mlflow.md).
+        return EvaluationResult(metrics=dict(out.metrics), artifacts=artifacts, run_id=run_id)

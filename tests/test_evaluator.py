@@ -17,8 +17,9 @@ SECRET = "sk-test-evaluator-SECRET-42"
 
 
 def _section(prompt: str, name: str) -> str:
-    m = re.search(rf"{name}:\n(.*?)\n\n", prompt, re.S)
-    return m.group(1) if m else ""
+    """The value of a prompt section (unfenced: values sit between <data-...> tags)."""
+    m = re.search(rf"{name}:\n<(data-[0-9a-f]+) name=\"\w+\">\n(.*?)\n</\1>", prompt, re.S)
+    return m.group(2) if m else ""
 
 
 def verdict_by_response(table: dict[str, object]):
@@ -96,7 +97,7 @@ def test_mlflow_evaluate_logs_metrics_table_transcripts_params(fake_llm, judge_u
     p = logged.params
     assert p["ragjudge.judge"] == "openai:/judge-model"
     assert p["ragjudge.context_mode"] == "generation"  # contexts present, no retriever
-    assert "correctness-v1-en" in p["ragjudge.prompt_versions"]
+    assert "correctness-v2-en" in p["ragjudge.prompt_versions"]
     assert p["ragjudge.version"]
     # the per-row table: question first, the headline score second
     table = _artifact_json(run_id, "ragjudge/eval_results_table.json")
@@ -234,7 +235,7 @@ def test_japanese_prompt_variant_and_japanese_inputs(fake_llm, judge_uri):
     out = evaluate_frame(df, judge=judge_uri, metrics=["correctness"], language="ja", cache=False)
     assert "参照回答" in fake_llm.requests[0].last_user_text
     assert out.table["correctness/justification"][0] == "正しい。"
-    assert json.loads(out.params["ragjudge.prompt_versions"]) == {"correctness": "correctness-v1-ja"}
+    assert json.loads(out.params["ragjudge.prompt_versions"]) == {"correctness": "correctness-v2-ja"}
 
 
 def test_context_budget_truncates_and_records_it(fake_llm, judge_uri):
@@ -264,13 +265,25 @@ def test_anthropic_judge_uses_tool_use_structured_output(fake_llm, monkeypatch):
     assert out.results["correctness"][0].details["format"] == "json"
 
 
-def test_prometheus_judge_behind_openai_compatible_server(fake_llm, judge_uri):
+def test_prometheus_judge_behind_openai_compatible_server(fake_llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     fake_llm.set_handler(lambda r: "Feedback: The response is correct and complete. [RESULT] 5")
     df = pd.DataFrame({"question": ["q"], "answer": ["a"], "reference": ["r"]})
-    out = evaluate_frame(df, judge=judge_uri, metrics=["correctness"], cache=False)
-    assert "response_format" not in fake_llm.requests[0].body  # plain text for open judge models
+    judge = f"openai:/prometheus-eval/prometheus-7b-v2.0?base_url={fake_llm.openai_base_url}"
+    out = evaluate_frame(df, judge=judge, metrics=["correctness"], cache=False)
+    # the Prometheus form a Prometheus-family model was trained on: plain text, no response_format
+    assert "response_format" not in fake_llm.requests[0].body
     assert "[RESULT] <score>" in fake_llm.requests[0].last_user_text
     assert out.metrics["correctness/mean"] == 5
+    assert out.params["ragjudge.judge.structured"] == "none"
+
+
+def test_other_models_get_json_with_a_schema(fake_llm, judge_uri):
+    fake_llm.set_handler(lambda r: {"feedback": "fine", "score": 4})
+    df = pd.DataFrame({"question": ["q"], "answer": ["a"], "reference": ["r"]})
+    out = evaluate_frame(df, judge=judge_uri, metrics=["correctness"], cache=False)
+    assert fake_llm.requests[0].body["response_format"]["type"] == "json_schema"
+    assert out.metrics["correctness/mean"] == 4 and out.params["ragjudge.judge.structured"] == "json_schema"
 
 
 def test_cache_makes_a_rerun_free(fake_llm, judge_uri, data):

@@ -217,8 +217,10 @@ def test_malformed_and_mismatched_verdicts_fail_rows_not_the_run(fake_llm, judge
     path = tmp_path / "d.jsonl"
     df.to_json(path, orient="records", lines=True)
     uri = judge_uri
-    assert main(["evaluate", str(path), "--judge", uri, "--metrics", "faithfulness", "--no-cache"]) == 0
-    assert "faithfulness/error_rate" in capsys.readouterr().out
+    # half the rows failed: the run completes and is logged, and the CLI says so with exit code 3
+    assert main(["evaluate", str(path), "--judge", uri, "--metrics", "faithfulness", "--no-cache"]) == 3
+    captured = capsys.readouterr()
+    assert "FAILING" in captured.out and "'faithfulness' failed on 1 of 2 rows" in captured.err
     run = MlflowClient().search_runs([mlflow.get_experiment_by_name("Default").experiment_id])[0]
     assert run.data.metrics["faithfulness/error_rate"] == 0.5  # row 0 failed; row 1 (refusal) abstained
     local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
