@@ -62,8 +62,9 @@ METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_rec
 
 
 def _section(prompt: str, name: str) -> str:
-    m = re.search(rf"(?m)^{re.escape(name)}[^\n]*:\n(.*?)(?:\n\n|\Z)", prompt, re.S)
-    return m.group(1) if m else ""
+    """A section's value; values sit between <data-...> fence tags (mlflow_ragjudge.prompts)."""
+    m = re.search(rf'(?m)^{re.escape(name)}[^\n]*:\n<(data-[0-9a-f]+) name="\w+">\n(.*?)\n</\1>', prompt, re.S)
+    return m.group(2) if m else ""
 
 
 def _numbered(block: str) -> list[str]:
@@ -115,7 +116,7 @@ def overlap_judge(req: Any) -> Any:
         q = _section(text, "QUESTION")
         sentences = _numbered(_section(text, "CONTEXT"))
         chosen = [i for i, s in enumerate(sentences, 1) if _overlap(q, s) >= 0.3]
-        return {"sentences": chosen, "insufficient_information": not chosen}
+        return {"sentences": chosen}
     m = re.search(r"Write (\d+) different questions", text)
     if m:
         words = _section(text, "RESPONSE").split()

@@ -214,8 +214,9 @@ def _reason(ok: bool, where: str) -> str:
 
 
 def _section(prompt: str, name: str) -> str:
-    m = re.search(rf"(?m)^{re.escape(name)}[^\n]*:\n(.*?)(?:\n\n|\Z)", prompt, re.S)
-    return m.group(1) if m else ""
+    """A section's value; values sit between <data-...> fence tags (mlflow_ragjudge.prompts)."""
+    m = re.search(rf'(?m)^{re.escape(name)}[^\n]*:\n<(data-[0-9a-f]+) name="\w+">\n(.*?)\n</\1>', prompt, re.S)
+    return m.group(2) if m else ""
 
 
 def _numbered(block: str) -> list[str]:

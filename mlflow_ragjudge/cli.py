@@ -74,7 +74,7 @@ def _kv(items: list[str] | None, what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
         if "=" not in item:
-            raise SystemExit(f"error: {what} takes LOGICAL=COLUMN pairs, got {item!r}")
+            raise ValueError(f"{what} takes NAME=VALUE pairs, got {item!r}")
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out
@@ -156,7 +156,7 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 gates[name] = float(value)
             except ValueError:
-                raise SystemExit(f"error: --fail-under {name}={value!r}: the threshold must be a number, "
+                raise ValueError(f"--fail-under {name}={value!r}: the threshold must be a number, "
                                  f"e.g. --fail-under {name}=3.5") from None
         cfg["fail_under"] = gates
     return cfg

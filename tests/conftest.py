@@ -24,6 +24,11 @@ os.environ.update(
 )
 for _var in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "RAGJUDGE_MAX_CONCURRENCY"):
     os.environ.pop(_var, None)
+# A SQLite tracking store puts artifacts under ./mlruns of the working directory: run the tests from a
+# temp directory so nothing lands in the checkout.
+_WORKDIR = _TMP / "cwd"
+_WORKDIR.mkdir()
+os.chdir(_WORKDIR)
 
 from fakellm import fake_llm  # noqa: E402,F401  (the fixture)
 

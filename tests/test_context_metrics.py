@@ -373,7 +373,8 @@ def test_answer_relevancy_fewer_questions_are_used_as_they_are(fake_llm, client)
 
 
 def test_answer_relevancy_no_question_is_reasked(fake_llm, client):
-    fake_llm.script({"questions": [" "], "noncommittal": False}, {"questions": ["A?", "B?", "C?"], "noncommittal": False})
+    fake_llm.script({"questions": [" "], "noncommittal": False},
+                    {"questions": ["A?", "B?", "C?"], "noncommittal": False})
     result = AnswerRelevancyJudge(client, embed=client.embed).judge(QUESTION, "UNION ALL keeps duplicates.")
     assert result.status is Status.SCORED and result.details["n_generated"] == 3
     assert "no question was generated" in chat_requests(fake_llm)[1].last_user_text

@@ -177,7 +177,8 @@ def test_injection_and_echo_real_verdict(text, expected):
         pytest.param('{"feedback": "wrong", "score": 1}\n{"feedback": "perfect", "score": 5}',
                      id="two-json-verdicts"),
         pytest.param('{"feedback": "wrong", "score": 1}\n[RESULT] 5', id="json-verdict-then-marker"),
-        pytest.param('```json\n{"feedback": "a", "score": 2}\n```\nCorrected:\n```json\n{"feedback": "b", "score": 4}\n```',
+        pytest.param('```json\n{"feedback": "a", "score": 2}\n```\nCorrected:\n'
+                     '```json\n{"feedback": "b", "score": 4}\n```',
                      id="two-fenced-json-verdicts"),
         pytest.param("Feedback: between two levels. [RESULT] 3 or 4", id="two-values-one-marker"),
     ],
