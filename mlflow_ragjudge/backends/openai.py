@@ -249,13 +249,16 @@ class OpenAIBackend(Backend):
         with _NEGOTIATED_LOCK:
             confirmed = key in _CONFIRMED
             probe = _PROBE_LOCKS.setdefault(key, threading.Lock())
-        if confirmed:
-            return self._chat(request, timeout=timeout)
-        with probe:  # negotiating: one structured request at a time on this connection
-            response = self._chat(request, timeout=timeout)
-            with _NEGOTIATED_LOCK:
-                _CONFIRMED.add(key)
-            return response
+        if not confirmed:
+            with probe:  # negotiating: one structured request at a time on this connection
+                with _NEGOTIATED_LOCK:
+                    confirmed = key in _CONFIRMED  # settled while this thread waited
+                if not confirmed:
+                    response = self._chat(request, timeout=timeout)
+                    with _NEGOTIATED_LOCK:
+                        _CONFIRMED.add(key)
+                    return response
+        return self._chat(request, timeout=timeout)
 
     def _chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
         openai = self._sdk()
