@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, resolve_backend
-from .backends.base import SCHEMA_NOTE_VERSION, carry_schema, safe_url
+from .backends.base import CARRY_MODES, SCHEMA_NOTE_VERSION, carry_schema, safe_url
 from .cache import CallCache, cache_key
 from .pricing import cost_usd
 from .types import FailureReason, ParseError
@@ -42,8 +42,6 @@ REASK_TEMPLATE = (
 )
 #: failures of a reply that arrived but could not be used: re-asked once, never cached
 PARSE_FAILURES = frozenset({FailureReason.PARSE_ERROR, FailureReason.INCONSISTENT, FailureReason.AMBIGUOUS})
-#: modes in which the backend carries the schema in the prompt (the transcript shows the prompt as sent)
-_CARRY_MODES = frozenset({"json_schema_basic", "json_object", "text"})
 
 
 # --------------------------------------------------------------------------- gate
@@ -515,7 +513,7 @@ class JudgeClient:
         record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
         if response is not None and request.json_schema is not None and response.structured_mode:
             record["structured_mode"] = response.structured_mode
-            if response.structured_mode in _CARRY_MODES:  # the prompt as sent carried the schema
+            if response.structured_mode in CARRY_MODES:  # the prompt as sent carried the schema
                 record["messages"] = [dict(m) for m in carry_schema(request.messages, request.json_schema)]
                 record["schema_note_version"] = SCHEMA_NOTE_VERSION
         if response is None:

@@ -25,6 +25,7 @@ __all__ = [
     "Backend",
     "JsonSchema",
     "SCHEMA_NOTE_VERSION",
+    "CARRY_MODES",
     "carry_schema",
     "safe_url",
     "url_credentials",
@@ -167,6 +168,8 @@ RETRYABLE = frozenset({
 
 #: version of the schema note below; recorded in transcripts with the mode that used it
 SCHEMA_NOTE_VERSION = "1"
+#: structured-output modes in which the server does not enforce the full schema, so the prompt carries it
+CARRY_MODES = frozenset({"json_schema_basic", "json_object", "text"})
 
 
 def carry_schema(messages: tuple[dict[str, str], ...], schema: JsonSchema) -> tuple[dict[str, str], ...]:
@@ -185,7 +188,8 @@ def carry_schema(messages: tuple[dict[str, str], ...], schema: JsonSchema) -> tu
     out = [dict(m) for m in messages]
     for m in reversed(out):
         if m.get("role") == "user":
-            m["content"] = m["content"] + note
+            if not m["content"].endswith(note):  # a re-ask may carry it already: never twice
+                m["content"] = m["content"] + note
             break
     else:
         out.append({"role": "user", "content": note.strip()})

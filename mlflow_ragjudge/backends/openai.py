@@ -35,6 +35,7 @@ from typing import Any
 
 from ._sdk import classify, missing_sdk
 from .base import (
+    CARRY_MODES,
     Backend,
     BackendError,
     ChatRequest,
@@ -51,8 +52,6 @@ _PLACEHOLDER_KEY = "not-needed"
 
 #: the modes, strongest first; a refused mode moves the connection to the next one
 STRUCTURED_MODES = ("json_schema", "json_schema_basic", "json_object", "text")
-#: modes in which the server does not enforce the full schema, so the prompt carries it
-CARRY_MODES = frozenset({"json_schema_basic", "json_object", "text"})
 _ALIASES = {"none": "text", "auto": None}
 
 # The negotiated mode of each connection (provider + base URL), for the whole process.
