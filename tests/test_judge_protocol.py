@@ -217,8 +217,13 @@ def test_cli_fail_under_unknown_metric_is_bad_input_before_any_call(fake_llm, ro
 
 def test_estimate_needs_no_api_key(rows_file, monkeypatch, capsys):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["estimate", str(rows_file), "--judge", "openai:/gpt-4o-mini"]) == 0
-    assert "total:" in capsys.readouterr().out
+    assert main(["estimate", str(rows_file), "--judge", "openai:/gpt-4o-mini",
+                 "--config", '{"embeddings": "openai:/text-embedding-3-small"}']) == 0
+    out = capsys.readouterr().out
+    assert "total:" in out and "answer_relevancy" in out
+    # the real run needs the key, and says so before sending anything
+    assert main(["evaluate", str(rows_file), "--judge", "openai:/gpt-4o-mini"]) == 2
+    assert "OPENAI_API_KEY" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- credentials
