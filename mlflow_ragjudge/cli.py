@@ -10,7 +10,9 @@ Exit codes (docs/judge-client.md):
 * 2 -- bad input or configuration, found before any judge call (nothing was sent);
 * 3 -- the run completed and was logged, but a judged metric failed on more than
   ``--max-error-rate`` of its rows (the judge is not working: see the warning);
-* 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate was not met.
+* 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate was not met;
+* 5 -- the evaluation completed but could not be logged to MLflow; the message names the local folder
+  where its results (table, transcripts, config, metrics) were saved first.
 
 When both 3 and 4 apply the exit code is 3: a gate measured by a failing judge means nothing.
 """
@@ -29,44 +31,85 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["main", "read_table", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED"]
+from .evaluation import InputError, LoggingFailed
+
+__all__ = ["main", "read_table", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED",
+           "EXIT_NOT_LOGGED"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_JUDGE_FAILURES = 3
 EXIT_GATE_FAILED = 4
+EXIT_NOT_LOGGED = 5
+
+
+def _read_jsonl(p: Path) -> list[dict[str, Any]]:
+    """JSON Lines, one object per line; a line that is not an object is an error naming the line."""
+    rows: list[dict[str, Any]] = []
+    with open(p, encoding="utf-8", errors="surrogateescape") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{p.name} line {n} is not valid JSON ({e}); each line must be one JSON object, "
+                                 'e.g. {"question": "...", "answer": "...", "reference": "..."}.') from None
+            if not isinstance(value, dict):
+                raise InputError(f"{p.name} line {n} is a JSON {type(value).__name__}, not an object; each line must "
+                                 'be one row as an object, e.g. {"question": "...", "answer": "..."}.')
+            rows.append(value)
+    if not rows:
+        raise InputError(f"{p.name} has no rows.")
+    return rows
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a dataset file: ``.jsonl``/``.json``, ``.csv`` or ``.parquet``."""
+    """Read a dataset file: ``.jsonl``/``.json``, ``.csv`` or ``.parquet``.
+
+    Raises:
+        InputError: the file is missing, of an unknown type, or not readable as that type (the message
+            names the line or the problem).
+    """
     p = Path(path)
     if not p.is_file():
-        raise SystemExit(f"error: no such file: {p}")
+        raise InputError(f"No such file: {p}")
     suffix = p.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return pd.read_json(p, lines=True, dtype=False)
-    if suffix == ".json":
-        return pd.read_json(p, dtype=False)
-    if suffix == ".csv":
-        return pd.read_csv(p, keep_default_na=False, na_values=[""])
-    if suffix in (".parquet", ".pq"):
-        return pd.read_parquet(p)
-    raise SystemExit(f"error: {p.name}: unsupported file type {suffix!r}; use .jsonl, .csv or .parquet")
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            return pd.DataFrame(_read_jsonl(p))
+        if suffix == ".json":
+            data = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+                raise InputError(f"{p.name} must hold a JSON list of row objects; for one object per line use .jsonl.")
+            return pd.DataFrame(data)
+        if suffix == ".csv":
+            return pd.read_csv(p, keep_default_na=False, na_values=[""])
+        if suffix in (".parquet", ".pq"):
+            return pd.read_parquet(p)
+    except InputError:
+        raise
+    except (ValueError, OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p.name} could not be read as {suffix} ({type(e).__name__}: {e}).") from None
+    raise InputError(f"{p.name}: unsupported file type {suffix!r}; use .jsonl, .csv or .parquet")
 
 
 def _read_corpus(path: str) -> dict[str, str]:
     p = Path(path)
     if not p.is_file():
-        raise SystemExit(f"error: no such file: {p}")
+        raise InputError(f"No such file: {p}")
     if p.suffix.lower() in (".jsonl", ".ndjson"):
-        rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-        missing = [i for i, r in enumerate(rows) if "id" not in r or "text" not in r]
+        rows = _read_jsonl(p)
+        missing = [i for i, r in enumerate(rows) if "id" not in r or not isinstance(r.get("text"), str)]
         if missing:
-            raise SystemExit(f"error: {p.name} line {missing[0] + 1} needs 'id' and 'text' fields")
+            raise InputError(f"{p.name} row {missing[0] + 1} needs an 'id' and a 'text' (str) field")
         return {str(r["id"]): r["text"] for r in rows}
-    data = json.loads(p.read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise SystemExit(f"error: {p.name} must be a JSON object {{doc_id: text}}")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise InputError(f"{p.name} is not valid JSON ({e}).") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise InputError(f"{p.name} must be a JSON object {{doc_id: text}} with text values")
     return {str(k): v for k, v in data.items()}
 
 
@@ -127,9 +170,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    cfg: dict[str, Any] = json.loads(args.config) if args.config else {}
+    try:
+        cfg: dict[str, Any] = json.loads(args.config) if args.config else {}
+    except ValueError as e:
+        raise ValueError(f"--config is not valid JSON ({e}); give a JSON object, e.g. "
+                         "--config '{\"max_context_chars\": 8000}'") from None
     if not isinstance(cfg, dict):
-        raise SystemExit("error: --config must be a JSON object")
+        raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
     if args.judge:
         cfg["judge"] = args.judge
     if args.metrics:
@@ -146,8 +193,8 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         cfg["k"] = [int(x) for x in args.k.split(",")]
     if getattr(args, "no_cache", False):
         cfg["cache"] = False
-    if getattr(args, "max_concurrency", None):
-        cfg["max_concurrency"] = args.max_concurrency
+    if getattr(args, "max_concurrency", None) is not None:
+        cfg["max_concurrency"] = args.max_concurrency  # 0 is refused by the config check, not ignored
     if getattr(args, "max_error_rate", None) is not None:
         cfg["max_error_rate"] = args.max_error_rate
     if getattr(args, "fail_under", None):
@@ -168,7 +215,7 @@ def run_evaluation(
     import mlflow
 
     from .evaluation import JudgeFailureWarning, evaluate_frame
-    from .evaluator import log_output
+    from .evaluator import log_output, save_local
 
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
@@ -178,8 +225,16 @@ def run_evaluation(
         # the CLI names failing metrics itself, after the summary (see _exit_code)
         warnings.simplefilter("ignore", JudgeFailureWarning)
         out = evaluate_frame(df, cfg)  # validates before starting a run: bad input leaves no empty run
-    with mlflow.start_run(run_name=run_name) as run:
-        log_output(out, run.info.run_id)
+    saved = save_local(out, run_name or "cli")  # before MLflow sees anything: a failing store cannot lose it
+    try:
+        with mlflow.start_run(run_name=run_name) as run:
+            log_output(out, run.info.run_id, saved=saved)
+    except LoggingFailed:
+        raise
+    except Exception as e:  # the run could not even be created (store unreachable, bad experiment ...)
+        raise LoggingFailed(f"Could not create an MLflow run ({type(e).__name__}: {e}); the results are not lost: "
+                            + (f"they are saved at {saved}." if saved else "they could not be saved locally."),
+                            saved) from e
     return run.info.run_id, out
 
 
@@ -267,7 +322,6 @@ def _exit_code(out: Any) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     args = _build_parser().parse_args(argv)
-    from .evaluation import InputError
 
     try:
         if args.command == "evaluate":
@@ -321,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except LoggingFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_NOT_LOGGED
     print(_summary(run_id, out))
     return _exit_code(out)
 

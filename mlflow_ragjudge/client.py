@@ -196,6 +196,28 @@ FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
 _SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
 
 
+def _check_settings(**settings: Any) -> None:
+    """Type and range of the client's settings: a clear ``ValueError`` naming the setting, never a TypeError later."""
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"),)
+
+    rules: dict[str, tuple[Any, str]] = {
+        "cache": (lambda v: v is None or isinstance(v, (bool, str, os.PathLike, CallCache)),
+                  "True, False, a cache directory / file path, or a CallCache"),
+        "max_concurrency": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+                            "None or a whole number >= 1"),
+        "requests_per_minute": (lambda v: v is None or (number(v) and v >= 0), "None or a number >= 0"),
+        "timeout": (lambda v: number(v) and v > 0, "a number of seconds > 0"),
+        "max_attempts": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
+        "max_retry_time": (lambda v: number(v) and v >= 0, "a number of seconds >= 0"),
+    }
+    for key, value in settings.items():
+        ok, what = rules[key]
+        if not ok(value):
+            raise ValueError(f"{key}={value!r} is not valid: it must be {what}.")
+
+
 class JudgeClient:
     """Calls a judge model with caching, limits, retries, accounting and transcripts.
 
@@ -237,21 +259,19 @@ class JudgeClient:
         sleep: Callable[[float], None] = time.sleep,
         check_ready: bool = True,
     ) -> None:
+        _check_settings(cache=cache, max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
+                        timeout=timeout, max_attempts=max_attempts, max_retry_time=max_retry_time)
         self.backend = resolve_backend(judge)
         if check_ready:
             self.backend.check_ready()
         if cache is True:
-            self.cache: CallCache | None = CallCache()
+            self.cache: CallCache | None = CallCache.open()
         elif cache is False or cache is None:
             self.cache = None
         elif isinstance(cache, CallCache):
             self.cache = cache
         else:
-            self.cache = CallCache(cache)
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+            self.cache = CallCache.open(cache)
         self.gate = gate_for(self.backend.connection_key())
         self.gate.configure(max_concurrency, requests_per_minute)
         self.timeout = timeout

@@ -8,6 +8,8 @@ falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +47,60 @@ ALL_METRICS = (
 )
 #: the ones this version implements (all of them, now; kept apart so a new name can land before its code)
 BUILT_METRICS = ALL_METRICS
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(x, str) and x for x in v)
+
+
+#: key -> (accepts the value?, what it must be, an example); None is allowed where the default is None
+_TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
+    "judge": (lambda v: v is None or isinstance(v, (str, Backend)),
+              "a judge URI (str) or a Backend object", "'openai:/gpt-4o-mini'"),
+    "metrics": (lambda v: v is None or isinstance(v, str) or _is_str_list(v), "a list of metric names",
+                "['correctness', 'faithfulness']"),
+    "context_mode": (lambda v: isinstance(v, str), "one of " + ", ".join(CONTEXT_MODES), "'reference'"),
+    "col_mapping": (lambda v: isinstance(v, dict) and all(isinstance(a, str) and isinstance(b, str) and b
+                                                          for a, b in v.items()),
+                    "a dict {logical column: your column name}", "{'question': 'query'}"),
+    "group_column": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a column name", "'product'"),
+    "human_columns": (lambda v: isinstance(v, str) or _is_str_list(v), "a list of column names", "['expert']"),
+    "language": (lambda v: isinstance(v, str) and bool(v), "a language code", "'en' or 'ja'"),
+    "judge_output": (lambda v: isinstance(v, str), "'auto', 'json' or 'prometheus'", "'auto'"),
+    "max_context_chars": (lambda v: _is_int(v) and v >= 500, "a whole number of characters >= 500", "12000"),
+    "max_concurrency": (lambda v: v is None or (_is_int(v) and v >= 1),
+                        "a whole number >= 1 (calls in flight per provider)", "8"),
+    "requests_per_minute": (lambda v: v is None or (_is_number(v) and v >= 0),
+                            "a number >= 0 (0 turns pacing off)", "500"),
+    "cache": (lambda v: isinstance(v, (bool, str, os.PathLike)),
+              "True, False, or a cache directory / file path", "True or '/tmp/ragjudge-cache'"),
+    "timeout": (lambda v: _is_number(v) and v > 0, "a number of seconds > 0", "60"),
+    "max_attempts": (lambda v: _is_int(v) and v >= 1, "a whole number >= 1", "6"),
+    "relevance_threshold": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0 (trec_eval -l)", "1"),
+    "n_boot": (lambda v: _is_int(v) and v >= 0, "a whole number >= 0 (bootstrap resamples)", "1000"),
+    "seed": (lambda v: _is_int(v), "a whole number", "0"),
+    "faithfulness_require_retrieval_hit": (lambda v: isinstance(v, bool), "True or False", "True"),
+    "embeddings": (lambda v: callable(v) or (isinstance(v, str) and bool(v)),
+                   "'auto', 'local', an embeddings URI or a callable", "'openai:/text-embedding-3-small'"),
+    "dry_run": (lambda v: isinstance(v, bool), "True or False", "True"),
+    "multiturn_turns": (lambda v: _is_int(v) and v >= 2, "a whole number >= 2", "5"),
+}
+
+
+def _check_types(cfg: RagJudgeConfig) -> None:
+    for key, (ok, what, example) in _TYPE_RULES.items():
+        value = getattr(cfg, key)
+        if not ok(value):
+            shown = repr(value) if not callable(value) else type(value).__name__
+            raise ValueError(f"Config {key}={shown[:80]} is not valid: it must be {what}, e.g. {key}={example}.")
 
 
 @dataclass
@@ -150,6 +206,12 @@ class RagJudgeConfig:
         return out
 
     def validate(self) -> None:
+        """Check every setting's type and range; raise ``ValueError`` naming the key, the value and the fix.
+
+        Called by :meth:`from_dict`, so the evaluator, the CLI and ``evaluate_frame`` refuse a bad
+        setting before any data is read or any judge call is made.
+        """
+        _check_types(self)
         if self.context_mode not in CONTEXT_MODES:
             raise ValueError(f"context_mode={self.context_mode!r} is not one of {CONTEXT_MODES}.")
         if self.metrics is not None:
@@ -202,8 +264,9 @@ class RagJudgeConfig:
                                  "'faithfulness/mean'.")
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold != threshold:
                 raise ValueError(f"fail_under[{name!r}]={threshold!r} must be a number, e.g. 3.5.")
-        if self.max_context_chars < 500:
-            raise ValueError(f"max_context_chars={self.max_context_chars} is too small (minimum 500).")
+        from .retrieval import validate_ks
+
+        validate_ks(self.k)
 
     def column(self, logical: str) -> str:
         return self.col_mapping.get(logical, logical)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -28,13 +30,23 @@ from .client import JudgeClient
 from .config import BUILT_METRICS, LOGICAL_COLUMNS, RagJudgeConfig
 from .judged import JUDGED_METRICS, EmbeddingsUnavailable, JudgeContext, JudgedMetric, resolve_embedder
 from .multiturn import MultiTurnRunner
-from .types import JudgeResult, Status, aggregate, metric_name_safe
+from .text import clean_text
+from .types import JudgeResult, Status, aggregate, metric_name_parts, metric_name_safe
 
-__all__ = ["evaluate_frame", "EvalOutput", "InputError", "JudgeFailureWarning", "metric_name_safe"]
+__all__ = ["evaluate_frame", "EvalOutput", "InputError", "JudgeFailureWarning", "LoggingFailed", "metric_name_safe"]
 
 
 class JudgeFailureWarning(UserWarning):
     """A judged metric failed on more than ``max_error_rate`` of its rows."""
+
+
+class LoggingFailed(RuntimeError):
+    """Logging an evaluation to MLflow failed; its results are saved locally at ``saved_to``
+    (``ragjudge evaluate`` exits with code 5)."""
+
+    def __init__(self, message: str, saved_to: Any = None) -> None:
+        super().__init__(message)
+        self.saved_to = saved_to
 
 
 class InputError(ValueError):
@@ -193,6 +205,20 @@ _REQUIRES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
+def _check_metric_name_parts(rows: Sequence[Row], cfg: RagJudgeConfig) -> dict[str, str]:
+    """Groups and human-score columns become metric name segments: refuse two that would share one, before
+    any call, and return the ones logged under a changed name (recorded in the run's config)."""
+    renamed: dict[str, str] = {}
+    for texts, what in (({r.group for r in rows if r.group is not None}, "group"),
+                        (set(cfg.human_columns), "human-score column")):
+        try:
+            names = metric_name_parts(sorted(texts), what)
+        except ValueError as e:
+            raise InputError(str(e)) from e
+        renamed.update({k: v for k, v in names.items() if k != v})
+    return renamed
+
+
 def _check_required(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) -> None:
     for m in metrics:
         alternatives = _requirements(m, cfg)
@@ -223,7 +249,38 @@ def _check_required(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str
         )
 
 
-def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) -> list[Row]:
+class _Repairs:
+    """Text repairs made while reading the data: recorded in the run's config and announced once."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def text(self, value: Any, column: str, row: int) -> Any:
+        if isinstance(value, str):
+            value, n = clean_text(value)
+            if n:
+                self.items.append({"row": row, "column": column, "replaced": n})
+        return value
+
+    def announce(self) -> None:
+        if self.items:
+            total = sum(i["replaced"] for i in self.items)
+            where = ", ".join(f"row {i['row']} '{i['column']}'" for i in self.items[:5])
+            more = f" and {len(self.items) - 5} more" if len(self.items) > 5 else ""
+            warnings.warn(
+                f"{total} invalid character(s) (lone surrogates, which UTF-8 cannot encode) were replaced with "
+                f"U+FFFD in {where}{more}; fix the data's encoding to keep the original text.",
+                InvalidTextWarning, stacklevel=3,
+            )
+
+
+class InvalidTextWarning(UserWarning):
+    """Invalid Unicode in the data was replaced before any judge call."""
+
+
+def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str],
+               repairs: _Repairs | None = None) -> list[Row]:
+    repairs = repairs if repairs is not None else _Repairs()
     rows: list[Row] = []
     need_text = {
         col: any(col in alt for m in metrics if m != "retrieval" for alt in _requirements(m, cfg)[:1])
@@ -239,7 +296,14 @@ def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) ->
         bad = df[col][vals.isna() & df[col].notna()]
         if len(bad):
             raise InputError(
-                f"Human-score column {col!r} row {bad.index[0]} holds {bad.iloc[0]!r}; it must be a number."
+                f"Human-score column {col!r} row {df.index.get_loc(bad.index[0])} holds {bad.iloc[0]!r}; it must be "
+                "a number (leave the cell empty where a row has no human score)."
+            )
+        inf = vals[vals.isin([float("inf"), float("-inf")])]
+        if len(inf):
+            raise InputError(
+                f"Human-score column {col!r} row {df.index.get_loc(inf.index[0])} holds {inf.iloc[0]}; human scores "
+                "must be finite numbers (leave the cell empty where a row has no human score)."
             )
     for pos, (_, rec) in enumerate(df.iterrows()):
         r = Row(index=pos, relevance_threshold=cfg.relevance_threshold)
@@ -248,7 +312,9 @@ def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) ->
                 setattr(
                     r,
                     logical,
-                    _as_text(rec[cfg.column(logical)], cfg.column(logical), pos, required=need_text[logical]),
+                    repairs.text(
+                        _as_text(rec[cfg.column(logical)], cfg.column(logical), pos, required=need_text[logical]),
+                        cfg.column(logical), pos),
                 )
         for logical in ("contexts", "reference_contexts", "gold_documents"):
             if _present(df, cfg, logical):
@@ -260,6 +326,7 @@ def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) ->
                                 f"Column '{cfg.column(logical)}' row {pos} item {j} is a {type(it).__name__}; "
                                 "passages must be strings."
                             )
+                    items = [repairs.text(it, cfg.column(logical), pos) for it in items]
                 setattr(r, logical, items)
         for logical in ("retrieved_doc_ids", "relevant_doc_ids"):
             if _present(df, cfg, logical):
@@ -272,7 +339,8 @@ def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) ->
                 )
         if group_col:
             g = rec[group_col] if group_col in df.columns else rec[cfg.column("group")]
-            r.group = None if g is None or (isinstance(g, float) and math.isnan(g)) else str(g)
+            r.group = None if g is None or (isinstance(g, float) and math.isnan(g)) else repairs.text(
+                str(g), group_col, pos)
         rows.append(r)
     return rows
 
@@ -280,8 +348,19 @@ def _read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, metrics: Sequence[str]) ->
 def _passages_from_retriever(out: Any, row: int) -> list[str]:
     if out is None:
         return []
-    if isinstance(out, str):
+    if isinstance(out, (str, bytes)):
         raise InputError(f"The retriever returned a string for row {row}; it must return a list of passages.")
+    if isinstance(out, dict):
+        raise InputError(
+            f"The retriever returned a dict for row {row} (keys {list(out)[:3]}); it must return a list of passages "
+            "(str, dicts with 'text', or (id, text) pairs), e.g. [{'id': 'd1', 'text': '...'}] -- its keys would "
+            "otherwise be judged as passages."
+        )
+    if not isinstance(out, Iterable) or hasattr(out, "page_content"):
+        raise InputError(
+            f"The retriever returned a {type(out).__name__} for row {row}; it must return a list of passages "
+            "(str, dicts with 'text', or (id, text) pairs)."
+        )
     passages = []
     for item in out:
         if isinstance(item, str):
@@ -325,7 +404,9 @@ def e3_query(question: str, reference: str) -> str:
     return f"{question}\n{reference}"
 
 
-def _prepare_judge_contexts(mode: str, cfg: RagJudgeConfig, rows: Sequence[Row]) -> None:
+def _prepare_judge_contexts(mode: str, cfg: RagJudgeConfig, rows: Sequence[Row],
+                            repairs: _Repairs | None = None) -> None:
+    repairs = repairs if repairs is not None else _Repairs()
     for r in rows:
         if mode == "reference":
             if cfg.retriever is not None:
@@ -336,7 +417,8 @@ def _prepare_judge_contexts(mode: str, cfg: RagJudgeConfig, rows: Sequence[Row])
                         f"The retriever raised on row {r.index} ({type(e).__name__}: {e}); fix the retriever or "
                         "precompute a 'reference_contexts' column."
                     ) from e
-                r.judge_contexts = _passages_from_retriever(out, r.index)
+                r.judge_contexts = [repairs.text(p, "retriever output", r.index)
+                                    for p in _passages_from_retriever(out, r.index)]
             else:
                 r.judge_contexts = r.reference_contexts or []
         elif mode == "generation":
@@ -834,11 +916,14 @@ def evaluate_frame(
         metrics, skipped = list(dict.fromkeys(cfg.metrics)), {}
         _check_required(data, cfg, metrics)
     _check_gate_names(cfg.fail_under, metrics)
-    rows = _read_rows(data, cfg, metrics)
+    repairs = _Repairs()
+    rows = _read_rows(data, cfg, metrics, repairs)
+    renamed = _check_metric_name_parts(rows, cfg)
     mode = "none"
     if "correctness" in metrics or "multiturn" in metrics:  # both judge with the six-level rubric
         mode = resolve_context_mode(cfg, rows, data)
-        _prepare_judge_contexts(mode, cfg, rows)
+        _prepare_judge_contexts(mode, cfg, rows, repairs)
+    repairs.announce()
     if "retrieval" in metrics:  # validate ids before any judge call
         from . import retrieval
 
@@ -847,6 +932,13 @@ def evaluate_frame(
             if r.relevant_doc_ids:
                 retrieval.validate_retrieval_row(r.retrieved_doc_ids or [], r.relevant_doc_ids, r.index)
     judged = [m for m in metrics if m in JUDGED_METRICS]
+    if "lexical" in metrics and cfg.bertscore is True:  # required: find out now, not after the judge calls
+        from .lexical import BertScorer, BertScoreUnavailable
+
+        try:
+            BertScorer.load()
+        except BertScoreUnavailable as e:
+            raise InputError(f"bertscore=True but BERTScore is unavailable: {e}") from e
     embed = None
     if any(JUDGED_METRICS[m].needs_embeddings for m in judged):
         try:
@@ -874,98 +966,151 @@ def evaluate_frame(
         return _dry_run(rows, metrics, judged, ctx, cfg, mode, skipped, runner)
     t0 = time.perf_counter()
     runs: dict[str, MetricRun] = {}
-    for m in metrics:
-        if m in JUDGED_METRICS:
-            assert ctx is not None
-            runs[m] = _run_judged(JUDGED_METRICS[m], rows, ctx)
-        elif m == "multiturn":
-            assert runner is not None and ctx is not None
-            runs[m] = _run_multiturn(rows, runner, ctx)
-        elif m == "lexical":
-            runs[m] = _run_lexical(rows, cfg)
-        elif m == "retrieval":
-            runs[m] = _run_retrieval(rows, cfg)
-        skipped.update(runs[m].skipped if m in runs else {})
-    if "correctness" in runs:
-        for res in runs["correctness"].results["correctness"]:
-            res.details["context_mode"] = mode
-    metrics_out: dict[str, float] = {}
-    all_results: dict[str, list[JudgeResult]] = {}
-    failures: list[dict[str, Any]] = []
-    for m, run in runs.items():
-        for name, results in run.results.items():
-            all_results[name] = results
-            metrics_out.update(_aggregate_metric(name, results, rows, run.judged, levels=name == "correctness"))
-        if run.judged and run.results:  # one report per metric (multi-turn's three scores fail together)
-            report = _failure_report(m, next(iter(run.results.values())), cfg.max_error_rate)
-            if report is not None:
-                failures.append(report)
-                warnings.warn(report["message"], JudgeFailureWarning, stacklevel=2)
-        metrics_out.update(run.extra)
-    table = _build_table(rows, runs, data, cfg)
-    meta_frame, meta_metrics = _meta(table, runs, cfg)
-    metrics_out.update(meta_metrics)
-    usage = client.summary() if client is not None else {}
-    if client is not None:
-        metrics_out["judge/input_tokens"] = float(usage["input_tokens"])
-        metrics_out["judge/output_tokens"] = float(usage["output_tokens"])
-        metrics_out["judge/calls"] = float(usage["calls"])
-        metrics_out["judge/cache_hits"] = float(usage["cache_hits"])
-        if usage.get("cost_usd") is not None:
-            metrics_out["judge/cost_usd"] = float(usage["cost_usd"])
-    prompt_versions: dict[str, str] = {}
-    if ctx is not None:
-        for m in judged:
-            prompt_versions.update(ctx.judge(JUDGED_METRICS[m]).prompt_versions)
-    if runner is not None:
-        prompt_versions.update(runner.prompt_versions)
-    record: dict[str, Any] = {
-        "package_version": __version__,
-        "config": cfg.public_params(),
-        "metrics_run": metrics,
-        "context_mode": mode if ("correctness" in metrics or "multiturn" in metrics) else None,
-        "multiturn": {k: v for k, v in runner.settings.items() if k != "prompt_versions"} if runner else None,
-        "faithfulness_evidence": cfg.faithfulness_evidence if "faithfulness" in metrics else None,
-        "judge": client.identity() if client is not None else None,
-        "prompt_versions": prompt_versions,
-        "usage": usage,
-        "skipped": skipped,
-        "rows": len(rows),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "failures": failures,
-    }
-    params = {
-        "ragjudge.version": __version__,
-        "ragjudge.metrics": ",".join(metrics),
-        "ragjudge.judge": (client.backend.uri if client is not None else "none"),
+    try:
+        for m in metrics:
+            if m in JUDGED_METRICS:
+                assert ctx is not None
+                runs[m] = _run_judged(JUDGED_METRICS[m], rows, ctx)
+            elif m == "multiturn":
+                assert runner is not None and ctx is not None
+                runs[m] = _run_multiturn(rows, runner, ctx)
+            elif m == "lexical":
+                runs[m] = _run_lexical(rows, cfg)
+            elif m == "retrieval":
+                runs[m] = _run_retrieval(rows, cfg)
+            skipped.update(runs[m].skipped if m in runs else {})
+        if "correctness" in runs:
+            for res in runs["correctness"].results["correctness"]:
+                res.details["context_mode"] = mode
+        metrics_out: dict[str, float] = {}
+        all_results: dict[str, list[JudgeResult]] = {}
+        failures: list[dict[str, Any]] = []
+        for m, run in runs.items():
+            for name, results in run.results.items():
+                all_results[name] = results
+                metrics_out.update(_aggregate_metric(name, results, rows, run.judged, levels=name == "correctness"))
+            if run.judged and run.results:  # one report per metric (multi-turn's three scores fail together)
+                report = _failure_report(m, next(iter(run.results.values())), cfg.max_error_rate)
+                if report is not None:
+                    failures.append(report)
+                    warnings.warn(report["message"], JudgeFailureWarning, stacklevel=2)
+            metrics_out.update(run.extra)
+        table = _build_table(rows, runs, data, cfg)
+        meta_frame, meta_metrics = _meta(table, runs, cfg)
+        metrics_out.update(meta_metrics)
+        usage = client.summary() if client is not None else {}
+        if client is not None:
+            metrics_out["judge/input_tokens"] = float(usage["input_tokens"])
+            metrics_out["judge/output_tokens"] = float(usage["output_tokens"])
+            metrics_out["judge/calls"] = float(usage["calls"])
+            metrics_out["judge/cache_hits"] = float(usage["cache_hits"])
+            if usage.get("cost_usd") is not None:
+                metrics_out["judge/cost_usd"] = float(usage["cost_usd"])
+        prompt_versions: dict[str, str] = {}
+        if ctx is not None:
+            for m in judged:
+                prompt_versions.update(ctx.judge(JUDGED_METRICS[m]).prompt_versions)
+        if runner is not None:
+            prompt_versions.update(runner.prompt_versions)
+        record: dict[str, Any] = {
+            "package_version": __version__,
+            "config": cfg.public_params(),
+            "metrics_run": metrics,
+            "context_mode": mode if ("correctness" in metrics or "multiturn" in metrics) else None,
+            "multiturn": {k: v for k, v in runner.settings.items() if k != "prompt_versions"} if runner else None,
+            "faithfulness_evidence": cfg.faithfulness_evidence if "faithfulness" in metrics else None,
+            "judge": client.identity() if client is not None else None,
+            "prompt_versions": prompt_versions,
+            "usage": usage,
+            "skipped": skipped,
+            "rows": len(rows),
+            "seconds": round(time.perf_counter() - t0, 3),
+            "failures": failures,
+            "cache": (client.cache.status() if client.cache is not None else {"mode": "off"}) if client else None,
+            "text_repairs": repairs.items,
+            "metric_name_parts": renamed,
+        }
+        params = {
+            "ragjudge.version": __version__,
+            "ragjudge.metrics": ",".join(metrics),
+            "ragjudge.judge": (client.backend.uri if client is not None else "none"),
 
-        "ragjudge.context_mode": record["context_mode"] or "n/a",
-        "ragjudge.prompt_versions": json.dumps(prompt_versions, sort_keys=True),
-        "ragjudge.language": cfg.language,
-        "ragjudge.k": json.dumps(cfg.k),
-    }
-    if runner is not None:
-        params["ragjudge.multiturn"] = json.dumps(record["multiturn"], sort_keys=True)
-    artifacts = {name: data for run in runs.values() for name, data in run.artifacts.items()}
-    transcripts = [
-        {"metric": "multiturn" if name == "wscore" else name, "row": i, **call}  # multi-turn calls ride on wscore
-        for name, results in all_results.items()
-        for i, res in enumerate(results)
-        for call in res.calls
-    ]
-    per_metric = _usage_by_metric(transcripts, len(rows))
-    for name, u in per_metric.items():
-        for k, v in u.items():
-            metrics_out[f"judge/{name}/{k}"] = v
-    record["usage_by_metric"] = per_metric
-    if client is not None:
-        params.update(_judge_params(client, transcripts))
-        record["structured_modes_used"] = sorted({t["structured_mode"] for t in transcripts
-                                                  if t.get("structured_mode")})
-    gate = _gate(cfg.fail_under, metrics_out)
-    record["gate"] = gate
-    return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped, artifacts,
-                      failures, gate)
+            "ragjudge.context_mode": record["context_mode"] or "n/a",
+            "ragjudge.prompt_versions": json.dumps(prompt_versions, sort_keys=True),
+            "ragjudge.language": cfg.language,
+            "ragjudge.k": json.dumps(cfg.k),
+        }
+        if runner is not None:
+            params["ragjudge.multiturn"] = json.dumps(record["multiturn"], sort_keys=True)
+        artifacts = {name: data for run in runs.values() for name, data in run.artifacts.items()}
+        transcripts = [
+            {"metric": "multiturn" if name == "wscore" else name, "row": i, **call}  # multi-turn calls ride on wscore
+            for name, results in all_results.items()
+            for i, res in enumerate(results)
+            for call in res.calls
+        ]
+        per_metric = _usage_by_metric(transcripts, len(rows))
+        for name, u in per_metric.items():
+            for k, v in u.items():
+                metrics_out[f"judge/{name}/{k}"] = v
+        record["usage_by_metric"] = per_metric
+        if client is not None:
+            params.update(_judge_params(client, transcripts))
+            record["structured_modes_used"] = sorted({t["structured_mode"] for t in transcripts
+                                                      if t.get("structured_mode")})
+        gate = _gate(cfg.fail_under, metrics_out)
+        record["gate"] = gate
+        return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped, artifacts,
+                          failures, gate)
+    except Exception as e:
+        if client is None or client.summary()["requests"] == 0:
+            raise  # nothing was paid for: the error as it is
+        # A failure after judge calls were paid for (a bug, or a metric that could not finish): the per-row
+        # results and transcripts so far are written to disk before the error goes up, and the client's cache
+        # keeps every reply, so a re-run pays only for what was not finished.
+        saved = _save_partial(runs, client)
+        raise LoggingFailed(
+            f"The evaluation stopped after its judge calls ({type(e).__name__}: {e}); the results so far are not "
+            + (f"lost: they are saved at {saved}" if saved else "saved locally (no writable folder)")
+            + ("; a re-run takes the paid replies from the judge-call cache." if client is not None and
+               client.cache is not None else "."),
+            saved,
+        ) from e
+
+
+def local_output_root() -> Path:
+    """Where results are saved before they are logged: ``$RAGJUDGE_OUTPUT_DIR``, else ``outputs/`` beside the
+    judge-call cache."""
+    env = os.environ.get("RAGJUDGE_OUTPUT_DIR")
+    if env:
+        return Path(env).expanduser()
+    from .cache import default_cache_dir
+
+    return default_cache_dir() / "outputs"
+
+
+def _save_partial(runs: dict[str, MetricRun], client: JudgeClient | None) -> Path | None:
+    """Write what the finished metrics produced (per-row results with their judge calls) to a local folder."""
+    import tempfile
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for root in (local_output_root(), Path(tempfile.gettempdir()) / "ragjudge-outputs"):
+        folder = root / f"{stamp}-{os.getpid()}-partial"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "results.jsonl", "w", encoding="utf-8", errors="backslashreplace") as fh:
+                for run in runs.values():
+                    for name, results in run.results.items():
+                        for i, res in enumerate(results):
+                            rec = {"metric": name, "row": i, **res.to_dict(), "calls": res.calls}
+                            fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+            if client is not None:
+                with open(folder / "usage.json", "w", encoding="utf-8") as fh:
+                    json.dump(client.summary(), fh, default=str)
+            return folder
+        except OSError:
+            continue
+    return None
 
 
 def _judge_params(client: JudgeClient, transcripts: Sequence[dict[str, Any]]) -> dict[str, str]:

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+import time
+import warnings
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -24,11 +28,11 @@ from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 from mlflow.models.evaluation.artifacts import JsonEvaluationArtifact
 from mlflow.tracking import MlflowClient
 
-from .evaluation import EvalOutput, InputError, evaluate_frame
+from .evaluation import EvalOutput, InputError, LoggingFailed, evaluate_frame, local_output_root
 from .types import JudgeResult, Status
 
-__all__ = ["RagJudgeEvaluator", "log_output", "load_output", "MODEL_TYPE", "TABLE_FILE", "TRANSCRIPTS_FILE",
-           "CONFIG_FILE"]
+__all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "save_local", "MODEL_TYPE", "TABLE_FILE",
+           "TRANSCRIPTS_FILE", "CONFIG_FILE"]
 
 MODEL_TYPE = "rag"
 TABLE_FILE = "ragjudge/eval_results_table.json"
@@ -44,6 +48,12 @@ def _model_outputs(model: Any, features: pd.DataFrame) -> tuple[list[Any], list[
     optionally ``contexts``), or a list of dicts with those keys.
     """
     out = model.predict(features)
+    if out is None or isinstance(out, (str, bytes, int, float, bool)):
+        raise InputError(
+            f"The model returned {type(out).__name__} for {len(features)} rows; it must return one answer per row: "
+            "a list of str, a pandas Series, a DataFrame with an 'answer' column (and optionally 'contexts'), or a "
+            "list of dicts with 'answer'."
+        )
     contexts: list[Any] | None = None
     if isinstance(out, pd.DataFrame):
         if "answer" in out.columns:
@@ -88,49 +98,113 @@ def _frame_from_dataset(dataset: Any, model: Any, config: dict[str, Any]) -> pd.
     return df
 
 
-def log_output(out: EvalOutput, run_id: str) -> dict[str, Any]:
-    """Log an evaluation's metrics, params, table, transcripts and config into a run.
+def _write_json(path: Path, value: Any) -> None:
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
+        json.dump(value, fh, ensure_ascii=False, indent=1, default=str)
+
+
+def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+
+
+def save_local(out: EvalOutput, label: str = "") -> Path | None:
+    """Write an evaluation's results to a local folder before anything is sent to MLflow, so that a
+    tracking store that refuses or fails cannot lose what the judge calls paid for.
+
+    The folder (under :func:`local_output_root`) holds ``eval_results_table.json`` (pandas ``split``
+    layout), ``judge_transcripts.jsonl``, ``config.json``, ``metrics.json``, ``params.json``, the
+    meta-evaluation table and the extra JSONL artifacts. Returns the folder, or None (with a warning)
+    when nothing could be written.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidates = [local_output_root(), Path(tempfile.gettempdir()) / "ragjudge-outputs"]
+    for root in candidates:
+        folder = root / f"{stamp}-{os.getpid()}-{label or 'run'}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_json(folder / "eval_results_table.json", out.table.to_dict(orient="split"))
+            _write_jsonl(folder / "judge_transcripts.jsonl", out.transcripts)
+            _write_json(folder / "config.json", out.config)
+            _write_json(folder / "metrics.json", out.metrics)
+            _write_json(folder / "params.json", out.params)
+            if out.meta is not None:
+                _write_json(folder / "meta_evaluation.json", out.meta.to_dict(orient="split"))
+            for name, records in out.artifacts.items():
+                _write_jsonl(folder / name, records)
+            return folder
+        except OSError:
+            continue
+    warnings.warn("the evaluation's results could not be saved locally before logging (no writable folder in "
+                  f"{[str(c) for c in candidates]}); set RAGJUDGE_OUTPUT_DIR", RuntimeWarning, stacklevel=2)
+    return None
+
+
+def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_local: bool = False) -> dict[str, Any]:
+    """Log an evaluation's metrics, params, tags, table, transcripts and config into a run.
+
+    The results are first saved locally (:func:`save_local`, unless ``saved`` says where they already
+    are). Every logging step is attempted even when an earlier one fails; if any failed, the run gets
+    the tag ``ragjudge.logging_error`` (when the store takes it) and :class:`LoggingFailed` is raised,
+    naming the local folder. On success the local copy is removed unless ``keep_local``.
 
     Returns the artifact URIs by name.
     """
     import mlflow
-
-    client = MlflowClient()
-    metrics = {k: float(v) for k, v in out.metrics.items()}
-    # one batch for the metrics and params (the store handles hundreds at once)
-    import time as _time
-
     from mlflow.entities import Metric, Param, RunTag
 
-    ts = int(_time.time() * 1000)
+    if saved is None:
+        saved = save_local(out, run_id[:8])
+    client = MlflowClient()
+    errors: list[str] = []
+
+    def attempt(step: str, fn: Any) -> None:
+        try:
+            fn()
+        except Exception as e:  # the store refused or failed: keep going, report all at the end
+            errors.append(f"{step}: {type(e).__name__}: {str(e)[:300]}")
+
+    metrics = {k: float(v) for k, v in out.metrics.items()}
+    ts = int(time.time() * 1000)
     params = {k: str(v)[:6000] for k, v in out.params.items()}
-    existing = client.get_run(run_id).data.params
+    existing: dict[str, str] = {}
+    attempt("read the run", lambda: existing.update(client.get_run(run_id).data.params))
     params = {k: v for k, v in params.items() if existing.get(k) in (None, v)}
-    client.log_batch(
-        run_id,
-        metrics=[Metric(k, v, ts, 0) for k, v in sorted(metrics.items())],
-        params=[Param(k, v) for k, v in params.items() if k not in existing],
-        tags=[RunTag(k, v) for k, v in _tags(out).items()],
-    )
-    mlflow.log_table(data=out.table, artifact_file=TABLE_FILE, run_id=run_id)
+    metric_list = [Metric(k, v, ts, 0) for k, v in sorted(metrics.items())]
+    for start in range(0, len(metric_list), 1000):  # MLflow takes at most 1,000 metrics per batch
+        chunk = metric_list[start: start + 1000]
+        attempt("metrics", lambda chunk=chunk: client.log_batch(run_id, metrics=chunk))
+    attempt("params and tags", lambda: client.log_batch(
+        run_id, params=[Param(k, v) for k, v in params.items() if k not in existing],
+        tags=[RunTag(k, v) for k, v in _tags(out).items()]))
+    attempt("table", lambda: mlflow.log_table(data=out.table, artifact_file=TABLE_FILE, run_id=run_id))
     if out.meta is not None:
-        mlflow.log_table(data=out.meta, artifact_file=META_FILE, run_id=run_id)
+        meta = out.meta
+        attempt("meta-evaluation table", lambda: mlflow.log_table(data=meta, artifact_file=META_FILE, run_id=run_id))
     with tempfile.TemporaryDirectory() as tmp:
-        tpath = os.path.join(tmp, "judge_transcripts.jsonl")
-        with open(tpath, "w", encoding="utf-8") as fh:
-            for rec in out.transcripts:
-                fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
-        cpath = os.path.join(tmp, "config.json")
-        with open(cpath, "w", encoding="utf-8") as fh:
-            json.dump(out.config, fh, ensure_ascii=False, indent=2, default=str)
-        client.log_artifact(run_id, tpath, "ragjudge")
-        client.log_artifact(run_id, cpath, "ragjudge")
+        files: dict[str, Any] = {"judge_transcripts.jsonl": lambda p: _write_jsonl(p, out.transcripts),
+                                 "config.json": lambda p: _write_json(p, out.config)}
         for name, records in out.artifacts.items():
-            apath = os.path.join(tmp, name)
-            with open(apath, "w", encoding="utf-8") as fh:
-                for rec in records:
-                    fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
-            client.log_artifact(run_id, apath, "ragjudge")
+            files[name] = lambda p, r=records: _write_jsonl(p, r)
+        for name, write in files.items():
+            path = Path(tmp) / name
+
+            def log(path: Path = path, write: Any = write) -> None:
+                write(path)
+                client.log_artifact(run_id, str(path), "ragjudge")
+
+            attempt(name, log)
+    if errors:
+        where = f"they are saved at {saved}" if saved is not None else "they could not be saved locally either"
+        message = f"Logging to MLflow run {run_id} failed ({'; '.join(errors)}); the results are not lost: {where}."
+        try:
+            client.set_tag(run_id, "ragjudge.logging_error", message[:5000])
+        except Exception:  # the store is unreachable: the exception below still says where the results are
+            pass
+        raise LoggingFailed(message, saved)
+    if saved is not None and not keep_local:
+        shutil.rmtree(saved, ignore_errors=True)
     base = client.get_run(run_id).info.artifact_uri.rstrip("/")
     return {
         "eval_results_table": f"{base}/{TABLE_FILE}",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -29,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from mlflow_ragjudge.types import JudgeResult, Status
+from mlflow_ragjudge.types import JudgeResult, Status, metric_name_part
 
 __all__ = [
     "COEFFICIENTS",
@@ -435,18 +434,11 @@ def meta_evaluate(
     return table.astype(object).where(table.notna(), None)
 
 
-_BAD_NAME_CHARS = re.compile(r"[^\w.\- ]")
 
 
 def _name_part(value: Any) -> str:
-    """One path segment of an MLflow metric name (MLflow allows alphanumerics, _ - . space /)."""
-    segments = []
-    for seg in str(value).split("/"):
-        seg = _BAD_NAME_CHARS.sub("_", seg).strip()
-        if seg in {"", ".", ".."}:
-            seg = seg.replace(".", "_") or "_"
-        segments.append(seg)
-    return "/".join(segments)
+    """One segment of an MLflow metric name, injective (:func:`mlflow_ragjudge.types.metric_name_part`)."""
+    return metric_name_part(value)
 
 
 def meta_metrics(table: pd.DataFrame, *, prefix: str = "meta") -> dict[str, float]:
@@ -456,8 +448,9 @@ def meta_metrics(table: pd.DataFrame, *, prefix: str = "meta") -> dict[str, floa
     ``<prefix>/<metric>/<human>/no_abstentions/<stat>`` for the other, where
     ``<stat>`` is ``n``, ``mean``, ``human_mean``, and for each coefficient
     ``<coef>``, ``<coef>_p``, ``<coef>_ci_low``, ``<coef>_ci_high`` (e.g.
-    ``meta/correctness/expert/spearman_ci_low``). Characters MLflow rejects are
-    replaced by ``_``; undefined values are left out, never logged as NaN.
+    ``meta/correctness/expert/spearman_ci_low``). A metric or column name MLflow would
+    refuse is made safe injectively (:func:`mlflow_ragjudge.types.metric_name_part`: ``expert:avg``
+    becomes ``expert_avg__<hash>``); undefined values are left out, never logged as NaN.
 
     Args:
         table: the output of :func:`meta_evaluate`.

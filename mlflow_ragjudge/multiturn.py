@@ -59,6 +59,7 @@ from .judges.correctness import CorrectnessJudge
 from .judges.statements import add_estimates, approx_tokens, estimate_messages, prompt_version
 from .parsing import ParseError, reply_object, validate_schema
 from .prompts import Prompt, load_prompt
+from .text import clean_text
 from .types import FailureReason, JudgeResult, Status, aggregate, metric_name_safe
 
 __all__ = [
@@ -535,7 +536,10 @@ class MultiTurnRunner:
                    f"'answer' str")
             step.update(reason=SYSTEM_ERROR, error=msg)
             raise _Failed("ask", SYSTEM_ERROR, msg)
+        reply, n_bad = clean_text(reply)
         step["output"] = {"answer": reply, **extra}
+        if n_bad:  # invalid Unicode from the system under test: replaced, so the next prompt can be sent
+            step["note"] = f"{n_bad} invalid character(s) (lone surrogates) replaced with U+FFFD"
         return reply
 
     def _agent_call(

@@ -16,6 +16,7 @@ mean, so a NaN never leaks into a logged metric.
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 import re
 from collections import Counter
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "metric_name_part",
+    "metric_name_parts",
     "metric_name_safe",
     "ParseError",
     "Status",
@@ -207,9 +210,52 @@ def aggregate(
     return Aggregate(mean, n, n_scored, n_abst, n_fail, dict(dist))
 
 
-_METRIC_NAME_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
+# One segment of an MLflow metric name: MLflow accepts word characters (any script), "_", "-", ".", space, ":"
+# and "/" in names; ":" is refused on Windows and "/" separates segments, so a segment keeps the rest.
+_NAME_PART_OK = re.compile(r"^[\w.\- ]+$")
+_NAME_PART_BAD = re.compile(r"[^\w.\- ]")
+#: longest user text kept as it is in a metric name segment (MLflow's limit is 250 for the whole name)
+MAX_NAME_PART = 100
+
+
+def metric_name_part(text: Any) -> str:
+    """A user-given text (a group, a human-score column) as one segment of an MLflow metric name, injectively.
+
+    The text is kept as it is when MLflow accepts it (word characters in any script -- ``日本語`` too --
+    ``_``, ``-``, ``.``, space), it is not ``.``/``..``, has no surrounding spaces and is at most
+    100 characters. Otherwise the characters MLflow refuses become ``_``, the result is cut to 88
+    characters and ``__`` plus the first 8 hex digits of the text's SHA-256 are appended: ``a:b`` becomes
+    ``a_b__<hash>``, never the same name as the group ``a_b``, and a 300-character name stays recognisable.
+    (A text that already has exactly such a shape could still meet its twin: callers that name many texts
+    check the set with :func:`metric_name_parts`.)
+    """
+    s = str(text)
+    if _NAME_PART_OK.match(s) and s not in (".", "..") and s == s.strip() and len(s) <= MAX_NAME_PART:
+        return s
+    digest = hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    cleaned = _NAME_PART_BAD.sub("_", s).strip()[:88] or "_"
+    return f"{cleaned}__{digest}"
+
+
+def metric_name_parts(texts: Iterable[Any], what: str) -> dict[str, str]:
+    """:func:`metric_name_part` for several texts, refusing two texts that would share a name.
+
+    Raises:
+        ValueError: naming both texts (``what`` says what they are, e.g. "group").
+    """
+    out: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for t in texts:
+        key = str(t)
+        name = metric_name_part(key)
+        if name in seen and seen[name] != key:
+            raise ValueError(f"The {what}s {seen[name]!r} and {key!r} would be logged under the same metric name "
+                             f"{name!r}; rename one of them.")
+        seen[name] = key
+        out[key] = name
+    return out
 
 
 def metric_name_safe(text: str) -> str:
-    """MLflow metric names allow alphanumerics, ``_ - . /`` and space only; anything else becomes ``_``."""
-    return _METRIC_NAME_BAD.sub("_", str(text)).strip() or "_"
+    """Alias of :func:`metric_name_part` (kept for callers of the first versions)."""
+    return metric_name_part(text)

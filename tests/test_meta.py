@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from mlflow_ragjudge.meta import COEFFICIENTS, agreement, correlations, meta_evaluate, meta_metrics
-from mlflow_ragjudge.types import JudgeResult
+from mlflow_ragjudge.types import JudgeResult, metric_name_part
 
 MLFLOW_NAME_RE = re.compile(r"^[/\w.\- ]*$")  # mlflow.utils.validation._VALID_PARAM_AND_METRIC_NAMES
 
@@ -301,8 +301,11 @@ def test_meta_metrics_names_are_valid_mlflow_names(judged: pd.DataFrame) -> None
         assert MLFLOW_NAME_RE.match(name), name
         assert "//" not in name and not name.startswith("/") and not name.endswith("/")
         assert isinstance(value, float) and not math.isnan(value)
-    assert "meta/correctness _E3_/v2_/expert_avg/spearman" in metrics
-    assert "meta/rouge/expert_avg/no_abstentions/spearman_ci_low" in metrics
-    assert "meta/rouge/expert_avg/kendall_ci_high" in metrics
+    metric, human = metric_name_part("correctness (E3)/v2!"), metric_name_part("expert:avg")
+    assert metric.startswith("correctness _E3__v2___") and human.startswith("expert_avg__")  # recognisable
+    assert "/" not in metric and human != "expert_avg"  # one segment each; never the name of another column
+    assert f"meta/{metric}/{human}/spearman" in metrics
+    assert f"meta/rouge/{human}/no_abstentions/spearman_ci_low" in metrics
+    assert f"meta/rouge/{human}/kendall_ci_high" in metrics
     with pytest.raises(KeyError, match="meta_evaluate"):
         meta_metrics(pd.DataFrame({"x": [1]}))

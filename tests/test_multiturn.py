@@ -21,7 +21,7 @@ from mlflow_ragjudge.multiturn import (
     wscore,
 )
 from mlflow_ragjudge.prompts import load_prompt
-from mlflow_ragjudge.types import Status
+from mlflow_ragjudge.types import Status, metric_name_part
 
 # --------------------------------------------------------------------------- pure scores
 
@@ -435,7 +435,9 @@ def test_summarize_edge_cases(make_client):
     failed = MultiTurnRunner(make_client(make_router())).run(lambda q, h: 1 / 0, Q, REF)
     out = summarize([failed], groups=["a/b c!"])
     assert "wscore/mean" not in out and out["wscore/error_rate"] == 1.0
-    assert out["wscore/count/a/b c_"] == 1 and "wscore/mean/a/b c_" not in out
+    g = metric_name_part("a/b c!")
+    assert g.startswith("a_b c___") and "/" not in g
+    assert out[f"wscore/count/{g}"] == 1 and f"wscore/mean/{g}" not in out
     assert summarize([]) == {f"{m}/{k}": 0.0 for m in ("wscore", "lscore", "mscore")
                              for k in ("count", "abstain_rate", "error_rate")}
     with pytest.raises(ValueError, match="one per result"):
