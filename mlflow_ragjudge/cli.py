@@ -43,9 +43,28 @@ EXIT_GATE_FAILED = 4
 EXIT_NOT_LOGGED = 5
 
 
+def _clean(value: Any, counter: list[int]) -> Any:
+    """Lone surrogates (``"\\ud800"`` escapes) replaced in every string of a parsed JSON value."""
+    from .text import clean_text
+
+    if isinstance(value, str):
+        value, n = clean_text(value)
+        counter[0] += n
+        return value
+    if isinstance(value, list):
+        return [_clean(v, counter) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k, counter): _clean(v, counter) for k, v in value.items()}
+    return value
+
+
 def _read_jsonl(p: Path) -> list[dict[str, Any]]:
-    """JSON Lines, one object per line; a line that is not an object is an error naming the line."""
+    """JSON Lines, one object per line; a line that is not an object is an error naming the line. Invalid
+    Unicode (lone surrogates) is replaced with U+FFFD, with a warning naming the lines."""
+    from .evaluation import InvalidTextWarning
+
     rows: list[dict[str, Any]] = []
+    repaired: list[int] = []
     with open(p, encoding="utf-8", errors="surrogateescape") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -58,9 +77,16 @@ def _read_jsonl(p: Path) -> list[dict[str, Any]]:
             if not isinstance(value, dict):
                 raise InputError(f"{p.name} line {n} is a JSON {type(value).__name__}, not an object; each line must "
                                  'be one row as an object, e.g. {"question": "...", "answer": "..."}.')
-            rows.append(value)
+            counter = [0]
+            rows.append(_clean(value, counter))
+            if counter[0]:
+                repaired.append(n)
     if not rows:
         raise InputError(f"{p.name} has no rows.")
+    if repaired:
+        warnings.warn(f"{p.name}: invalid characters (lone surrogates, which UTF-8 cannot encode) were replaced with "
+                      f"U+FFFD on line(s) {repaired[:10]}{' ...' if len(repaired) > 10 else ''}.",
+                      InvalidTextWarning, stacklevel=2)
     return rows
 
 
@@ -217,10 +243,20 @@ def run_evaluation(
     from .evaluation import JudgeFailureWarning, evaluate_frame
     from .evaluator import log_output, save_local
 
-    if tracking_uri:
-        mlflow.set_tracking_uri(tracking_uri)
-    if experiment:
-        mlflow.set_experiment(experiment)
+    try:  # the tracking store must answer before a judge call is paid for
+        if tracking_uri:
+            mlflow.set_tracking_uri(tracking_uri)
+        if experiment:
+            mlflow.set_experiment(experiment)
+        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):  # the experiment the run would go to must exist
+            mlflow.tracking.MlflowClient().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"])
+        else:
+            mlflow.tracking.MlflowClient().search_experiments(max_results=1)
+    except Exception as e:
+        raise InputError(
+            f"The MLflow tracking store at {mlflow.get_tracking_uri()} cannot be used ({type(e).__name__}: "
+            f"{str(e)[:300]}); fix --tracking-uri or MLFLOW_TRACKING_URI. Nothing was sent to the judge."
+        ) from None
     with warnings.catch_warnings():
         # the CLI names failing metrics itself, after the summary (see _exit_code)
         warnings.simplefilter("ignore", JudgeFailureWarning)
