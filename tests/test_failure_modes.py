@@ -133,6 +133,31 @@ def test_a_read_only_cache_is_used_read_only(judge, cache_dir, fake_llm):
         _make_writable(db)
 
 
+def test_a_cache_in_a_read_only_directory_is_used_read_only(judge, cache_dir, tmp_path, monkeypatch, fake_llm):
+    _run(judge)
+    # a copy of the filled cache, alone in its directory with no -wal / -shm files: opening it in WAL mode would
+    # have to create them
+    ro_dir = tmp_path / "ro-cache"
+    ro_dir.mkdir()
+    src, dst = sqlite3.connect(cache_dir / "calls.sqlite"), sqlite3.connect(ro_dir / "calls.sqlite")
+    src.backup(dst)
+    dst.execute("PRAGMA journal_mode=DELETE")
+    src.close()
+    dst.close()
+    assert sorted(p.name for p in ro_dir.iterdir()) == ["calls.sqlite"]
+    monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(ro_dir))
+    n_first = fake_llm.request_count
+    _make_read_only(ro_dir)
+    try:
+        out, caught = _run(judge)
+        _all_scored(out)
+        assert fake_llm.request_count == n_first  # every reply came from the read-only cache
+        assert any("read-only" in str(w.message) for w in caught)
+        assert out.config["cache"]["mode"] == "read_only"
+    finally:
+        _make_writable(ro_dir)
+
+
 def test_a_cache_that_cannot_be_created_is_left_out(judge, tmp_path, monkeypatch, fake_llm):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
