@@ -89,7 +89,10 @@ def fill(schema: dict[str, Any], seed: str, path: str = "$", index: int | None =
 
 
 def _json_objects(text: str) -> list[dict[str, Any]]:
-    """Top-level JSON objects written in a text (string-aware brace matching)."""
+    """Top-level JSON objects written in a text (string-aware brace matching).
+
+    Deliberately not the package's own ``parsing.iter_json_objects``: a fake that reads prompts with our
+    parser would only prove that we agree with ourselves."""
     out: list[dict[str, Any]] = []
     i = 0
     while True:

@@ -73,12 +73,18 @@ def test_a_cache_file_that_is_not_a_database_is_moved_aside(judge, cache_dir, fa
     assert fake_llm.request_count == n and again.metrics["correctness/mean"] == out.metrics["correctness/mean"]
 
 
-def test_a_truncated_cache_is_moved_aside(judge, cache_dir, fake_llm):
-    out, _ = _run(judge)
+def _checkpointed(cache_dir: Path) -> Path:
+    """The cache file with everything in it (the WAL folded back), so the file alone holds the replies."""
     db = cache_dir / "calls.sqlite"
     con = sqlite3.connect(db)
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()
+    return db
+
+
+def test_a_truncated_cache_is_moved_aside(judge, cache_dir, fake_llm):
+    _run(judge)
+    db = _checkpointed(cache_dir)
     data = db.read_bytes()
     for side in cache_dir.glob("calls.sqlite-*"):
         side.unlink()
@@ -111,11 +117,8 @@ def _make_writable(path: Path) -> None:
 
 
 def test_a_read_only_cache_is_used_read_only(judge, cache_dir, fake_llm):
-    first, _ = _run(judge)
-    db = cache_dir / "calls.sqlite"
-    con = sqlite3.connect(db)
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    con.close()
+    _run(judge)
+    db = _checkpointed(cache_dir)
     n_first = fake_llm.request_count
     _make_read_only(db)
     try:
