@@ -120,10 +120,7 @@ class ContextPrecisionJudge:
             max_tokens=self.max_tokens,
         )
         calls = list(got.records)
-        if got.salvage is not None:
-            details["salvaged"] = got.salvage
-        if got.problems:
-            details["reply_problems"] = got.problems
+        got.note(details)
         if not got.ok:
             return failed_result(got, stage="chunk relevance", details=details, calls=calls)
         verdicts = [got.entries[i] for i in range(1, len(chunks) + 1)]
@@ -236,10 +233,7 @@ class ContextRecallJudge:
             max_tokens=self.max_tokens,
         )
         calls += got.records
-        if got.salvage is not None:
-            details["salvaged"] = got.salvage
-        if got.problems:
-            details["reply_problems"] = got.problems
+        got.note(details)
         if not got.ok:
             details["statements"] = [
                 {"statement": s, "attributed": bool(got.entries[i]["attributed"]) if i in got.entries else None,

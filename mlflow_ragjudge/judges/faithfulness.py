@@ -147,10 +147,7 @@ class FaithfulnessJudge:
             max_tokens=self.max_tokens, lowercase=("verdict",),
         )
         calls += got.records
-        if got.salvage is not None:
-            details["salvaged"] = got.salvage
-        if got.problems:
-            details["reply_problems"] = got.problems
+        got.note(details)
         if not got.ok:
             details["claims"] = [
                 {"claim": c, "supported": (got.entries[i]["verdict"] == "supported") if i in got.entries else None,

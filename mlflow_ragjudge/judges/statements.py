@@ -299,6 +299,13 @@ class NumberedVerdicts:
     salvage: dict[str, Any] | None = None
     problems: list[dict[str, Any]] = field(default_factory=list)
 
+    def note(self, details: dict[str, Any]) -> None:
+        """Record the salvage and the set-aside entries in a result's ``details`` (when there were any)."""
+        if self.salvage is not None:
+            details["salvaged"] = self.salvage
+        if self.problems:
+            details["reply_problems"] = self.problems
+
 
 def _entry_key(entry: dict[str, Any], index_key: str) -> str:
     return json.dumps({k: v for k, v in entry.items() if k not in (index_key, "reason")}, sort_keys=True)
