@@ -18,7 +18,9 @@ import random
 import threading
 import time
 import uuid
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ __all__ = ["FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage
 ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
 ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
 DEFAULT_MAX_CONCURRENCY = 8
+MEMO_SIZE = 4096  # replies kept in memory per client, so identical requests in one run are sent once
+RECENT_RECORDS = 1000  # transcript records a client keeps for inspection (results carry their own)
 MAX_RATE_LIMITED_ATTEMPTS = 100  # hard cap on 429-with-retry-after attempts per call
 
 REASK_TEMPLATE = (
@@ -150,6 +154,8 @@ class Usage:
     retries: int = 0
     rate_limited: int = 0
     format_refusals: int = 0  # requests the server refused for their output format (negotiation)
+    merged: int = 0  # calls answered by an identical call of this client (in flight or recent): nothing sent
+    embedding_requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = 0.0
@@ -191,6 +197,7 @@ FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
     ErrorKind.PERMANENT: FailureReason.PROVIDER_ERROR,
     ErrorKind.REFUSED: FailureReason.REFUSED,
     ErrorKind.FORMAT_REJECTED: FailureReason.PROVIDER_ERROR,
+    ErrorKind.INTERNAL: FailureReason.INTERNAL_ERROR,
 }
 
 _SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
@@ -241,6 +248,11 @@ class JudgeClient:
         sleep: the sleep function (tests may inject one).
         check_ready: check now that the backend can send (an API key is set ...), so a
             missing key is an error before any work; ``False`` for estimates, which send nothing.
+        dedupe: send identical requests once for this client's life: a request identical to one in flight
+            waits for its reply, and one identical to a recent successful one (the last 4,096) reuses it, with
+            no tokens counted (the transcript record says ``shared``). The evaluator and the scorers turn it
+            on, so metrics that need the same reply (one statement extraction, one combined verdict call)
+            share it without knowing about each other, with or without the persistent cache.
     """
 
     def __init__(
@@ -258,6 +270,7 @@ class JudgeClient:
         prices: dict[str, tuple[float, float]] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         check_ready: bool = True,
+        dedupe: bool = False,
     ) -> None:
         _check_settings(cache=cache, max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
                         timeout=timeout, max_attempts=max_attempts, max_retry_time=max_retry_time)
@@ -284,7 +297,12 @@ class JudgeClient:
         self._sleep = sleep
         self._lock = threading.Lock()
         self.usage = Usage()
-        self.records: list[dict[str, Any]] = []
+        #: the most recent transcript records (bounded; every result carries its own records)
+        self.records: deque[dict[str, Any]] = deque(maxlen=RECENT_RECORDS)
+        self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._inflight: dict[str, Future[dict[str, Any] | None]] = {}
+        self._embed_backends: dict[str, Backend] = {}
+        self.dedupe = dedupe
         self._secrets = [s for s in self.backend.secrets() if s and len(s) >= 6]
         self._secrets += [
             v for k, v in os.environ.items() if k.endswith(_SECRET_ENV_SUFFIXES) and v and len(v) >= 6
@@ -353,13 +371,34 @@ class JudgeClient:
         self._count_failure(second)
         return second
 
-    def embed(self, texts: list[str], *, purpose: str = "embedding") -> list[list[float]]:
-        """Embed texts through the backend, cached per text. Raises on failure."""
+    def embedder(self, uri: str | Backend, *, check_ready: bool = True) -> Callable[[list[str]], list[list[float]]]:
+        """``embed(texts) -> vectors`` through another model (an embeddings URI such as
+        ``openai:/text-embedding-3-small``), with this client's cache, timeout, retries and accounting, under
+        that model's provider gate."""
+        backend = resolve_backend(uri)
+        if check_ready:
+            backend.check_ready()
+        for s in backend.secrets():
+            if s and len(s) >= 6 and s not in self._secrets:
+                self._secrets.append(s)
+        self._embed_backends[backend.uri] = backend
+        return lambda texts: self.embed(list(texts), backend=backend)
+
+    def embed(self, texts: list[str], *, purpose: str = "embedding",
+              backend: Backend | None = None) -> list[list[float]]:
+        """Embed texts (through ``backend``, default this client's own), cached per text. Raises
+        :class:`BackendError` on failure."""
+        backend = backend or self.backend
+        gate = self.gate if backend is self.backend else gate_for(backend.connection_key())
+        ident = dict(backend.identity())
+        ident["base_url"] = safe_url(ident.get("base_url"))
         out: list[list[float] | None] = [None] * len(texts)
-        keys = [cache_key("embed", self.identity(), {"text": t}) for t in texts]
+        keys = [cache_key("embed", ident, {"text": t}) for t in texts]
         missing: list[int] = []
         for i, k in enumerate(keys):
-            hit = self.cache.get(k) if self.cache is not None else None
+            hit = self._memo_get(k) if self.dedupe else None
+            if hit is None and self.cache is not None:
+                hit = self.cache.get(k)
             if hit is not None and isinstance(hit.get("vector"), list):
                 out[i] = hit["vector"]
             else:
@@ -369,15 +408,18 @@ class JudgeClient:
             self.usage.cache_hits += len(texts) - len(missing)
         if missing:
             batch = [texts[i] for i in missing]
-            resp, _, error, _ = self._with_retries(lambda: self.backend.embed(batch, timeout=self.timeout))
+            resp, _, error, _ = self._with_retries(lambda: backend.embed(batch, timeout=self.timeout), gate=gate)
             if resp is None:
                 assert error is not None
                 raise error
             with self._lock:
                 self.usage.input_tokens += resp.input_tokens
-                self._add_cost(resp.model or self.model, resp.input_tokens, 0)
+                self.usage.embedding_requests += 1
+                self._add_cost(resp.model or backend.model, resp.input_tokens, 0)
             for i, vec in zip(missing, resp.vectors):
                 out[i] = vec
+                if self.dedupe:
+                    self._memo_put(keys[i], {"vector": vec})
                 if self.cache is not None:
                     self.cache.put(keys[i], {"vector": vec})
         return [v for v in out if v is not None]
@@ -419,11 +461,13 @@ class JudgeClient:
             self.usage.cost_usd += c
         return c
 
-    def _with_retries(self, fn: Callable[[], Any]) -> tuple[Any, int, BackendError | None, float]:
-        """Run ``fn`` under the gate with retries.
+    def _with_retries(self, fn: Callable[[], Any], gate: ProviderGate | None = None
+                      ) -> tuple[Any, int, BackendError | None, float]:
+        """Run ``fn`` under the gate (default: this client's) with retries.
 
         Returns (value or None, attempts, last error, seconds spent waiting).
         """
+        gate = gate or self.gate
         started = time.monotonic()
         attempt = 0
         budget_used = 0  # attempts that count against max_attempts
@@ -432,19 +476,19 @@ class JudgeClient:
         while True:
             attempt += 1
             budget_used += 1
-            waited += self.gate.acquire(self._sleep)
+            waited += gate.acquire(self._sleep)
             try:
                 with self._lock:
                     self.usage.requests += 1
                 value = fn()
-                self.gate.succeeded()
+                gate.succeeded()
                 return value, attempt, None, waited
             except BackendError as e:
                 err = e
-            except Exception as e:  # a backend bug or an unexpected SDK error: do not retry
-                err = BackendError(ErrorKind.PERMANENT, f"{type(e).__name__}: {e}")
+            except Exception as e:  # a bug (ours or the SDK's), not a provider error: never retried
+                err = BackendError(ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
             finally:
-                self.gate.release()
+                gate.release()
             if err.kind is ErrorKind.RATE_LIMITED:
                 with self._lock:
                     self.usage.rate_limited += 1
@@ -467,7 +511,7 @@ class JudgeClient:
                 return None, attempt, err, waited
             if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
                 delay = err.retry_after
-                self.gate.cool_down(delay)  # everyone on this connection waits
+                gate.cool_down(delay)  # everyone on this connection waits
             else:
                 exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
                 delay = exp * (0.5 + random.random() / 2)
@@ -508,9 +552,27 @@ class JudgeClient:
         with self._lock:
             self.usage.calls += 1
         t0 = time.perf_counter()
-        # 1. cache
-        if self.cache is not None:
-            hit = self.cache.get(key)
+        # 0. an identical call of this client, finished recently (memo) or in flight (wait for it): nothing is
+        #    sent twice, so metrics that need the same reply (one statement extraction, one combined verdict
+        #    call) share it without knowing about each other
+        shared: str | None = None
+        hit = self._memo_get(key) if self.dedupe else None
+        if hit is not None:
+            shared = "memo"
+        owner: Future[dict[str, Any] | None] | None = None
+        if hit is None and self.dedupe:
+            with self._lock:
+                pending = self._inflight.get(key)
+                if pending is None:
+                    owner = self._inflight[key] = Future()
+            if pending is not None:
+                hit = pending.result()  # None when that call failed: then this one asks for itself
+                shared = "in_flight" if hit is not None else None
+        stored: dict[str, Any] | None = None
+        try:
+            # 1. cache
+            if hit is None and self.cache is not None:
+                hit = self.cache.get(key)
             if hit is not None:
                 response = ChatResponse.from_json(hit)
                 try:
@@ -520,15 +582,37 @@ class JudgeClient:
                     hit = None
                 if hit is not None:
                     with self._lock:
-                        self.usage.cache_hits += 1
+                        if shared:
+                            self.usage.merged += 1
+                        else:
+                            self.usage.cache_hits += 1
                     record.update(
                         raw_reply=response.text, structured=response.data, parsed=_jsonable(parsed),
                         input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, attempts=0,
                         latency_s=round(time.perf_counter() - t0, 6), outcome="ok", error=None,
                         reply_model=response.model,
                     )
+                    if shared:
+                        record["shared"] = shared
+                    stored = hit
                     return self._finish(CallResult(True, parsed, response), record)
-        # 2. the model, under the gate, with retries
+            result = self._send(request, parse, record, t0)
+            if result.ok and result.response is not None:
+                stored = result.response.to_json()
+                if self.dedupe:
+                    self._memo_put(key, stored)
+                if self.cache is not None:
+                    self.cache.put(key, stored)
+            return result
+        finally:
+            if owner is not None:
+                with self._lock:
+                    self._inflight.pop(key, None)
+                owner.set_result(stored)
+
+    def _send(self, request: ChatRequest, parse: Callable[[ChatResponse], Any] | None, record: dict[str, Any],
+              t0: float) -> CallResult:
+        """The model call under the gate, with retries, then the parse."""
         response, attempts, err, waited = self._with_retries(lambda: self.backend.chat(request, timeout=self.timeout))
         record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
         if response is not None and request.json_schema is not None and response.structured_mode:
@@ -552,7 +636,7 @@ class JudgeClient:
             output_tokens=response.output_tokens, cost_usd=cost, finish_reason=response.finish_reason,
             reply_model=response.model, latency_s=round(time.perf_counter() - t0, 6),
         )
-        # 3. refusals and unreadable replies fail the call and are never cached
+        # refusals and unreadable replies fail the call and are never cached
         if response.refusal:
             record.update(outcome=FailureReason.REFUSED.value, error=response.refusal)
             return self._finish(
@@ -567,10 +651,21 @@ class JudgeClient:
                 e = ParseError(f"{e} (the reply was cut off at max_tokens={request.max_tokens})", e.reason)
             record.update(outcome=e.reason.value, error=str(e))
             return self._finish(CallResult(False, response=response, failure=e.reason, error=str(e)), record)
-        if self.cache is not None:
-            self.cache.put(key, response.to_json())
         record.update(parsed=_jsonable(parsed), outcome="ok", error=None)
         return self._finish(CallResult(True, parsed, response), record)
+
+    def _memo_get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+            return hit
+
+    def _memo_put(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock:
+            self._memo[key] = value
+            while len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
 
     def _finish(self, result: CallResult, record: dict[str, Any]) -> CallResult:
         record = self.redact(record)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .backends import Backend, safe_judge_uri
 
-__all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "ALL_METRICS", "BUILT_METRICS"]
+__all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES"]
 
 #: logical column -> what it holds (used in error messages)
 LOGICAL_COLUMNS: dict[str, str] = {
@@ -33,20 +33,14 @@ LOGICAL_COLUMNS: dict[str, str] = {
 
 CONTEXT_MODES = ("auto", "reference", "generation", "gold", "none")
 
-#: every metric name the product defines (SPEC 3.2)
-ALL_METRICS = (
-    "correctness",
-    "lexical",
-    "retrieval",
-    "faithfulness",
-    "answer_relevancy",
-    "context_precision",
-    "context_recall",
-    "context_relevance",
-    "multiturn",
-)
-#: the ones this version implements (all of them, now; kept apart so a new name can land before its code)
-BUILT_METRICS = ALL_METRICS
+def __getattr__(name: str) -> Any:
+    # ALL_METRICS / BUILT_METRICS: the registered metrics (mlflow_ragjudge.registry), read when asked for, so a
+    # metric added with register_metric is known to the config as well
+    if name in ("ALL_METRICS", "BUILT_METRICS"):
+        from .registry import metric_names
+
+        return metric_names()
+    raise AttributeError(name)
 
 
 def _is_int(v: Any) -> bool:
@@ -217,15 +211,12 @@ class RagJudgeConfig:
         if self.metrics is not None:
             if isinstance(self.metrics, str):
                 self.metrics = [self.metrics]
-            bad = [m for m in self.metrics if m not in ALL_METRICS]
+            from .registry import metric_names
+
+            known = metric_names()
+            bad = [m for m in self.metrics if m not in known]
             if bad:
-                raise ValueError(f"Unknown metric(s) {bad}. Known metrics: {', '.join(ALL_METRICS)}.")
-            unbuilt = [m for m in self.metrics if m not in BUILT_METRICS]
-            if unbuilt:
-                raise ValueError(
-                    f"Metric(s) {unbuilt} are not built in this version of mlflow-ragjudge; available now: "
-                    f"{', '.join(BUILT_METRICS)}."
-                )
+                raise ValueError(f"Unknown metric(s) {bad}. Known metrics: {', '.join(known)}.")
         if self.retriever is not None and not callable(self.retriever):
             raise ValueError("retriever must be a callable: query (str) -> list of passages.")
         bad_cols = sorted(set(self.col_mapping) - set(LOGICAL_COLUMNS))

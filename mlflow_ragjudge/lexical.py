@@ -612,3 +612,67 @@ class LocalEmbedder:
         """
         ea, eb = self.embed([a, b])
         return math.fsum(x * y for x, y in zip(ea, eb, strict=True))
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+def _value(v: float | None, abstain_reason: str) -> Any:
+    from .types import JudgeResult
+
+    return JudgeResult.scored(v) if v is not None else JudgeResult.abstained(abstain_reason)
+
+
+class _LexicalState:
+    def __init__(self, bert: BertScorer | None, skip: str | None) -> None:
+        self.bert = bert
+        self.skip = skip
+
+
+def _setup(ctx: Any) -> _LexicalState:
+    setting = ctx.cfg.bertscore
+    if setting is False:
+        return _LexicalState(None, "disabled by config (bertscore=False)")
+    try:
+        return _LexicalState(BertScorer.load(), None)
+    except BertScoreUnavailable as e:
+        if setting is True:  # required: an input error now, before any judge call
+            from .inputs import InputError
+
+            raise InputError(f"bertscore=True but BERTScore is unavailable: {e}") from e
+        return _LexicalState(None, str(e))
+
+
+def _score_batch(state: _LexicalState, rows: Sequence[Any], ctx: Any) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        out.append({"word_recall": _value(word_recall(r.answer or "", r.reference or ""), "empty_reference"),
+                    "rougeL": _value(rouge_l(r.answer or "", r.reference or "")["f1"], "empty_reference")})
+    if state.bert is not None:
+        scores = state.bert.score([r.answer or "" for r in rows], [r.reference or "" for r in rows])
+        for res, s in zip(out, scores):
+            res["bertscore_f1"] = _value(s["f1"], "empty_reference")
+    return out
+
+
+def _finish(state: _LexicalState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
+    from .registry import Finish
+
+    return Finish(skipped={"bertscore_f1": state.skip} if state.skip else {})
+
+
+def _spec() -> Any:
+    from .registry import MetricSpec
+
+    return MetricSpec(
+        "lexical",
+        requires=(("answer", "reference"),),
+        outputs=("word_recall", "rougeL", "bertscore_f1"),
+        setup=_setup,
+        score_batch=_score_batch,
+        finish=_finish,
+        description="lexical baselines: word recall, ROUGE-L F1 and (with the local model) BERTScore F1",
+    )
+
+
+METRICS = (_spec(),)

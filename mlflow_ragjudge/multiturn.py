@@ -745,3 +745,84 @@ def summarize(results: Sequence[MultiTurnResult], groups: Sequence[str | None] |
                 out[f"{name}/count/{gname}"] = float(agg.count)
                 out[f"{name}/error_rate/{gname}"] = agg.error_rate
     return out
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+class _MultiTurnState:
+    """The runner of one evaluation run and the conversations it held, by row."""
+
+    def __init__(self, runner: MultiTurnRunner, system: RagSystem) -> None:
+        import threading
+
+        self.runner = runner
+        self.system = system
+        self.outcomes: dict[int, MultiTurnResult] = {}
+        self._lock = threading.Lock()
+
+    def score(self, row: Any) -> dict[str, JudgeResult]:
+        out = self.runner.run(self.system, row.question or "", row.reference or "", row.judge_contexts)
+        with self._lock:
+            self.outcomes[row.index] = out
+        return out.to_judge_results()
+
+
+def _setup(ctx: Any) -> _MultiTurnState:
+    from .judges.correctness import shared_correctness_judge
+
+    cfg = ctx.cfg
+    runner = MultiTurnRunner(ctx.judge_client, n_turns=cfg.multiturn_turns, language=cfg.language,
+                             judge=shared_correctness_judge(ctx), max_context_chars=cfg.max_context_chars,
+                             final_score=cfg.multiturn_final_score)
+    return _MultiTurnState(runner, cfg.multiturn_system)
+
+
+def _finish(state: _MultiTurnState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
+    import json
+
+    from .registry import Finish
+
+    outs = [state.outcomes.get(r.index) for r in rows]
+    return Finish(
+        columns={
+            "multiturn/sigma": [json.dumps(o.sigma) if o is not None else None for o in outs],
+            "multiturn/stop": [o.stop if o is not None else None for o in outs],
+            "multiturn/final_answer": [o.final_answer if o is not None else None for o in outs],
+        },
+        artifacts={"multiturn_conversations.jsonl": [{"row": r.index, **o.to_dict()}
+                                                     for r, o in zip(rows, outs) if o is not None]},
+    )
+
+
+def _settings(state: _MultiTurnState) -> dict[str, Any]:
+    return {k: v for k, v in state.runner.settings.items() if k != "prompt_versions"}
+
+
+def _spec() -> Any:
+    import json
+
+    from .registry import MetricSpec
+
+    return MetricSpec(
+        "multiturn",
+        requires=(("question", "reference"),),
+        outputs=MULTITURN_METRICS,
+        judged=True,
+        needs_judge_contexts=True,
+        default=lambda cfg: cfg.multiturn_system is not None,  # needs a live system: not a default without one
+        check=lambda cfg: None if cfg.multiturn_system is not None else (
+            "Metric 'multiturn' converses with the RAG system under test: pass multiturn_system=<callable "
+            "(query, history) -> answer>, where history is the list of earlier {'question', 'answer'} exchanges."),
+        setup=_setup,
+        score=lambda state, row, ctx: state.score(row),
+        estimate=lambda state, r, ctx: state.runner.estimate(r.question or "", r.reference or "", r.judge_contexts),
+        finish=_finish,
+        prompt_versions=lambda state: state.runner.prompt_versions,
+        record=lambda state, ctx: {"multiturn": _settings(state)},
+        params=lambda state, ctx: {"ragjudge.multiturn": json.dumps(_settings(state), sort_keys=True)},
+        description="multi-turn: three agents converse with multiturn_system; wscore, lscore, mscore (SPEC 2.2)",
+    )
+
+
+METRICS = (_spec(),)

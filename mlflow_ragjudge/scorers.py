@@ -31,10 +31,21 @@ from pydantic import PrivateAttr
 
 from .client import JudgeClient
 from .config import RagJudgeConfig
-from .evaluation import Row, e3_query
-from .judged import JUDGED_METRICS, JudgeContext, resolve_embedder
-from .judges.correctness import CorrectnessJudge
-from .types import JudgeResult, Status
+from .inputs import (
+    InputError,
+    answer_of,
+    e3_query,
+    missing_fields,
+    passages_from_retriever,
+    question_of,
+    reference_of,
+    resolve_context_mode,
+    resolve_judge_contexts,
+    row_from_mlflow,
+)
+from .judged import resolve_embedder
+from .registry import MetricSpec, RunContext, get_metric
+from .types import JudgeResult, Row, Status
 
 __all__ = [
     "AnswerRelevancy",
@@ -44,6 +55,7 @@ __all__ = [
     "Correctness",
     "Faithfulness",
     "LexicalOverlap",
+    "MetricScorer",
     "MultiTurnSession",
     "RetrievalMetrics",
     "to_feedback",
@@ -88,76 +100,99 @@ def _flat(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)) for k, v in meta.items()}
 
 
-def _question(inputs: Any) -> str | None:
-    if isinstance(inputs, str):
-        return inputs
-    if isinstance(inputs, dict):
-        for key in ("question", "query", "input", "inputs", "request"):
-            v = inputs.get(key)
-            if isinstance(v, str):
-                return v
-        if len(inputs) == 1:
-            v = next(iter(inputs.values()))
-            return v if isinstance(v, str) else None
-    return None
+# kept for callers of the earlier private helpers
+_question, _answer, _reference = question_of, answer_of, reference_of
 
 
-def _answer(outputs: Any) -> str | None:
-    if isinstance(outputs, str):
-        return outputs
-    if isinstance(outputs, dict):
-        for key in ("answer", "response", "output", "outputs"):
-            v = outputs.get(key)
-            if isinstance(v, str):
-                return v
-    return None
+class MetricScorer(Scorer):
+    """Any registered metric as an ``mlflow.genai`` scorer: a thin mapper from MLflow's
+    ``inputs`` / ``outputs`` / ``expectations`` / ``trace`` to the evaluator's :class:`Row` (the same input
+    layer, so the same checks and the same context-mode rules), and from its results to ``Feedback``.
+
+    A row the metric cannot score (a missing field, a retriever that raises) gets a failed Feedback with
+    ``invalid_input`` and the message the evaluator would have refused the run with.
+
+    Args:
+        metric: the registered metric's name.
+        judge: judge URI or Backend (for judged metrics).
+        cache, max_concurrency: the judge client's settings.
+        name: the Feedback name for a single-output metric (default: the metric's).
+        **config: any evaluator setting (``language``, ``context_mode``, ``retriever``, ``embeddings`` ...).
+    """
+
+    metric: str = ""
+    _spec: MetricSpec = PrivateAttr()
+    _ctx: RunContext = PrivateAttr()
+    _state: Any = PrivateAttr(default=None)
+    _source: str = PrivateAttr(default="code")
+
+    def __init__(self, metric: str | None = None, judge: Any = None, *, cache: Any = True,
+                 max_concurrency: int | None = None, name: str | None = None, **config: Any) -> None:
+        metric = metric or type(self).__dict__.get("default_metric", "")
+        spec = get_metric(metric)
+        super().__init__(name=name or metric, metric=metric)  # type: ignore[call-arg]  # our pydantic field
+        cfg = RagJudgeConfig.from_dict({"judge": judge, **config})
+        client = None
+        if spec.judged:
+            if judge is None:
+                raise ValueError(f"the {metric} scorer needs a judge, e.g. judge='openai:/gpt-4o-mini'")
+            client = JudgeClient(judge, cache=cache, max_concurrency=max_concurrency, dedupe=True)
+            self._source = client.backend.uri
+        embed = resolve_embedder(cfg.embeddings, client=client) if spec.needs_embeddings else None
+        self._spec = spec
+        self._ctx = RunContext(client, cfg, embed, metrics=(metric,))
+        if spec.judged:  # a judge object per scorer; deterministic metrics are set up per row (they are cheap)
+            self._state = spec.setup(self._ctx) if spec.setup is not None else None
+
+    def _row(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None, trace: Any) -> Row:
+        spec, cfg = self._spec, self._ctx.cfg
+        row = row_from_mlflow(inputs, outputs, expectations, trace, relevance_threshold=cfg.relevance_threshold)
+        alternatives = spec.requirements(cfg)
+        if not any(all(getattr(row, c, None) is not None for c in alt) for alt in alternatives):
+            raise InputError("missing " + ", ".join(missing_fields(row, alternatives[0])))
+        if spec.validate is not None:
+            spec.validate([row], cfg)
+        if spec.needs_judge_contexts:
+            mode = resolve_context_mode(cfg.context_mode, retriever=cfg.retriever,
+                                        has=lambda c: getattr(row, c, None) is not None)
+            resolve_judge_contexts(row, mode, cfg.retriever)
+        return row
+
+    def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
+               trace: Any) -> dict[str, JudgeResult]:
+        spec = self._spec
+        try:
+            row = self._row(inputs, outputs, expectations, trace)
+        except (InputError, ValueError) as e:
+            return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}
+        ctx = RunContext(self._ctx.client, self._ctx.cfg, self._ctx.embed, metrics=self._ctx.metrics,
+                         context_mode=row.context_mode, rows=[row], _shared=self._ctx._shared)
+        state = self._state if spec.judged else (spec.setup(ctx) if spec.setup is not None else None)
+        if spec.score is not None:
+            got = spec.score(state, row, ctx)
+        else:
+            assert spec.score_batch is not None
+            got = spec.score_batch(state, [row], ctx)[0]
+        return {spec.name: got} if isinstance(got, JudgeResult) else dict(got)
+
+    def _single_names(self) -> list[str]:
+        names = [o for o in self._spec.output_names if not o.endswith("_")]
+        return names if len(names) > 1 else [self._spec.name]
+
+    def __call__(self, *, inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,
+                 trace: Any = None, **kwargs: Any) -> Feedback | list[Feedback]:
+        results = self._score(inputs, outputs, expectations, trace)
+        if len(self._spec.output_names) == 1 and len(results) == 1:
+            (res,) = results.values()
+            extra = {"context_mode": res.details["context_mode"]} if "context_mode" in res.details else None
+            return to_feedback(self.name, res, self._source, extra)
+        if not results:
+            return [to_feedback(self._spec.name, JudgeResult.abstained(
+                "nothing_to_score", "the row has nothing this metric scores"), self._source)]
+        return [to_feedback(n, r, self._source) for n, r in results.items()]
 
 
-def _reference(expectations: dict[str, Any] | None) -> str | None:
-    if not expectations:
-        return None
-    for key in ("expected_response", "reference", "expected_answer", "ground_truth"):
-        v = expectations.get(key)
-        if isinstance(v, str):
-            return v
-    return None
-
-
-def _trace_documents(trace: Any) -> list[dict[str, Any]]:
-    """Documents of the trace's top-level RETRIEVER spans: ``{"text", "id"}``."""
-    if trace is None:
-        return []
-    from mlflow.genai.utils.trace_utils import extract_retrieval_context_from_trace
-
-    docs: list[dict[str, Any]] = []
-    for chunks in extract_retrieval_context_from_trace(trace).values():
-        for c in chunks:
-            if isinstance(c, dict):
-                meta = c.get("metadata") or {}
-                docs.append(
-                    {
-                        "text": c.get("content") or c.get("page_content") or c.get("text") or "",
-                        "id": c.get("doc_uri")
-                        or c.get("id")
-                        or meta.get("doc_uri")
-                        or meta.get("id")
-                        or meta.get("doc_id")
-                        or meta.get("chunk_id"),
-                    }
-                )
-            elif isinstance(c, str):
-                docs.append({"text": c, "id": None})
-    return docs
-
-
-def _contexts(outputs: Any, trace: Any) -> list[str] | None:
-    if isinstance(outputs, dict) and isinstance(outputs.get("contexts"), list):
-        return [str(c) for c in outputs["contexts"]]
-    docs = _trace_documents(trace)
-    return [d["text"] for d in docs] if docs else None
-
-
-class Correctness(Scorer):
+class Correctness(MetricScorer):
     """The context-aware six-level correctness judge as an ``mlflow.genai`` scorer.
 
     Args:
@@ -169,110 +204,26 @@ class Correctness(Scorer):
         language, judge_output, max_context_chars: as in the evaluator.
     """
 
-    name: str = "correctness"
-    _judge: CorrectnessJudge = PrivateAttr()
-    _client: JudgeClient = PrivateAttr()
-    _mode: str = PrivateAttr()
-    _retriever: Callable[[str], Any] | None = PrivateAttr(default=None)
-
-    def __init__(
-        self,
-        judge: Any,
-        *,
-        context_mode: str = "auto",
-        retriever: Callable[[str], Any] | None = None,
-        language: str = "en",
-        judge_output: str = "auto",
-        max_context_chars: int = 12_000,
-        cache: Any = True,
-        max_concurrency: int | None = None,
-        name: str = "correctness",
-    ) -> None:
-        super().__init__(name=name)
-        if context_mode not in ("auto", "reference", "generation", "gold", "none"):
-            raise ValueError(f"context_mode={context_mode!r} is not one of auto, reference, generation, gold, none.")
-        self._client = JudgeClient(judge, cache=cache, max_concurrency=max_concurrency)
-        self._judge = CorrectnessJudge(
-            self._client, language=language, output=judge_output, max_context_chars=max_context_chars
-        )
-        self._mode = context_mode
-        self._retriever = retriever
-
-    def __call__(
-        self,
-        *,
-        inputs: Any = None,
-        outputs: Any = None,
-        expectations: dict[str, Any] | None = None,
-        trace: Any = None,
-        **kwargs: Any,
-    ) -> Feedback:
-        src = self._client.backend.uri
-        question, answer, reference = _question(inputs), _answer(outputs), _reference(expectations)
-        missing = [
-            n
-            for n, v in (
-                ("question (inputs['question'])", question),
-                ("response (outputs)", answer),
-                ("reference (expectations['expected_response'])", reference),
-            )
-            if v is None
-        ]
-        if missing:
-            return to_feedback(self.name, JudgeResult.failed("invalid_input", f"missing {', '.join(missing)}"), src)
-        exp = expectations or {}
-        mode = self._mode
-        if mode == "auto":
-            if self._retriever is not None or exp.get("reference_contexts") is not None:
-                mode = "reference"
-            elif _contexts(outputs, trace) is not None:
-                mode = "generation"
-            else:
-                mode = "none"
-        contexts: list[str] | None
-        try:
-            if mode == "reference":
-                if self._retriever is not None:
-                    contexts = [
-                        p if isinstance(p, str) else str(p.get("text", p)) if isinstance(p, dict) else str(p)
-                        for p in self._retriever(e3_query(question or "", reference or ""))
-                    ]
-                else:
-                    contexts = list(exp.get("reference_contexts") or [])
-            elif mode == "generation":
-                contexts = _contexts(outputs, trace) or []
-            elif mode == "gold":
-                contexts = list(exp.get("gold_documents") or [])
-            else:
-                contexts = []
-        except Exception as e:
-            return to_feedback(self.name, JudgeResult.failed("invalid_input", f"retriever raised: {e}"), src)
-        result = self._judge.judge(question or "", answer or "", reference or "", contexts)
-        return to_feedback(self.name, result, src, {"context_mode": mode})
+    def __init__(self, judge: Any, *, context_mode: str = "auto", retriever: Callable[[str], Any] | None = None,
+                 language: str = "en", judge_output: str = "auto", max_context_chars: int = 12_000,
+                 cache: Any = True, max_concurrency: int | None = None, name: str = "correctness") -> None:
+        super().__init__("correctness", judge, cache=cache, max_concurrency=max_concurrency, name=name,
+                         context_mode=context_mode, retriever=retriever, language=language,
+                         judge_output=judge_output, max_context_chars=max_context_chars)
 
 
-class LexicalOverlap(Scorer):
-    """Word recall and ROUGE-L F1 of the response against the reference (no LLM)."""
+class LexicalOverlap(MetricScorer):
+    """Word recall and ROUGE-L F1 of the response against the reference (no LLM; BERTScore with
+    ``bertscore=True`` or ``"auto"``)."""
 
-    name: str = "lexical"
+    def __init__(self, *, bertscore: bool | str = False, name: str = "lexical") -> None:
+        super().__init__("lexical", name=name, bertscore=bertscore)
 
-    def __call__(
-        self, *, outputs: Any = None, expectations: dict[str, Any] | None = None, **kwargs: Any
-    ) -> list[Feedback]:
-        from . import lexical
-
-        answer, reference = _answer(outputs), _reference(expectations)
-        if answer is None or reference is None:
-            err = JudgeResult.failed("invalid_input", "needs outputs (response) and expectations['expected_response']")
-            return [to_feedback("word_recall", err, "code"), to_feedback("rougeL", err, "code")]
-        wr = lexical.word_recall(answer, reference)
-        wr_res = JudgeResult.scored(wr) if wr is not None else JudgeResult.abstained("empty_reference")
-        f1 = lexical.rouge_l(answer, reference)["f1"]
-        rl = JudgeResult.scored(f1) if f1 is not None else JudgeResult.abstained("empty_reference")
-        return [to_feedback("word_recall", wr_res, "code"), to_feedback("rougeL", rl, "code")]
+    def _single_names(self) -> list[str]:
+        return ["word_recall", "rougeL"]
 
 
-class RetrievalMetrics(Scorer):
+class RetrievalMetrics(MetricScorer):
     """Document-level retrieval metrics from the trace's RETRIEVER span.
 
     Retrieved ids come from ``outputs["retrieved_doc_ids"]`` or, as MLflow's own
@@ -281,125 +232,59 @@ class RetrievalMetrics(Scorer):
     from ``expectations["relevant_doc_ids"]`` (or ``expected_document_ids``).
     """
 
-    name: str = "retrieval"
-    ks: list[int] = [1, 3, 5, 10]
-    relevance_threshold: float = 1
+    def __init__(self, *, ks: Any = (1, 3, 5, 10), relevance_threshold: float = 1, name: str = "retrieval") -> None:
+        super().__init__("retrieval", name=name, k=list(ks), relevance_threshold=relevance_threshold)
 
-    def __call__(
-        self, *, outputs: Any = None, expectations: dict[str, Any] | None = None, trace: Any = None, **kwargs: Any
-    ) -> list[Feedback]:
-        from . import retrieval
+    def _single_names(self) -> list[str]:
+        return ["retrieval"]
 
+    def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
+               trace: Any) -> dict[str, JudgeResult]:
         exp = expectations or {}
-        relevant = exp.get("relevant_doc_ids", exp.get("expected_document_ids"))
-        retrieved = outputs.get("retrieved_doc_ids") if isinstance(outputs, dict) else None
-        if retrieved is None:
-            retrieved = [d["id"] for d in _trace_documents(trace) if d["id"] is not None]
-        if not relevant:
-            return [
-                to_feedback(
-                    "retrieval", JudgeResult.abstained("no_gold_ids", "expectations has no relevant_doc_ids"), "code"
-                )
-            ]
-        try:
-            retrieval.validate_retrieval_row(retrieved, relevant, 0)
-        except ValueError as e:
-            return [to_feedback("retrieval", JudgeResult.failed("invalid_input", str(e)), "code")]
-        scores = retrieval.score_query(retrieved, relevant, ks=self.ks, relevance_threshold=self.relevance_threshold)
-        return [to_feedback(k, JudgeResult.scored(v), "code") for k, v in scores.items() if not k.startswith("num_")]
+        if not exp.get("relevant_doc_ids", exp.get("expected_document_ids")):
+            return {"retrieval": JudgeResult.abstained("no_gold_ids", "expectations has no relevant_doc_ids")}
+        return super()._score(inputs, outputs, expectations, trace)
 
 
-class _JudgedScorer(Scorer):
-    """A judge of the faithfulness / RAGAS family as a scorer (see the module docstring for the fields)."""
+class _JudgedScorer(MetricScorer):
+    """A judge of the faithfulness / RAGAS family as a scorer."""
 
-    metric: ClassVar[str] = ""
-    _ctx: JudgeContext = PrivateAttr()
+    default_metric: ClassVar[str] = ""
 
-    def __init__(
-        self,
-        judge: Any,
-        *,
-        language: str = "en",
-        cache: Any = True,
-        max_concurrency: int | None = None,
-        embeddings: Any = "auto",
-        name: str | None = None,
-        **config: Any,
-    ) -> None:
-        super().__init__(name=name or self.metric)
-        spec = JUDGED_METRICS[self.metric]
-        cfg = RagJudgeConfig.from_dict({"judge": judge, "language": language, "embeddings": embeddings, **config})
-        embed = resolve_embedder(embeddings) if spec.needs_embeddings else None
-        self._ctx = JudgeContext(JudgeClient(judge, cache=cache, max_concurrency=max_concurrency), cfg, embed)
-
-    def __call__(
-        self,
-        *,
-        inputs: Any = None,
-        outputs: Any = None,
-        expectations: dict[str, Any] | None = None,
-        trace: Any = None,
-        **kwargs: Any,
-    ) -> Feedback:
-        spec = JUDGED_METRICS[self.metric]
-        exp = expectations or {}
-        row = Row(
-            index=0,
-            question=_question(inputs),
-            answer=_answer(outputs),
-            reference=_reference(exp),
-            contexts=_contexts(outputs, trace),
-            gold_documents=exp.get("gold_documents"),
-            retrieved_doc_ids=outputs.get("retrieved_doc_ids") if isinstance(outputs, dict) else None,
-            relevant_doc_ids=exp.get("relevant_doc_ids"),
-        )
-        src = self._ctx.client.backend.uri
-        needed = spec.requires
-        if self.metric == "faithfulness" and self._ctx.cfg.faithfulness_evidence == "gold":
-            needed = ("answer", "gold_documents")
-        missing = [c for c in needed if getattr(row, c) is None]
-        if missing:
-            where = {
-                "question": "inputs['question']",
-                "answer": "outputs",
-                "reference": "expectations['expected_response']",
-                "contexts": "outputs['contexts'] or a RETRIEVER span",
-                "gold_documents": "expectations['gold_documents']",
-            }
-            msg = "missing " + ", ".join(f"{c} ({where[c]})" for c in missing)
-            return to_feedback(self.name, JudgeResult.failed("invalid_input", msg), src)
-        result = spec.apply(self._ctx.judge(spec), row, self._ctx.cfg)
-        return to_feedback(self.name, result, src)
+    def __init__(self, judge: Any, *, language: str = "en", cache: Any = True, max_concurrency: int | None = None,
+                 embeddings: Any = "auto", name: str | None = None, **config: Any) -> None:
+        super().__init__(self.default_metric, judge, cache=cache, max_concurrency=max_concurrency, name=name,
+                         language=language, embeddings=embeddings, **config)
 
 
 class Faithfulness(_JudgedScorer):
     """Claim-based faithfulness: supported claims / all claims (no claims: abstained)."""
 
-    metric: ClassVar[str] = "faithfulness"
+    default_metric: ClassVar[str] = "faithfulness"
 
 
 class AnswerRelevancy(_JudgedScorer):
     """Answer relevancy: mean cosine similarity of generated questions to the real one."""
 
-    metric: ClassVar[str] = "answer_relevancy"
+    default_metric: ClassVar[str] = "answer_relevancy"
 
 
 class ContextPrecision(_JudgedScorer):
     """Average precision of per-chunk relevance verdicts (one call per row)."""
 
-    metric: ClassVar[str] = "context_precision"
+    default_metric: ClassVar[str] = "context_precision"
 
 
 class ContextRecall(_JudgedScorer):
     """Share of the reference's statements attributable to the contexts."""
 
-    metric: ClassVar[str] = "context_recall"
+    default_metric: ClassVar[str] = "context_recall"
 
 
 class ContextRelevance(_JudgedScorer):
     """Share of context sentences needed to answer (the original RAGAS definition)."""
 
-    metric: ClassVar[str] = "context_relevance"
+    default_metric: ClassVar[str] = "context_relevance"
 
 
 def _text_of(value: Any) -> str | None:
@@ -413,7 +298,7 @@ def _text_of(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        return _question(value) or _answer(value)
+        return question_of(value) or answer_of(value)
     return None
 
 
@@ -463,13 +348,13 @@ class MultiTurnSession(Scorer):
             {"question": _text_of(t.data.request) or "", "answer": _text_of(t.data.response) or ""} for t in traces
         ]
         exp = expectations
-        if _reference(exp) is None and traces:  # the gold answer logged as an expectation on the session
+        if reference_of(exp) is None and traces:  # the gold answer logged as an expectation on the session
             logged: dict[str, Any] = {}
             for t in traces:
                 for a in t.search_assessments(type="expectation"):
                     logged.setdefault(a.name, getattr(a, "value", None))
             exp = {**logged, **(exp or {})}
-        reference = _reference(exp)
+        reference = reference_of(exp)
         names = ("wscore", "lscore", "mscore")
         if not history or not history[0]["question"] or reference is None:
             why = (
@@ -483,9 +368,13 @@ class MultiTurnSession(Scorer):
             )
             return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
         question = history[0]["question"]
-        contexts = list((exp or {}).get("reference_contexts") or []) or (
-            [str(p) for p in self._retriever(e3_query(question, reference))] if self._retriever else []
-        )
+        try:
+            contexts = list((exp or {}).get("reference_contexts") or []) or (
+                passages_from_retriever(self._retriever(e3_query(question, reference)), 0) if self._retriever else []
+            )
+        except Exception as e:  # the evaluator refuses such a run; a scorer sees one session: it fails
+            msg = str(e) if isinstance(e, InputError) else f"the retriever raised ({type(e).__name__}: {e})"
+            return [to_feedback(n, JudgeResult.failed("invalid_input", msg), src) for n in names]
         result = self._runner.replay(history, question, reference, contexts)
         extra = {"sigma": json.dumps(result.sigma), "stop": result.stop, "n_exchanges": len(history)}
         return [to_feedback(n, r, src, extra) for n, r in result.to_judge_results().items()]

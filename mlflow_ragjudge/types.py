@@ -34,6 +34,7 @@ __all__ = [
     "JudgeResult",
     "Aggregate",
     "aggregate",
+    "Row",
 ]
 
 
@@ -259,3 +260,41 @@ def metric_name_parts(texts: Iterable[Any], what: str) -> dict[str, str]:
 def metric_name_safe(text: str) -> str:
     """Alias of :func:`metric_name_part` (kept for callers of the first versions)."""
     return metric_name_part(text)
+
+
+@dataclass
+class Row:
+    """One evaluation row as every metric sees it, whichever way it arrived (a DataFrame row of the
+    evaluator or the CLI, or a scorer's inputs / outputs / expectations / trace): the input layer
+    (:mod:`mlflow_ragjudge.inputs`) builds and validates it, metrics only read it.
+
+    ``judge_contexts`` is what the six-level judge sees (resolved from the context mode: E3 passages
+    retrieved with question + reference, E2 generation contexts, gold documents, or none), and
+    ``context_mode`` the mode they came from.
+    """
+
+    index: int
+    question: str | None = None
+    answer: str | None = None
+    reference: str | None = None
+    contexts: list[str] | None = None
+    retrieved_doc_ids: list[Any] | None = None
+    relevant_doc_ids: Any = None
+    reference_contexts: list[str] | None = None
+    gold_documents: list[str] | None = None
+    group: str | None = None
+    judge_contexts: list[str] | None = None
+    context_mode: str | None = None
+    relevance_threshold: float = 1
+
+    @property
+    def retrieval_hit(self) -> bool:
+        """A relevant document (grade >= threshold) is among the retrieved ones."""
+        if not self.relevant_doc_ids or not self.retrieved_doc_ids:
+            return False
+        rel = self.relevant_doc_ids
+        if isinstance(rel, dict):
+            gold = {str(k) for k, g in rel.items() if g is not None and float(g) >= self.relevance_threshold}
+        else:
+            gold = {str(k) for k in rel}
+        return any(str(d) in gold for d in self.retrieved_doc_ids)

@@ -8,6 +8,7 @@ Both official SDKs expose the same exception family (``APIStatusError`` with a
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 from typing import Any
 
@@ -57,10 +58,11 @@ def classify(exc: BaseException, sdk: Any) -> BackendError:
         if status in (408, 409) or status >= 500:
             return BackendError(ErrorKind.TRANSIENT, msg, status, parse_retry_after(headers))
         return BackendError(ErrorKind.PERMANENT, msg, status, extra=_error_fields(exc))
-    if isinstance(exc, sdk.APIResponseValidationError) or isinstance(exc, ValueError):
-        # A body that is not the API's JSON (a proxy's HTML page, a cut-off reply).
+    if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError)):
+        # A body that is not the API's JSON (a proxy's HTML page, a cut-off reply): worth another try.
         return BackendError(ErrorKind.TRANSIENT, f"unreadable response body: {type(exc).__name__}: {exc}")
-    return BackendError(ErrorKind.PERMANENT, f"{type(exc).__name__}: {exc}")
+    # Anything else (a TypeError, a plain ValueError ...) is a bug, ours or the SDK's: not retried.
+    return BackendError(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
 def _message(exc: Any) -> str:

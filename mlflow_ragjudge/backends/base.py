@@ -160,6 +160,9 @@ class ErrorKind(str, enum.Enum):
     # switched its connection to a weaker mode, so the client resends at once, without backoff and
     # without using up an attempt (bounded by the number of modes).
     FORMAT_REJECTED = "format_rejected"
+    # An exception from our own code or an unknown one from an SDK: a bug, never retried, the row fails
+    # ``internal_error`` with the message.
+    INTERNAL = "internal"
 
 
 RETRYABLE = frozenset({

@@ -26,6 +26,7 @@ a reply that misses some is salvaged with one follow-up about those items only
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -389,3 +390,65 @@ class ContextRelevanceJudge:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
         out_tokens = min(self.max_tokens, 24 + 4 * len(sentences))
         return estimate_messages(self._messages(question or "", sentences), out_tokens)
+
+
+# --------------------------------------------------------------------------- the metrics
+
+
+def _json_column(metric: str, key: str) -> Callable[[dict[str, JudgeResult]], Any]:
+    def build(res: dict[str, JudgeResult]) -> Any:
+        d = res[metric].details
+        return json.dumps(d[key], ensure_ascii=False) if key in d else None
+
+    return build
+
+
+def _specs() -> tuple[Any, ...]:
+    from ..registry import MetricSpec
+    from .faithfulness import shared_extractor
+
+    def q(r: Any) -> str:
+        return r.question or ""
+
+    def ref(r: Any) -> str:
+        return r.reference or ""
+
+    return (
+        MetricSpec(
+            "context_precision",
+            requires=(("question", "reference", "contexts"),),
+            judged=True,
+            setup=lambda ctx: ContextPrecisionJudge(ctx.judge_client, language=ctx.cfg.language),
+            score=lambda j, r, ctx: j.judge(q(r), ref(r), r.contexts),
+            estimate=lambda j, r, ctx: j.estimate(q(r), ref(r), r.contexts),
+            columns={"context_precision/chunks": _json_column("context_precision", "chunks")},
+            prompt_versions=lambda j: j.prompt_versions,
+            description="context precision: average precision of the chunks useful for the reference answer",
+        ),
+        MetricSpec(
+            "context_recall",
+            requires=(("reference", "contexts"),),
+            judged=True,
+            setup=lambda ctx: ContextRecallJudge(ctx.judge_client, language=ctx.cfg.language,
+                                                 extractor=shared_extractor(ctx)),
+            score=lambda j, r, ctx: j.judge(q(r), ref(r), r.contexts),
+            estimate=lambda j, r, ctx: j.estimate(q(r), ref(r), r.contexts),
+            columns={"context_recall/statements": _json_column("context_recall", "statements")},
+            prompt_versions=lambda j: j.prompt_versions,
+            description="context recall: reference statements attributable to the contexts / all of them",
+        ),
+        MetricSpec(
+            "context_relevance",
+            requires=(("question", "contexts"),),
+            judged=True,
+            setup=lambda ctx: ContextRelevanceJudge(ctx.judge_client, language=ctx.cfg.language),
+            score=lambda j, r, ctx: j.judge(q(r), r.contexts),
+            estimate=lambda j, r, ctx: j.estimate(q(r), r.contexts),
+            columns={"context_relevance/selected": _json_column("context_relevance", "selected")},
+            prompt_versions=lambda j: j.prompt_versions,
+            description="context relevance: share of context sentences needed to answer the question (original RAGAS)",
+        ),
+    )
+
+
+METRICS = _specs()

@@ -169,3 +169,41 @@ class CorrectnessJudge:
         if score == 0:
             return JudgeResult.abstained("not_sure", feedback, raw=call.raw, details=details, calls=call.records)
         return JudgeResult.scored(score, feedback, raw=call.raw, details=details, calls=call.records)
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+def shared_correctness_judge(ctx: Any) -> CorrectnessJudge:
+    """The run's six-level judge (one per run: the multi-turn judge uses the same prompt, format and budget)."""
+    cfg = ctx.cfg
+    return ctx.shared("judge:correctness", lambda: CorrectnessJudge(
+        ctx.judge_client, language=cfg.language, output=cfg.judge_output, max_context_chars=cfg.max_context_chars))
+
+
+def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult:
+    res = judge.judge(row.question or "", row.answer or "", row.reference or "", row.judge_contexts)
+    res.details["context_mode"] = row.context_mode
+    return res
+
+
+def _spec() -> Any:
+    from ..registry import MetricSpec
+
+    return MetricSpec(
+        "correctness",
+        requires=(("question", "answer", "reference"),),
+        judged=True,
+        needs_judge_contexts=True,
+        setup=shared_correctness_judge,
+        score=_score,
+        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", r.reference or "", r.judge_contexts),
+        columns={"correctness/contexts_shown": lambda res: res["correctness"].details.get("contexts_shown")},
+        headline=True,
+        levels=("correctness",),
+        prompt_versions=lambda j: j.prompt_versions,
+        description="context-aware six-level correctness (5..1, 0 = not sure), judged with the context mode's passages",
+    )
+
+
+METRICS = (_spec(),)

@@ -30,6 +30,7 @@ transcript records of both calls.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -200,3 +201,59 @@ def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
         more = f"; and {len(unsupported) - limit} more" if len(unsupported) > limit else ""
         text += f" Unsupported: {shown}{more}."
     return text
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+def shared_extractor(ctx: Any) -> StatementExtractor:
+    """The run's statement extractor (one per run, shared by every metric that splits texts into claims)."""
+    return ctx.shared("statement_extractor", lambda: StatementExtractor(ctx.judge_client, language=ctx.cfg.language))
+
+
+def _requires(cfg: Any) -> tuple[tuple[str, ...], ...]:
+    evidence = "gold_documents" if cfg.faithfulness_evidence == "gold" else "contexts"
+    base: tuple[str, ...] = ("answer", evidence)
+    if cfg.faithfulness_require_retrieval_hit:
+        base = (*base, "retrieved_doc_ids", "relevant_doc_ids")
+    return (base,)
+
+
+def _evidence(row: Any, cfg: Any) -> list[str] | None:
+    return row.gold_documents if cfg.faithfulness_evidence == "gold" else row.contexts
+
+
+def _score(judge: FaithfulnessJudge, row: Any, ctx: Any) -> JudgeResult:
+    if ctx.cfg.faithfulness_require_retrieval_hit and not row.retrieval_hit:
+        return JudgeResult.abstained(
+            "retrieval_miss",
+            "No relevant document was retrieved, so this row is left out "
+            "(faithfulness_require_retrieval_hit=True separates generation errors from retrieval misses).",
+        )
+    return judge.judge(row.question or "", row.answer or "", _evidence(row, ctx.cfg))
+
+
+def _claims_column(res: dict[str, JudgeResult]) -> Any:
+    d = res["faithfulness"].details
+    return json.dumps(d["claims"], ensure_ascii=False) if "claims" in d else None
+
+
+def _spec() -> Any:
+    from ..registry import MetricSpec
+
+    return MetricSpec(
+        "faithfulness",
+        requires=_requires,
+        judged=True,
+        setup=lambda ctx: FaithfulnessJudge(ctx.judge_client, language=ctx.cfg.language,
+                                            extractor=shared_extractor(ctx)),
+        score=_score,
+        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", _evidence(r, ctx.cfg)),
+        columns={"faithfulness/claims": _claims_column},
+        prompt_versions=lambda j: j.prompt_versions,
+        record=lambda j, ctx: {"faithfulness_evidence": ctx.cfg.faithfulness_evidence},
+        description="claim-based faithfulness: supported claims of the response / all its claims",
+    )
+
+
+METRICS = (_spec(),)

@@ -149,3 +149,37 @@ class AnswerRelevancyJudge:
         if not (response or "").strip():
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
         return estimate_messages(self._messages(response), min(self.max_tokens, 16 + 40 * self.n))
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+def _questions_column(res: dict[str, JudgeResult]) -> Any:
+    d = res["answer_relevancy"].details
+    return json.dumps(d["generated_questions"], ensure_ascii=False) if "generated_questions" in d else None
+
+
+def _setup(ctx: Any) -> AnswerRelevancyJudge:
+    assert ctx.embed is not None  # needs_embeddings: the engine resolved them (or skipped this metric)
+    return AnswerRelevancyJudge(ctx.judge_client, embed=ctx.embed, n=ctx.cfg.answer_relevancy_n,
+                                language=ctx.cfg.language)
+
+
+def _spec() -> Any:
+    from ..registry import MetricSpec
+
+    return MetricSpec(
+        "answer_relevancy",
+        requires=(("question", "answer"),),
+        judged=True,
+        needs_embeddings=True,
+        setup=_setup,
+        score=lambda j, r, ctx: j.judge(r.question or "", r.answer or ""),
+        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or ""),
+        columns={"answer_relevancy/generated_questions": _questions_column},
+        prompt_versions=lambda j: j.prompt_versions,
+        description="answer relevancy: mean cosine similarity of questions generated from the response to the question",
+    )
+
+
+METRICS = (_spec(),)
