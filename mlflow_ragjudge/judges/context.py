@@ -26,6 +26,7 @@ a reply that misses some is salvaged with one follow-up about those items only
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from ..prompts import load_prompt
 from ..text import split_sentences
 from ..types import FailureReason, JudgeResult
 from .statements import (
+    NumberedVerdicts,
     StatementExtractor,
     add_estimates,
     approx_tokens,
@@ -47,6 +49,8 @@ from .statements import (
     failed_result,
     index_schema,
     number_items,
+    numbered_list_schema,
+    numbered_parser,
     prompt_version,
 )
 
@@ -79,7 +83,8 @@ class ContextPrecisionJudge:
     """
 
     def __init__(
-        self, client: JudgeClient, *, language: str = "en", max_tokens: int = 2048, max_passage_chars: int = 8000
+        self, client: JudgeClient, *, language: str = "en", max_tokens: int = 2048, max_passage_chars: int = 8000,
+        combined: CombinedContextVerdicts | None = None, extractor: StatementExtractor | None = None,
     ) -> None:
         self.client = client
         self.language = language
@@ -87,10 +92,39 @@ class ContextPrecisionJudge:
         self.max_passage_chars = max_passage_chars
         self.prompt = load_prompt("context_precision", language)
         self.schema: dict[str, Any] = self.prompt.schema or {}
+        #: with context recall in the same run: one call for both metrics' verdicts (see CombinedContextVerdicts)
+        self.combined = combined
+        self.extractor = extractor or (StatementExtractor(client, language=language) if combined else None)
 
     @property
     def prompt_versions(self) -> dict[str, str]:
-        return {"context_precision": prompt_version(self.prompt)}
+        out = {"context_precision": prompt_version(self.prompt)}
+        if self.combined is not None and self.extractor is not None:
+            out.update(statements=self.extractor.prompt_version, context_verdicts=self.combined.prompt_version)
+        return out
+
+    def _ask(self, question: str, reference: str, chunks: Sequence[str], nums: Sequence[int]) -> NumberedVerdicts:
+        return ask_numbered(
+            self.client,
+            numbers=nums,
+            render=lambda ns: self._messages(question, reference, [chunks[n - 1] for n in ns], ns)[0],
+            schema=self.schema, schema_name="context_precision_verdicts", list_key="verdicts", index_key="passage",
+            noun="passage", prompt_version=prompt_version(self.prompt), purpose="context_precision",
+            max_tokens=self.max_tokens,
+        )
+
+    def _via_combined(self, question: str, reference: str,
+                      chunks: Sequence[str]) -> tuple[NumberedVerdicts | None, list[dict[str, Any]]]:
+        assert self.combined is not None and self.extractor is not None
+        extraction = self.extractor.extract(reference, question=question)
+        if not extraction.ok or not extraction.statements:  # nothing to combine with: the single call
+            return None, list(extraction.records)
+        call = self.combined.ask(question, reference, chunks, extraction.statements)
+        got = complete_from_combined(call, "passages", range(1, len(chunks) + 1),
+                                     lambda missing: self._ask(question, reference, chunks, missing))
+        if got is None:
+            return None, list(extraction.records) + list(call.records)
+        return got, list(extraction.records)
 
     def _messages(self, question: str, reference: str, chunks: Sequence[str],
                   numbers: Sequence[int] | None = None) -> tuple[list[dict[str, str]], dict]:
@@ -112,15 +146,13 @@ class ContextPrecisionJudge:
                                          details=details)
         _, info = self._messages(question or "", reference, chunks)
         details["chunk_info"] = info
-        got = ask_numbered(
-            self.client,
-            numbers=range(1, len(chunks) + 1),
-            render=lambda nums: self._messages(question or "", reference, [chunks[n - 1] for n in nums], nums)[0],
-            schema=self.schema, schema_name="context_precision_verdicts", list_key="verdicts", index_key="passage",
-            noun="passage", prompt_version=prompt_version(self.prompt), purpose="context_precision",
-            max_tokens=self.max_tokens,
-        )
-        calls = list(got.records)
+        got, calls = (self._via_combined(question or "", reference, chunks) if self.combined is not None
+                      else (None, []))
+        if got is None:
+            got = self._ask(question or "", reference, chunks, range(1, len(chunks) + 1))
+        else:
+            details["combined_call"] = True
+        calls += got.records
         got.note(details)
         if not got.ok:
             return failed_result(got, stage="chunk relevance", details=details, calls=calls)
@@ -172,6 +204,7 @@ class ContextRecallJudge:
         max_tokens: int = 2048,
         extractor: StatementExtractor | None = None,
         max_passage_chars: int = 8000,
+        combined: CombinedContextVerdicts | None = None,
     ) -> None:
         self.client = client
         self.language = language
@@ -180,10 +213,15 @@ class ContextRecallJudge:
         self.extractor = extractor or StatementExtractor(client, language=language, max_tokens=max_tokens)
         self.prompt = load_prompt("context_recall", language)
         self.schema: dict[str, Any] = self.prompt.schema or {}
+        #: with context precision in the same run: one call for both metrics' verdicts
+        self.combined = combined
 
     @property
     def prompt_versions(self) -> dict[str, str]:
-        return {"statements": self.extractor.prompt_version, "context_recall": prompt_version(self.prompt)}
+        out = {"statements": self.extractor.prompt_version, "context_recall": prompt_version(self.prompt)}
+        if self.combined is not None:
+            out["context_verdicts"] = self.combined.prompt_version
+        return out
 
     def _messages(self, question: str, statements: Sequence[str], passages: Sequence[str],
                   numbers: Sequence[int] | None = None) -> list[dict[str, str]]:
@@ -225,14 +263,26 @@ class ContextRecallJudge:
                 "no_statements", "The reference answer makes no statement to look for in the contexts.",
                 raw=extraction.raw, details=details, calls=calls,
             )
-        got = ask_numbered(
-            self.client,
-            numbers=range(1, len(statements) + 1),
-            render=lambda nums: self._messages(question or "", [statements[n - 1] for n in nums], passages, nums),
-            schema=self.schema, schema_name="context_recall_verdicts", list_key="verdicts", index_key="statement",
-            noun="statement", prompt_version=prompt_version(self.prompt), purpose="context_recall",
-            max_tokens=self.max_tokens,
-        )
+        def ask(nums: Sequence[int]) -> NumberedVerdicts:
+            return ask_numbered(
+                self.client,
+                numbers=nums,
+                render=lambda ns: self._messages(question or "", [statements[n - 1] for n in ns], passages, ns),
+                schema=self.schema, schema_name="context_recall_verdicts", list_key="verdicts", index_key="statement",
+                noun="statement", prompt_version=prompt_version(self.prompt), purpose="context_recall",
+                max_tokens=self.max_tokens,
+            )
+
+        got = None
+        if self.combined is not None:
+            call = self.combined.ask(question or "", reference, _as_list(contexts), statements)
+            got = complete_from_combined(call, "statements", range(1, len(statements) + 1), ask)
+            if got is None:
+                calls += call.records
+            else:
+                details["combined_call"] = True
+        if got is None:
+            got = ask(range(1, len(statements) + 1))
         calls += got.records
         got.note(details)
         if not got.ok:
@@ -403,6 +453,14 @@ def _json_column(metric: str, key: str) -> Callable[[dict[str, JudgeResult]], An
     return build
 
 
+def _combined(ctx: Any, sibling: str) -> CombinedContextVerdicts | None:
+    """The run's combined precision + recall call, when both metrics are in the run (and the client merges
+    identical requests, so the one call is shared)."""
+    if sibling not in ctx.metrics or not getattr(ctx.judge_client, "dedupe", False):
+        return None
+    return ctx.shared("context_verdicts", lambda: CombinedContextVerdicts(ctx.judge_client, language=ctx.cfg.language))
+
+
 def _specs() -> tuple[Any, ...]:
     from ..registry import MetricSpec
     from .faithfulness import shared_extractor
@@ -418,7 +476,9 @@ def _specs() -> tuple[Any, ...]:
             "context_precision",
             requires=(("question", "reference", "contexts"),),
             judged=True,
-            setup=lambda ctx: ContextPrecisionJudge(ctx.judge_client, language=ctx.cfg.language),
+            setup=lambda ctx: ContextPrecisionJudge(ctx.judge_client, language=ctx.cfg.language,
+                                                    combined=_combined(ctx, "context_recall"),
+                                                    extractor=shared_extractor(ctx)),
             score=lambda j, r, ctx: j.judge(q(r), ref(r), r.contexts),
             estimate=lambda j, r, ctx: j.estimate(q(r), ref(r), r.contexts),
             columns={"context_precision/chunks": _json_column("context_precision", "chunks")},
@@ -430,7 +490,8 @@ def _specs() -> tuple[Any, ...]:
             requires=(("reference", "contexts"),),
             judged=True,
             setup=lambda ctx: ContextRecallJudge(ctx.judge_client, language=ctx.cfg.language,
-                                                 extractor=shared_extractor(ctx)),
+                                                 extractor=shared_extractor(ctx),
+                                                 combined=_combined(ctx, "context_precision")),
             score=lambda j, r, ctx: j.judge(q(r), ref(r), r.contexts),
             estimate=lambda j, r, ctx: j.estimate(q(r), ref(r), r.contexts),
             columns={"context_recall/statements": _json_column("context_recall", "statements")},
@@ -452,3 +513,111 @@ def _specs() -> tuple[Any, ...]:
 
 
 METRICS = _specs()
+
+
+# --------------------------------------------------------------------------- precision and recall in one call
+
+
+class CombinedContextVerdicts:
+    """Context precision's chunk verdicts and context recall's statement verdicts in **one** call.
+
+    When a run has both metrics, each row needs relevance verdicts for its ranked chunks (given the question
+    and the reference) and attribution verdicts for the reference's statements (against the same chunks). The
+    two lists are asked for together (prompt ``context_verdicts``), with the same definitions, numbering and
+    per-call schema rules as the two single prompts; each metric then scores from its own list exactly as
+    before. Both judges build the identical request, so the judge client (``dedupe``) sends it once and both
+    read the reply. A list the reply leaves incomplete is completed with that metric's own follow-up about the
+    missing numbers only; if the combined call fails, each metric asks on its own.
+    """
+
+    def __init__(self, client: JudgeClient, *, language: str = "en", max_tokens: int = 4096,
+                 max_passage_chars: int = 8000) -> None:
+        self.client = client
+        self.max_tokens = max_tokens
+        self.max_passage_chars = max_passage_chars
+        self.prompt = load_prompt("context_verdicts", language)
+        self.schema: dict[str, Any] = self.prompt.schema or {}
+
+    @property
+    def prompt_version(self) -> str:
+        return prompt_version(self.prompt)
+
+    def messages(self, question: str, reference: str, chunks: Sequence[str],
+                 statements: Sequence[str]) -> list[dict[str, str]]:
+        passages, _ = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)")
+        st_text, _ = number_items(statements)
+        return self.prompt.render("json", question=question.strip(), reference=reference.strip(), passages=passages,
+                                  n_passages=str(len(chunks)), statements=st_text, n_statements=str(len(statements)))
+
+    def _list_schema(self, key: str) -> dict[str, Any]:
+        return {"type": "object", "properties": {key: copy.deepcopy(self.schema["properties"][key])},
+                "required": [key], "additionalProperties": True}
+
+    def call_schema(self, n_chunks: int, n_statements: int) -> dict[str, Any]:
+        schema = copy.deepcopy(self.schema)
+        for key, index, n in (("passages", "passage", n_chunks), ("statements", "statement", n_statements)):
+            one = numbered_list_schema(self._list_schema(key), list_key=key, index_key=index,
+                                       numbers=range(1, n + 1))
+            schema["properties"][key] = one["properties"][key]
+        return schema
+
+    def ask(self, question: str, reference: str, chunks: Sequence[str], statements: Sequence[str]) -> Any:
+        """The call; ``parsed`` is ``{"passages": {"entries", "problems"} | None, "statements": ... | None}``
+        (None for a list with no usable entry)."""
+        schema = self.call_schema(len(chunks), len(statements))
+        parsers = {
+            key: numbered_parser(self._list_schema(key) | {"properties": {key: schema["properties"][key]}},
+                                 list_key=key, index_key=index, numbers=range(1, n + 1), noun=index)
+            for key, index, n in (("passages", "passage", len(chunks)), ("statements", "statement", len(statements)))
+        }
+
+        def parse(response: ChatResponse) -> dict[str, Any]:
+            obj = reply_object(response, schema)
+            as_data = dataclasses.replace(response, data=obj)
+            out: dict[str, Any] = {}
+            errors: list[ParseError] = []
+            for key, p in parsers.items():
+                try:
+                    out[key] = p(as_data)
+                except ParseError as e:
+                    out[key] = None
+                    errors.append(e)
+            if len(errors) == len(parsers):
+                raise errors[0]
+            return out
+
+        request = ChatRequest.of(self.messages(question, reference, chunks, statements), max_tokens=self.max_tokens,
+                                 json_schema=JsonSchema("context_verdicts", schema))
+        return self.client.call(request, parse=parse, prompt_version=self.prompt_version, purpose="context_verdicts")
+
+
+def complete_from_combined(call: Any, key: str, wanted: Sequence[int], follow_up: Callable[[list[int]], Any]) -> Any:
+    """The verdicts of one list of a combined call, completed with ``follow_up(missing numbers)`` (the metric's
+    own prompt, asking about those items only) when the reply left some out; None when the combined call gave
+    nothing usable for this list (the metric then asks on its own)."""
+    from .statements import NumberedVerdicts
+
+    if not call.ok or call.parsed.get(key) is None:
+        return None
+    got = call.parsed[key]
+    entries: dict[int, dict[str, Any]] = dict(got["entries"])
+    problems = [{"reply": 1, **{k: v for k, v in got["problems"].items() if v}}] if any(
+        got["problems"].values()) else []
+    missing = [n for n in wanted if n not in entries]
+    records = list(call.records)
+    if not missing:
+        return NumberedVerdicts(True, {n: entries[n] for n in wanted}, records, call.raw, problems=problems)
+    more = follow_up(missing)
+    records += more.records
+    entries.update({n: e for n, e in more.entries.items() if n in missing})
+    salvage = {"missing_in_first_reply": missing, "asked_again": missing, "recovered": sorted(more.entries),
+               "first_reply_problems": got["problems"]}
+    problems += more.problems
+    still = [n for n in wanted if n not in entries]
+    if still:
+        return NumberedVerdicts(False, dict(sorted(entries.items())), records, more.raw or call.raw,
+                                more.failure or FailureReason.INCONSISTENT,
+                                more.error or f"no verdict for number(s) {still} even after asking again",
+                                salvage, problems)
+    return NumberedVerdicts(True, {n: entries[n] for n in wanted}, records, more.raw or call.raw, salvage=salvage,
+                            problems=problems)
