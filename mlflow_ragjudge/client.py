@@ -594,15 +594,17 @@ class JudgeClient:
                     )
                     if shared:
                         record["shared"] = shared
+                        record["shared_from"] = hit.get("_call_id")
                     stored = hit
                     return self._finish(CallResult(True, parsed, response), record)
             result = self._send(request, parse, record, t0)
             if result.ok and result.response is not None:
                 stored = result.response.to_json()
-                if self.dedupe:
-                    self._memo_put(key, stored)
                 if self.cache is not None:
                     self.cache.put(key, stored)
+                stored = {**stored, "_call_id": result.records[-1].get("call_id") if result.records else None}
+                if self.dedupe:
+                    self._memo_put(key, stored)
             return result
         finally:
             if owner is not None:
@@ -653,6 +655,15 @@ class JudgeClient:
             return self._finish(CallResult(False, response=response, failure=e.reason, error=str(e)), record)
         record.update(parsed=_jsonable(parsed), outcome="ok", error=None)
         return self._finish(CallResult(True, parsed, response), record)
+
+    def is_memoised(self, request: ChatRequest, prompt_version: str = "") -> bool:
+        """Whether an identical request's reply is in this client's memory (``dedupe``): it would cost nothing."""
+        if not self.dedupe:
+            return False
+        key = cache_key("chat", self.identity(), {"messages": list(request.messages), "params": request.params()},
+                        prompt_version)
+        with self._lock:
+            return key in self._memo
 
     def _memo_get(self, key: str) -> dict[str, Any] | None:
         with self._lock:

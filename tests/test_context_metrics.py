@@ -75,6 +75,13 @@ def client(fake_llm, monkeypatch):
     return JudgeClient(f"openai:/judge-model?base_url={fake_llm.openai_base_url}", cache=False)
 
 
+@pytest.fixture
+def sharing_client(fake_llm, monkeypatch):
+    """A client that sends identical requests once (as the evaluator's and the scorers' clients do)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-context-0001")
+    return JudgeClient(f"openai:/judge-model?base_url={fake_llm.openai_base_url}", cache=False, dedupe=True)
+
+
 # --------------------------------------------------------------------------- context precision
 
 
@@ -167,7 +174,8 @@ def test_context_precision_through_anthropic(fake_llm, monkeypatch):
 # --------------------------------------------------------------------------- context recall
 
 
-def test_context_recall_reuses_the_reference_statements(fake_llm, client):
+def test_context_recall_reuses_the_reference_statements(fake_llm, sharing_client):
+    client = sharing_client
     fake_llm.set_handler(by_marker({
         STATEMENTS_MARK: {"statements": REF_STATEMENTS},
         RECALL_MARK: recall_verdicts(True, True, False),
@@ -188,7 +196,8 @@ def test_context_recall_reuses_the_reference_statements(fake_llm, client):
     assert judge.estimate(QUESTION, REFERENCE, CHUNKS)["calls"] == 1  # the extraction is memoised
 
 
-def test_statement_memo_is_shared_across_judges_and_threads(fake_llm, client):
+def test_statement_memo_is_shared_across_judges_and_threads(fake_llm, sharing_client):
+    client = sharing_client
     fake_llm.latency = 0.05  # keep the first extraction in flight while the others arrive
     fake_llm.set_handler(by_marker({
         STATEMENTS_MARK: {"statements": REF_STATEMENTS},
@@ -209,13 +218,15 @@ def test_statement_memo_is_shared_across_judges_and_threads(fake_llm, client):
     assert all(r.value == pytest.approx(2 / 3) for r in results)
     prompts = [r.last_user_text for r in chat_requests(fake_llm)]
     assert sum(STATEMENTS_MARK in p for p in prompts) == 1
-    assert sum(RECALL_MARK in p for p in prompts) == 8
+    # the eight attribution requests are identical too: the client sends them once as well
+    assert sum(RECALL_MARK in p for p in prompts) == 1
     assert extractor.misses == 1 and extractor.hits == 7
     # exactly one result carries the extraction's transcript record
     assert sum(any(c["purpose"] == "statements" for c in r.calls) for r in results) == 1
 
 
-def test_a_failed_extraction_is_not_memoised(fake_llm, client):
+def test_a_failed_extraction_is_not_memoised(fake_llm, sharing_client):
+    client = sharing_client
     fake_llm.script(Reply.error(400, "bad request"))
     fake_llm.set_handler(by_marker({
         STATEMENTS_MARK: {"statements": REF_STATEMENTS},

@@ -321,6 +321,7 @@ def test_verdict_labels_are_read_case_insensitively_but_nothing_else(fake_llm, o
 
 
 def test_shared_extractor_memo_spares_the_extraction(fake_llm, openai_client):
+    openai_client.dedupe = True  # as in the evaluator and the scorers: identical requests are sent once
     fake_llm.set_handler(router())
     extractor = StatementExtractor(openai_client)
     a = FaithfulnessJudge(openai_client, extractor=extractor).judge(QUESTION, RESPONSE, EVIDENCE)
@@ -345,6 +346,7 @@ def test_japanese_prompt_and_response(fake_llm, openai_client):
 
 
 def test_estimate_is_an_upper_bound_without_calling_the_model(fake_llm, openai_client):
+    openai_client.dedupe = True  # so the estimate knows what the client already holds
     judge = FaithfulnessJudge(openai_client)
     est = judge.estimate(QUESTION, RESPONSE, EVIDENCE)
     assert fake_llm.request_count == 0

@@ -1,16 +1,13 @@
-"""Statement (claim) extraction shared by the claim-based judges, with an in-memory memo.
+"""Statement (claim) extraction shared by the claim-based judges.
 
 One LLM call splits a text into short, self-contained claims (one fact each, no pronouns). The
-faithfulness judge splits the *response*; context recall splits the *reference*. The extractor
-keeps what it extracted in a per-process memo keyed by (question, text), so every metric that
-needs the statements of the same text in the same row -- and every variant of a sweep that
-shares the reference -- pays for one extraction. The memo is thread-safe and also merges
-concurrent requests for the same text: while one thread is extracting, the others wait for
-its result instead of sending the same request (MLflow calls scorers from thread pools).
-
-Only successful extractions are memoised; a failed one is retried by the next caller. On a
-memo hit no request is sent and no transcript record is repeated: the result carries the
-``call_ids`` of the records that produced it, so the transcript stays one record per request.
+faithfulness judge splits the *response*; context recall (and context precision, when both run) split
+the *reference*. Sharing is the judge client's policy (``dedupe``, on in the evaluator and the scorers):
+an extraction identical to one in flight or done recently is not sent again, so every metric that needs
+the statements of the same text pays for one extraction. Only successful replies are shared; a failed
+extraction is asked again by the next caller. On a shared reply no transcript record is repeated: the
+result carries the ``call_ids`` of the record that produced it, so the transcript stays one record per
+request.
 
 The second half of the module holds the small helpers the claim-based judges share: numbering
 passages, per-call schemas for numbered verdict lists and the salvaging request loop that reads
@@ -24,10 +21,8 @@ import copy
 import json
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import ChatRequest, ChatResponse, JsonSchema
@@ -95,12 +90,17 @@ class Extraction:
 class StatementExtractor:
     """Split texts into short self-contained claims, one LLM call per distinct (question, text).
 
+    Sharing is the judge client's policy: with ``dedupe`` on (as in the evaluator and the scorers), an
+    extraction identical to one in flight or done recently costs nothing, so every metric that needs the
+    statements of the same text pays for one extraction. On such a shared reply the result carries no
+    transcript record of its own, only the ``call_ids`` of the record that produced it (``memo_hit``), so
+    the transcript stays one record per request.
+
     Args:
         client: the judge client.
         language: prompt language (``en`` or ``ja``; texts in any language work, and the
             claims are written in the text's language).
         max_tokens: reply budget of the extraction call.
-        memo_size: how many extractions the memo keeps (least recently used are dropped).
 
     Example:
         >>> ext = StatementExtractor(client)                  # doctest: +SKIP
@@ -108,20 +108,13 @@ class StatementExtractor:
         ('Paris is the capital of France.',)
     """
 
-    def __init__(
-        self, client: JudgeClient, *, language: str = "en", max_tokens: int = 2048, memo_size: int = 4096
-    ) -> None:
-        if memo_size < 1:
-            raise ValueError(f"memo_size must be >= 1, got {memo_size}")
+    def __init__(self, client: JudgeClient, *, language: str = "en", max_tokens: int = 2048) -> None:
         self.client = client
         self.language = language
         self.max_tokens = max_tokens
-        self.memo_size = memo_size
         self.prompt = load_prompt("statements", language)
         self.schema: dict[str, Any] = self.prompt.schema or {}
         self._lock = threading.Lock()
-        self._memo: OrderedDict[tuple[str, str], Extraction] = OrderedDict()
-        self._pending: dict[tuple[str, str], Future[Extraction]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -135,10 +128,9 @@ class StatementExtractor:
             "json", question=question.strip() or "(no question given)", text=text.strip()
         )
 
-    def clear(self) -> None:
-        """Forget every memoised extraction."""
-        with self._lock:
-            self._memo.clear()
+    def _request(self, text: str, question: str) -> ChatRequest:
+        return ChatRequest.of(self.messages(text, question), max_tokens=self.max_tokens,
+                              json_schema=JsonSchema("statements", self.schema))
 
     def extract(self, text: str, *, question: str = "") -> Extraction:
         """The claims of ``text`` (read in the light of ``question``). Never raises for model failures.
@@ -149,35 +141,25 @@ class StatementExtractor:
         question = (question or "").strip()
         if not text:
             return Extraction(ok=True, skipped=True)
-        key = (question, text)
+        call = self.client.call(self._request(text, question), parse=self._parse, prompt_version=self.prompt_version,
+                                purpose="statements")
+        records = tuple(call.records)
+        shared = bool(records) and all(r.get("shared") for r in records)
         with self._lock:
-            done = self._memo.get(key)
-            if done is not None:
-                self._memo.move_to_end(key)
+            if shared:
                 self.hits += 1
-                return replace(done, records=(), memo_hit=True)
-            pending = self._pending.get(key)
-            owner = pending is None
-            if owner:
-                pending = self._pending[key] = Future()
-                self.misses += 1
             else:
-                self.hits += 1
-        assert pending is not None
-        if not owner:
-            return replace(pending.result(), records=(), memo_hit=True)
-        result = Extraction(ok=False, failure=FailureReason.INTERNAL_ERROR.value, error="extraction did not finish")
-        try:
-            result = self._extract(text, question)
-        finally:
-            with self._lock:
-                self._pending.pop(key, None)
-                if result.ok:
-                    self._memo[key] = result
-                    while len(self._memo) > self.memo_size:
-                        self._memo.popitem(last=False)
-            pending.set_result(result)
-        return result
+                self.misses += 1
+        if shared:  # the reply of an identical extraction: point at its record instead of repeating one
+            ids = tuple(str(r.get("shared_from")) for r in records)
+            records = ()
+        else:
+            ids = tuple(str(r.get("call_id")) for r in records)
+        if not call.ok:
+            failure = call.failure.value if call.failure is not None else FailureReason.INTERNAL_ERROR.value
+            return Extraction(ok=False, failure=failure, error=call.error, raw=call.raw, records=records, call_ids=ids)
+        return Extraction(ok=True, statements=tuple(call.parsed), raw=call.raw, records=records, call_ids=ids,
+                          memo_hit=shared)
 
     def _parse(self, response: ChatResponse) -> list[str]:
         obj = reply_object(response, self.schema)
@@ -191,26 +173,10 @@ class StatementExtractor:
                 out.append(s)
         return out
 
-    def _extract(self, text: str, question: str) -> Extraction:
-        request = ChatRequest.of(
-            self.messages(text, question),
-            max_tokens=self.max_tokens,
-            json_schema=JsonSchema("statements", self.schema),
-        )
-        call = self.client.call(request, parse=self._parse, prompt_version=self.prompt_version, purpose="statements")
-        records = tuple(call.records)
-        ids = tuple(str(r.get("call_id")) for r in records)
-        if not call.ok:
-            failure = call.failure.value if call.failure is not None else FailureReason.INTERNAL_ERROR.value
-            return Extraction(ok=False, failure=failure, error=call.error, raw=call.raw, records=records, call_ids=ids)
-        return Extraction(ok=True, statements=tuple(call.parsed), raw=call.raw, records=records, call_ids=ids)
-
     def estimate(self, text: str, question: str = "") -> dict[str, int]:
-        """Upper-bound cost of extracting ``text`` (0 calls when it is memoised or empty)."""
+        """Upper-bound cost of extracting ``text`` (0 calls when the client holds its reply, or it is empty)."""
         text = (text or "").strip()
-        with self._lock:
-            memoised = (question.strip(), text) in self._memo
-        if not text or memoised:
+        if not text or self.client.is_memoised(self._request(text, question.strip()), self.prompt_version):
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
         out = min(self.max_tokens, math.ceil(1.5 * approx_tokens(text)) + 16)
         return estimate_messages(self.messages(text, question), out)
