@@ -63,6 +63,11 @@ class ProviderGate:
     """
 
     MAX_SPACING = 1.0
+    #: tail latency: after this many successful requests on the connection, the first attempt of a request is
+    #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
+    MIN_OBSERVATIONS = 20
+    TAIL_FACTOR = 8.0
+    MIN_ADAPTIVE_TIMEOUT = 10.0
 
     def __init__(self, limit: int = DEFAULT_MAX_CONCURRENCY, requests_per_minute: float | None = None) -> None:
         self._cond = threading.Condition()
@@ -74,6 +79,7 @@ class ProviderGate:
         self._cooldown_until = 0.0
         self._spacing = 0.0
         self._next_spaced = 0.0
+        self._latencies: deque[float] = deque(maxlen=200)
 
     def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
         """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off."""
@@ -118,6 +124,21 @@ class ProviderGate:
         with self._cond:
             self._cooldown_until = max(self._cooldown_until, time.monotonic() + seconds)
             self._spacing = max(self._spacing, min(self.MAX_SPACING, seconds if seconds > 0 else 0.05))
+
+    def observe(self, seconds: float) -> None:
+        """Record a successful request's latency (the last 200 are kept)."""
+        with self._cond:
+            self._latencies.append(seconds)
+
+    def adaptive_timeout(self, timeout: float) -> float:
+        """The timeout for a request's first attempt: ``timeout`` until enough requests were seen, then
+        ``max(MIN_ADAPTIVE_TIMEOUT, TAIL_FACTOR x p95 latency)``, never above ``timeout``."""
+        with self._cond:
+            seen = sorted(self._latencies)
+        if len(seen) < self.MIN_OBSERVATIONS:
+            return timeout
+        p95 = seen[min(len(seen) - 1, int(0.95 * len(seen)))]
+        return min(timeout, max(self.MIN_ADAPTIVE_TIMEOUT, self.TAIL_FACTOR * p95))
 
     def succeeded(self) -> None:
         """A request went through: relax the post-429 spacing."""
@@ -408,7 +429,7 @@ class JudgeClient:
             self.usage.cache_hits += len(texts) - len(missing)
         if missing:
             batch = [texts[i] for i in missing]
-            resp, _, error, _ = self._with_retries(lambda: backend.embed(batch, timeout=self.timeout), gate=gate)
+            resp, _, error, _ = self._with_retries(lambda t: backend.embed(batch, timeout=t), gate=gate)
             if resp is None:
                 assert error is not None
                 raise error
@@ -461,9 +482,14 @@ class JudgeClient:
             self.usage.cost_usd += c
         return c
 
-    def _with_retries(self, fn: Callable[[], Any], gate: ProviderGate | None = None
+    def _with_retries(self, fn: Callable[[float], Any], gate: ProviderGate | None = None
                       ) -> tuple[Any, int, BackendError | None, float]:
-        """Run ``fn`` under the gate (default: this client's) with retries.
+        """Run ``fn(timeout)`` under the gate (default: this client's) with retries.
+
+        Tail latency: the first attempt's timeout is the connection's adaptive one
+        (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``): a call that hangs far past what
+        this server usually takes is abandoned and sent again, instead of holding its row for the full
+        ``timeout``. Retries get the full ``timeout``, so a call that is merely slow still finishes.
 
         Returns (value or None, attempts, last error, seconds spent waiting).
         """
@@ -480,7 +506,9 @@ class JudgeClient:
             try:
                 with self._lock:
                     self.usage.requests += 1
-                value = fn()
+                t_start = time.monotonic()
+                value = fn(gate.adaptive_timeout(self.timeout) if attempt == 1 else self.timeout)
+                gate.observe(time.monotonic() - t_start)
                 gate.succeeded()
                 return value, attempt, None, waited
             except BackendError as e:
@@ -615,7 +643,7 @@ class JudgeClient:
     def _send(self, request: ChatRequest, parse: Callable[[ChatResponse], Any] | None, record: dict[str, Any],
               t0: float) -> CallResult:
         """The model call under the gate, with retries, then the parse."""
-        response, attempts, err, waited = self._with_retries(lambda: self.backend.chat(request, timeout=self.timeout))
+        response, attempts, err, waited = self._with_retries(lambda t: self.backend.chat(request, timeout=t))
         record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
         if response is not None and request.json_schema is not None and response.structured_mode:
             record["structured_mode"] = response.structured_mode

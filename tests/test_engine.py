@@ -272,3 +272,45 @@ def test_client_records_are_bounded(judge):
 
     client = rj.JudgeClient(judge, cache=False)
     assert client.records.maxlen == RECENT_RECORDS
+
+
+def test_adaptive_timeout_follows_observed_latency():
+    from mlflow_ragjudge.client import ProviderGate
+
+    gate = ProviderGate()
+    assert gate.adaptive_timeout(60.0) == 60.0  # nothing seen yet: the configured timeout
+    for _ in range(ProviderGate.MIN_OBSERVATIONS):
+        gate.observe(0.2)
+    assert gate.adaptive_timeout(60.0) == ProviderGate.MIN_ADAPTIVE_TIMEOUT
+    for _ in range(200):
+        gate.observe(5.0)
+    assert gate.adaptive_timeout(60.0) == 40.0 and gate.adaptive_timeout(30.0) == 30.0
+
+
+def test_a_call_hung_far_past_the_usual_latency_is_sent_again(fake_llm, judge, monkeypatch):
+    """After 20 quick replies, one request hangs: its first attempt is abandoned at the adaptive timeout
+    and the second attempt answers; the row is scored and nothing is counted twice."""
+    from mlflow_ragjudge.client import ProviderGate
+
+    monkeypatch.setattr(ProviderGate, "MIN_ADAPTIVE_TIMEOUT", 0.3)
+    model = CompliantModel("json_schema")
+    seen = {"n": 0}
+    release = threading.Event()
+
+    def handler(request):
+        seen["n"] += 1
+        if seen["n"] == 25:  # one hang, then the server is healthy again
+            release.wait(10)
+        return model(request)
+
+    fake_llm.set_handler(handler)
+    client = rj.JudgeClient(judge, cache=False, timeout=30)
+    client.gate._latencies.clear()
+    results = [client.call(ChatRequest.of([{"role": "user", "content": f"say {i}"}],
+                                          json_schema=JsonSchema("s", SCORE_SCHEMA))) for i in range(30)]
+    release.set()
+    assert all(r.ok for r in results)
+    retried = [r for r in results if r.records[-1]["attempts"] == 2]
+    assert len(retried) == 1 and client.usage.retries == 1
+    assert fake_llm.request_count == 31
+    assert client.usage.input_tokens == sum(r.records[-1]["input_tokens"] for r in results)
