@@ -155,7 +155,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="evaluate a dataset file and log an MLflow run")
     ev.add_argument("data", help="dataset file (.jsonl, .csv, .parquet)")
     ev.add_argument("--judge", help="judge model URI, e.g. openai:/gpt-4o-mini (demo:/overlap runs offline)")
-    ev.add_argument("--metrics", help="comma-separated metric names (default: all the data supports)")
+    ev.add_argument("--metrics", help="comma-separated metric names (default: all the data supports); "
+                    "`ragjudge metrics` lists them")
     ev.add_argument("--context-mode", default="auto", choices=["auto", "reference", "generation", "gold", "none"])
     ev.add_argument("--group-column", help="column for per-group breakdowns")
     ev.add_argument("--human-columns", help="comma-separated human-score columns for meta-evaluation")
@@ -188,11 +189,26 @@ def _build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--sample", type=int, help="ask only this many documents (the rest stay distractors)")
     ts.add_argument("--seed", type=int, default=0)
     ts.add_argument("--language", default="en")
+    sub.add_parser("metrics", help="list the registered metrics: columns they need, whether they call a judge")
     qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline demo judge")
     qs.add_argument("--experiment", default="ragjudge-quickstart")
     qs.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///ragjudge-quickstart.db)")
     qs.add_argument("--judge", default="demo:/overlap", help="judge URI (default: the offline demo judge)")
     return parser
+
+
+def metrics_table() -> str:
+    """The registered metrics as a text table (from the registry, so a metric added with register_metric is
+    listed too)."""
+    from .config import RagJudgeConfig
+    from .registry import all_specs
+
+    cfg = RagJudgeConfig()
+    lines = ["metric               judge  needs columns                            what it measures"]
+    for spec in all_specs():
+        cols = " or ".join("+".join(alt) for alt in spec.requirements(cfg))
+        lines.append(f"{spec.name:<20} {'yes' if spec.judged else 'no':<6} {cols:<40} {spec.description}")
+    return "\n".join(lines)
 
 
 def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -360,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
 
     try:
+        if args.command == "metrics":
+            print(metrics_table())
+            return 0
         if args.command == "evaluate":
             df = read_table(args.data)
             cfg = _config_from_args(args)

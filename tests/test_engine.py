@@ -81,6 +81,10 @@ def added_metrics():
 
 def test_a_metric_added_through_the_public_api_runs_like_a_built_in_one(added_metrics, judge, fake_llm):
     assert {"answer_words", "concise"} <= set(metric_names())
+    from mlflow_ragjudge.cli import metrics_table
+
+    listed = {line.split()[0] for line in metrics_table().splitlines()[1:]}
+    assert listed == set(metric_names()) and "concise" in listed  # `ragjudge metrics` reads the registry
     df = _rows(3)
     out = rj.evaluate_frame(df, judge=judge, metrics=["answer_words", "concise", "correctness"], cache=False)
     assert out.metrics["answer_words/mean"] == pytest.approx(9.0)  # "Tool 0 cuts wood. It was made in 1900."
