@@ -6,12 +6,18 @@ model could read generically -- never the package's prompt wording:
 * the JSON schema the client sent (OpenAI ``response_format`` ``json_schema``, Anthropic tool
   ``input_schema``) or, when none was sent, a JSON schema written into the conversation (any JSON object
   in a message with ``"type": "object"`` and ``"properties"``; the most recent one counts);
+* with ``prompt_schema_too=True``, when the request carries a schema and the conversation also shows one
+  with the same top-level fields, it fills the conversation's (which may fix counts the other leaves open);
 * it fills every field the schema declares: an array gets ``minItems`` items, two when the schema sets no
   count (capped at ``maxItems``); in the i-th item of an array, an integer field whose schema enumerates
   its values takes the i-th value -- how a model numbers its entries down a numbered list; other enum
   fields, booleans and unbounded integers get values chosen by a hash of the conversation; strings are
   short sentences, different for every request and field;
-* with no schema anywhere it answers in prose (it has no idea what format a grader wants).
+* with no schema anywhere it answers in prose (it has no idea what format a grader wants) -- unless it was
+  built with ``example_json=True``: then, when the conversation shows an example JSON object (the most
+  recent one), it answers with an object of the same shape: the same keys, short label-like strings and
+  numbers as in the example (the way a model copies an answer format), longer strings replaced by its own
+  sentences, arrays as long as the example's.
 
 Server modes, like the servers users run:
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from fakellm import Reply, Request
@@ -54,8 +61,40 @@ def _sentence(seed: str, path: str) -> str:
     return f"{words[0].capitalize()} {' '.join(words[1:])} (note {n % 100000:05d})."
 
 
-def fill(schema: dict[str, Any], seed: str, path: str = "$", index: int | None = None) -> Any:
-    """A value that validates against ``schema`` (the subset real judges' schemas use)."""
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """Follow local ``$ref`` pointers (``#/$defs/Name``, ``#/definitions/Name``) and merge ``allOf``,
+    as pydantic writes them; pick the first non-null branch of ``anyOf``/``oneOf`` (an optional field)."""
+    for _ in range(32):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/"):
+            target: Any = root
+            for part in ref[2:].split("/"):
+                target = target.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(target, dict) else {}
+            schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **(target or {})}
+            continue
+        if isinstance(schema.get("allOf"), list):
+            merged = {k: v for k, v in schema.items() if k != "allOf"}
+            for part in schema["allOf"]:
+                if isinstance(part, dict):
+                    merged = {**merged, **_resolve(part, root)}
+            schema = merged
+            continue
+        branches = schema.get("anyOf") or schema.get("oneOf")
+        if isinstance(branches, list) and branches and "type" not in schema:
+            pick = next((b for b in branches if isinstance(b, dict) and b.get("type") != "null"), branches[0])
+            schema = {**{k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}, **pick}
+            continue
+        return schema
+    return schema
+
+
+def fill(schema: dict[str, Any], seed: str, path: str = "$", index: int | None = None,
+         root: dict[str, Any] | None = None) -> Any:
+    """A value that validates against ``schema`` (the subset real judges' schemas use, with local ``$ref``s,
+    ``allOf`` and optional ``anyOf`` fields as pydantic writes them)."""
+    root = schema if root is None else root
+    if any(k in schema for k in ("$ref", "allOf", "anyOf", "oneOf")):
+        schema = _resolve(schema, root)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:
@@ -67,12 +106,12 @@ def fill(schema: dict[str, Any], seed: str, path: str = "$", index: int | None =
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object" or (kind is None and "properties" in schema):
-        return {k: fill(sub, seed, f"{path}.{k}", index) for k, sub in schema.get("properties", {}).items()}
+        return {k: fill(sub, seed, f"{path}.{k}", index, root) for k, sub in schema.get("properties", {}).items()}
     if kind == "array":
         n = int(schema.get("minItems") or 0) or 2
         if "maxItems" in schema:
             n = min(n, int(schema["maxItems"]))
-        return [fill(schema.get("items", {}), seed, f"{path}[{i}]", i) for i in range(n)]
+        return [fill(schema.get("items", {}), seed, f"{path}[{i}]", i, root) for i in range(n)]
     if kind in ("integer", "number"):
         lo, hi = schema.get("minimum"), schema.get("maximum")
         if lo is not None:
@@ -130,6 +169,89 @@ def _json_objects(text: str) -> list[dict[str, Any]]:
         i = end + 1
 
 
+_ELLIPSIS_ITEM = re.compile(r",\s*(?:\.\.\.|\u2026)\s*(?=[\]}])")  # [a, b, ...] -> [a, b]
+_ELLIPSIS_ONLY = re.compile(r"\[\s*(?:\.\.\.|\u2026)\s*\]")  # [...] -> []
+_TRAILING_COMMA = re.compile(r",\s*(?=[\]}])")
+_PLACEHOLDER_VALUE = re.compile(r"(:\s*)<([^<>\"\n]*)>")  # "reason": <your reason> -> "reason": "<your reason>"
+
+
+def _lenient(chunk: str) -> str:
+    chunk = _PLACEHOLDER_VALUE.sub(lambda m: f'{m.group(1)}"<{m.group(2)}>"', chunk)
+    return _TRAILING_COMMA.sub("", _ELLIPSIS_ONLY.sub("[]", _ELLIPSIS_ITEM.sub("", chunk)))
+
+
+def _example_objects(text: str) -> list[dict[str, Any]]:
+    """Outermost JSON objects shown in a text as examples, read leniently the way a model reads them: an
+    ``...`` item ("and so on") and trailing commas are dropped, and a bare ``<placeholder>`` value is read
+    as a string, before parsing."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while True:
+        start = text.find("{", i)
+        if start == -1:
+            return out
+        depth, in_str, esc, end = 0, False, False, -1
+        for j in range(start, len(text)):
+            c = text[j]
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    end = j
+                    break
+        if end == -1:
+            return out
+        chunk = text[start: end + 1]
+        obj = None
+        for candidate in (chunk, _lenient(chunk)):
+            try:
+                obj = json.loads(candidate)
+                break
+            except ValueError:
+                continue
+        if isinstance(obj, dict):
+            out.append(obj)
+            i = end + 1
+        else:
+            i = start + 1
+
+
+def example_in_conversation(request: Request) -> dict[str, Any] | None:
+    """The most recent example JSON object written into the messages (not a schema), if any."""
+    found = None
+    for message in request.messages:
+        for obj in _example_objects(message["content"]):
+            if not (obj.get("type") == "object" and isinstance(obj.get("properties"), dict)):
+                found = obj
+    return found
+
+
+def like_example(example: Any, seed: str, path: str = "$") -> Any:
+    """A value shaped like ``example``: same keys and array lengths; short strings (labels such as
+    ``"yes"``) and numbers kept as shown; longer strings and placeholders (``"<...>"``, ``"..."``) replaced
+    by a sentence of this model's own."""
+    if isinstance(example, dict):
+        return {k: like_example(v, seed, f"{path}.{k}") for k, v in example.items()}
+    if isinstance(example, list):
+        return [like_example(v, seed, f"{path}[{i}]") for i, v in enumerate(example)]
+    if isinstance(example, str):
+        text = example.strip()
+        placeholder = (text.startswith("<") and text.endswith(">")) or text in ("...", "\u2026", "")
+        if placeholder or len(text.split()) > 3:
+            return _sentence(seed, path)
+    return example
+
+
 def schema_in_conversation(request: Request) -> dict[str, Any] | None:
     """The most recent JSON schema written into the messages, if any."""
     found = None
@@ -143,10 +265,15 @@ def schema_in_conversation(request: Request) -> dict[str, Any] | None:
 class CompliantModel:
     """A fake-server handler: an independent model that follows schemas (see the module docstring)."""
 
-    def __init__(self, mode: str = "json_schema") -> None:
+    def __init__(self, mode: str = "json_schema", *, example_json: bool = False,
+                 prompt_schema_too: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.mode = mode
+        self.example_json = example_json  # no schema anywhere: copy the shape of an example JSON object
+        # an API schema and, in the prompt, a schema of the same fields: fill the prompt's (it may fix counts
+        # the API one leaves open), as a model constrained by one and reading the other would answer
+        self.prompt_schema_too = prompt_schema_too
         self.refused = 0  # requests refused for their response_format
 
     def _refuse(self, kind: str) -> Reply:
@@ -174,8 +301,15 @@ class CompliantModel:
         if self.mode == "ignores_format" and request.api == "openai_chat":
             schema, kind = None, None
         if schema is not None:
+            if self.prompt_schema_too:
+                written = schema_in_conversation(request)
+                if written is not None and set(written.get("properties", {})) == set(schema.get("properties", {})):
+                    return fill(written, seed)
             return fill(schema, seed)
         schema = schema_in_conversation(request)
+        example = example_in_conversation(request) if schema is None and self.example_json else None
+        if example is not None:
+            return Reply(text=json.dumps(like_example(example, seed), ensure_ascii=False, indent=1))
         if schema is None:
             if kind == "json_object":
                 return Reply(text=json.dumps({"answer": _sentence(seed, "answer")}))

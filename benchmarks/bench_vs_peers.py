@@ -1,0 +1,742 @@
+"""mlflow-ragjudge side by side with ragas 0.4.3 and deepeval 4.3.1 on one independent fake LLM server.
+
+Run by hand from the repository root, after ``bash benchmarks/setup_peers.sh`` (the peers' venvs)::
+
+    .venv/bin/python benchmarks/bench_vs_peers.py --quick --json /tmp/peers_quick.json   # smoke check, minutes
+    .venv/bin/python benchmarks/bench_vs_peers.py --scenarios a b d --json /tmp/peers.json
+    .venv/bin/python benchmarks/bench_vs_peers.py --scenarios c --json /tmp/peers_c.json    # ours only
+    .venv/bin/python benchmarks/bench_vs_peers.py --scenarios c --c-peers ...                # peers too
+
+What runs. This process starts ``tests/fakellm.py``'s ``FakeLLMServer`` (a real HTTP server speaking the
+OpenAI API, in a thread here) whose handler is ``tests/compliant_model.py``'s ``CompliantModel``: an
+independent model that fills whatever JSON schema the request carries (``response_format``, a tool's
+``parameters``, or a schema written in the prompt; ``prompt_schema_too=True``: when both are there with the
+same fields, the prompt's, which may fix the item counts), numbers list items the way a numbered list asks,
+and (``example_json=True``) answers a prompt that shows no schema but an example JSON object with an object
+of the same keys. It never looks at any tool's prompt wording. Embeddings are the server's hashed bag-of-words
+vectors. Each tool then runs in a child process with its own venv's python (this same file with
+``--worker TOOL``), pointed at the server over HTTP, at its defaults:
+
+* ours: ``mlflow_ragjudge.evaluate_frame(df, judge="openai:/judge-model?base_url=<server>/v1",
+  embeddings="openai:/emb?base_url=<server>/v1", metrics=[the four], cache=False)`` (scenario d: ``cache=``
+  a temporary folder), everything else at defaults (8 calls in flight, 6 attempts, 60 s timeout). Its
+  embeddings client keeps its own cache in ``$RAGJUDGE_CACHE_DIR``: each run gets a fresh, empty one;
+* ragas: the collections metrics (``ragas.metrics.collections``: Faithfulness, AnswerRelevancy,
+  ContextPrecision, ContextRecall) with ``llm_factory("judge-model", client=AsyncOpenAI(base_url=...))``
+  and ``ragas.embeddings.OpenAIEmbeddings(client=..., model="emb")``, each metric's rows scored with its batch
+  API ``abatch_score`` (one metric after the other);
+* deepeval: ``FaithfulnessMetric``, ``AnswerRelevancyMetric``, ``ContextualPrecisionMetric``,
+  ``ContextualRecallMetric`` with ``model=OpenAIModel(base_url=<server>/v1, api_key=...)`` (deepeval's
+  documented way to use an OpenAI-compatible endpoint; no model name, so deepeval's default model name,
+  whose capability table makes it send a JSON schema), through ``deepeval.evaluate`` at default configs
+  (``AsyncConfig``: 20 test cases at once; ``ErrorConfig``: an error stops the run).
+
+The workers run with telemetry off (``DEEPEVAL_TELEMETRY_OPT_OUT=YES``, ``RAGAS_DO_NOT_TRACK=true``,
+``MLFLOW_DISABLE_TELEMETRY=true``, ``DO_NOT_TRACK=1``) and with ``HTTP(S)_PROXY`` set to a local sink that
+counts and refuses any connection to a host other than 127.0.0.1: an attempt to reach the internet shows
+up in the report as ``outbound``.
+
+Counted at the server, per run: chat and embedding requests, prompt "tokens" (the fake server's usage counts
+whitespace-separated words of the messages, ~1.3 BPE tokens per English word), prompt characters, HTTP
+429s; measured in the worker: wall time of the scoring call (imports and start-up excluded; the process's
+total is reported too); rows lost = rows without a finite score for every one of the four metrics.
+
+Scenarios: a) k=5 and k=10 chunks, 40 rows, 200 ms latency; b) fault mix: per request a seeded RNG answers
+10 % HTTP 500, hangs 2 % for 30 s before answering, and answers 5 % of chat requests with prose where JSON
+was asked (same seed and mix for every tool), 40 rows, k=5 -- plus, for the peers, the one-switch variants
+that keep going on errors (deepeval ``ErrorConfig(ignore_errors=True)``, ragas ``asyncio.gather(...,
+return_exceptions=True)`` over ``ascore``); c) a 600 requests/min server limit (``rate_limit_per_minute``),
+240 rows, ours at defaults (no ``requests_per_minute``): the share of the limit used and the 429s; d) ours
+run twice with the same persistent cache: requests sent by the second run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_recall")
+TOOLS = ("ours", "ragas", "deepeval")
+PEERS_DIR = Path(os.environ.get("PEERS_DIR", Path.home() / ".cache" / "ragjudge-peers"))
+DEFAULT_PYTHONS = {
+    "ours": str(ROOT / ".venv" / "bin" / "python"),
+    "ragas": os.environ.get("RAGAS_PYTHON", str(PEERS_DIR / "ragas" / "bin" / "python")),
+    "deepeval": os.environ.get("DEEPEVAL_PYTHON", str(PEERS_DIR / "deepeval" / "bin" / "python")),
+}
+QUIET_ENV = {
+    "DEEPEVAL_TELEMETRY_OPT_OUT": "YES",
+    "DEEPEVAL_NO_INSPECT_PROMPT": "1",  # no "inspect the run?" question at the end of deepeval.evaluate
+    "DEEPEVAL_UPDATE_WARNING_OPT_IN": "NO",
+    "RAGAS_DO_NOT_TRACK": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "OPENAI_API_KEY": "sk-fake",
+    "PYTHONUNBUFFERED": "1",
+}
+
+# --------------------------------------------------------------------------- synthetic rows (stdlib only)
+
+_PLACES = ("Arden", "Belmont", "Corvel", "Dunmore", "Elsworth", "Fairhaven", "Glenrock", "Harwick", "Istra",
+           "Jasper Bay", "Kellin", "Lorwood", "Marlow", "Northgate", "Orrin", "Pellham", "Quarry Hill", "Ravensby")
+_KINDS = ("bridge", "library", "observatory", "canal", "museum", "railway station", "lighthouse", "university",
+          "botanical garden", "dam", "cathedral", "market hall")
+_PEOPLE = ("Ada Morrell", "Bruno Castell", "Clara Wendt", "Dmitri Volkov", "Elena Sato", "Felix Arnaud",
+           "Greta Lind", "Hugo Brandt", "Ines Moreau", "Jonas Ek", "Karin Holm", "Luis Ortega")
+_MATERIALS = ("granite", "red brick", "limestone", "steel", "oak", "sandstone", "concrete", "cast iron")
+_FACTS = (
+    "It was restored after a flood in {y2}.",
+    "Its main hall seats {n} people.",
+    "A festival is held there every {month}.",
+    "The city council took it over in {y2}.",
+    "Visitors can tour it on weekends.",
+    "It appears on the town's coat of arms.",
+    "Around {n} visitors come each year.",
+    "Its roof was replaced in {y2}.",
+)
+_MONTHS = ("March", "May", "June", "September", "October", "December")
+
+
+def _entity(rng: random.Random) -> dict[str, Any]:
+    year = rng.randint(1780, 1990)
+    return {"place": rng.choice(_PLACES), "kind": rng.choice(_KINDS), "person": rng.choice(_PEOPLE),
+            "year": year, "y2": year + rng.randint(15, 30), "material": rng.choice(_MATERIALS),
+            "n": rng.choice((120, 450, 800, 1500, 3000, 12000)), "month": rng.choice(_MONTHS)}
+
+
+def _facts(e: dict[str, Any], rng: random.Random, count: int) -> list[str]:
+    base = [f"The {e['kind']} of {e['place']} was built in {e['year']}.",
+            f"It was designed by {e['person']}.",
+            f"The {e['kind']} is made of {e['material']}."]
+    extra = [f.format(**e) for f in rng.sample(_FACTS, len(_FACTS))]
+    return (base + extra)[:count]
+
+
+def make_rows(n: int, k: int, seed: int = 7) -> list[dict[str, Any]]:
+    """``n`` deterministic rows: question, an answer of 2-4 sentences, a reference, ``k`` contexts."""
+    rng = random.Random(f"{seed}:{n}:{k}")
+    rows = []
+    for i in range(n):
+        e = _entity(rng)
+        question = rng.choice((f"When was the {e['kind']} of {e['place']} built, and who designed it?",
+                               f"Who designed the {e['kind']} in {e['place']} and what is it made of?",
+                               f"What do we know about the history of the {e['kind']} in {e['place']}?"))
+        truth = _facts(e, rng, 5)
+        reference = " ".join(truth[:3])
+        answer_sents = truth[: rng.randint(1, 3)]
+        if rng.random() < 0.4:  # some answers add a claim no context supports
+            answer_sents.append(f"It was later moved to {rng.choice(_PLACES)}.")
+        while len(answer_sents) < 2:
+            answer_sents.append(truth[len(answer_sents)])
+        answer = " ".join(answer_sents[:4])
+        relevant = rng.sample(range(k), min(k, rng.randint(1, 2)))
+        contexts = []
+        for j in range(k):
+            if j in relevant:
+                sents = rng.sample(truth, rng.randint(2, 4))
+            else:  # a passage about another landmark
+                sents = _facts(_entity(rng), rng, rng.randint(2, 4))
+            contexts.append(" ".join(sents))
+        rows.append({"id": f"row{i}", "question": question, "answer": answer, "reference": reference,
+                     "contexts": contexts})
+    return rows
+
+
+# --------------------------------------------------------------------------- workers (each in its tool's venv)
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _worker_ours(spec: dict[str, Any]) -> dict[str, Any]:
+    import pandas as pd
+
+    import mlflow_ragjudge
+    from mlflow_ragjudge import evaluate_frame
+
+    url = spec["url"]
+    rows = spec["rows"]
+    df = pd.DataFrame([{k: r[k] for k in ("question", "answer", "reference", "contexts")} for r in rows])
+    t0 = time.perf_counter()
+    out = evaluate_frame(df, judge=f"openai:/judge-model?base_url={url}", embeddings=f"openai:/emb?base_url={url}",
+                         metrics=list(METRICS), cache=spec.get("cache", False))
+    wall = time.perf_counter() - t0
+    scores: dict[str, list[float | None]] = {}
+    reasons: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for m in METRICS:
+        res = out.results[m]
+        scores[m] = [_finite(r.value) if r.status.value == "scored" else None for r in res]
+        for r in res:
+            if r.status.value != "scored":
+                key = f"{m}:{r.status.value}:{getattr(r.reason, 'value', r.reason)}"
+                reasons[key] = reasons.get(key, 0) + 1
+                examples.setdefault(key, str(r.rationale)[:400])
+    usage = out.config.get("usage", {})
+    by_metric = {m: {k: round(v, 3) for k, v in u.items()}
+                 for m, u in (out.config.get("usage_by_metric") or {}).items()}
+    return {"scores": scores, "wall": wall, "failures": reasons, "failure_examples": examples,
+            "package_file": mlflow_ragjudge.__file__,
+            "tool_usage": {k: usage.get(k) for k in ("requests", "calls", "cache_hits", "input_tokens",
+                                                        "output_tokens", "retries") if k in usage},
+            "usage_by_metric": by_metric,
+            "versions": {"mlflow_ragjudge": mlflow_ragjudge.__version__, **_versions("openai", "pandas")}}
+
+
+def _ragas_inputs(metric: str, r: dict[str, Any]) -> dict[str, Any]:
+    if metric == "faithfulness":
+        return {"user_input": r["question"], "response": r["answer"], "retrieved_contexts": r["contexts"]}
+    if metric == "answer_relevancy":
+        return {"user_input": r["question"], "response": r["answer"]}
+    return {"user_input": r["question"], "reference": r["reference"], "retrieved_contexts": r["contexts"]}
+
+
+def _worker_ragas(spec: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    from openai import AsyncOpenAI
+    from ragas.embeddings import OpenAIEmbeddings
+    from ragas.llms import llm_factory
+    from ragas.metrics import collections as rc
+
+    rows = spec["rows"]
+    keep_going = spec.get("variant") == "return_exceptions"
+
+    async def run() -> tuple[dict[str, list[float | None]], dict[str, int], float]:
+        client = AsyncOpenAI(base_url=spec["url"], api_key="sk-fake")
+        llm = llm_factory("judge-model", client=client)
+        emb = OpenAIEmbeddings(client=client, model="emb")
+        scorers = {"faithfulness": rc.Faithfulness(llm=llm),
+                   "answer_relevancy": rc.AnswerRelevancy(llm=llm, embeddings=emb),
+                   "context_precision": rc.ContextPrecision(llm=llm),
+                   "context_recall": rc.ContextRecall(llm=llm)}
+        scores: dict[str, list[float | None]] = {}
+        errors: dict[str, int] = {}
+        t0 = time.perf_counter()
+        for m in METRICS:
+            inputs = [_ragas_inputs(m, r) for r in rows]
+            if keep_going:
+                got = await asyncio.gather(*(scorers[m].ascore(**i) for i in inputs), return_exceptions=True)
+                scores[m] = []
+                for g in got:
+                    if isinstance(g, BaseException):
+                        key = f"{m}:{type(g).__name__}"
+                        errors[key] = errors.get(key, 0) + 1
+                        scores[m].append(None)
+                    else:
+                        scores[m].append(_finite(g.value))
+                continue
+            try:
+                got = await scorers[m].abatch_score(inputs)
+            except Exception as e:  # noqa: BLE001 - the batch API fails whole: every row of the metric is lost
+                errors[f"{m}:{type(e).__name__}: {str(e)[:160]}"] = len(rows)
+                scores[m] = [None] * len(rows)
+            else:
+                scores[m] = [_finite(g.value) for g in got]
+        return scores, errors, time.perf_counter() - t0
+
+    scores, errors, wall = asyncio.run(run())
+    return {"scores": scores, "wall": wall, "failures": errors,
+            "versions": _versions("ragas", "openai", "instructor", "langchain-core", "langchain-community")}
+
+
+def _worker_deepeval(spec: dict[str, Any]) -> dict[str, Any]:
+    from deepeval import evaluate
+    from deepeval.evaluate.configs import ErrorConfig
+    from deepeval.metrics import (
+        AnswerRelevancyMetric,
+        ContextualPrecisionMetric,
+        ContextualRecallMetric,
+        FaithfulnessMetric,
+    )
+    from deepeval.models import OpenAIModel
+    from deepeval.test_case import LLMTestCase
+
+    rows = spec["rows"]
+    model_kw = {"model": spec["deepeval_model"]} if spec.get("deepeval_model") else {}
+    model = OpenAIModel(base_url=spec["url"], api_key="sk-fake", **model_kw)
+    metrics = {"faithfulness": FaithfulnessMetric(model=model),
+               "answer_relevancy": AnswerRelevancyMetric(model=model),
+               "context_precision": ContextualPrecisionMetric(model=model),
+               "context_recall": ContextualRecallMetric(model=model)}
+    by_name = {metric.__name__: m for m, metric in metrics.items()}
+    cases = [LLMTestCase(name=r["id"], input=r["question"], actual_output=r["answer"], expected_output=r["reference"],
+                         retrieval_context=r["contexts"]) for r in rows]
+    kwargs: dict[str, Any] = {}
+    if spec.get("variant") == "ignore_errors":
+        kwargs["error_config"] = ErrorConfig(ignore_errors=True)
+    scores = {m: [None] * len(rows) for m in METRICS}
+    errors: dict[str, int] = {}
+    t0 = time.perf_counter()
+    try:
+        result = evaluate(test_cases=cases, metrics=list(metrics.values()), **kwargs)
+    except Exception as e:  # noqa: BLE001 - deepeval's default ErrorConfig stops the run at the first error
+        wall = time.perf_counter() - t0
+        errors[f"evaluate:{type(e).__name__}: {str(e)[:160]}"] = len(rows)
+    else:
+        wall = time.perf_counter() - t0
+        index = {r["id"]: i for i, r in enumerate(rows)}
+        for tr in result.test_results:
+            i = index[tr.name]
+            for md in tr.metrics_data or []:
+                m = by_name.get(md.name)
+                if m is None:
+                    continue
+                if md.error:
+                    key = f"{m}:{md.error[:80]}"
+                    errors[key] = errors.get(key, 0) + 1
+                scores[m][i] = None if md.error else _finite(md.score)
+    return {"scores": scores, "wall": wall, "failures": errors, "model": model.get_model_name(),
+            "versions": _versions("deepeval", "openai", "pydantic", "tenacity")}
+
+
+def _versions(*packages: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for p in packages:
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def worker_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", required=True, choices=TOOLS)
+    ap.add_argument("--spec", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    args = ap.parse_args(argv)
+    spec = json.loads(args.spec.read_text())
+    fn = {"ours": _worker_ours, "ragas": _worker_ragas, "deepeval": _worker_deepeval}[args.worker]
+    result = fn(spec)
+    args.out.write_text(json.dumps(result))
+    return 0
+
+
+# --------------------------------------------------------------------------- the server side (our venv)
+
+
+class ProxySink:
+    """A local 'proxy' the workers' HTTP(S)_PROXY points at: it records where a client tried to go, refuses."""
+
+    def __init__(self) -> None:
+        self.attempts: list[str] = []
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._stop = False
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    first = conn.recv(4096).split(b"\r\n", 1)[0].decode("latin-1")
+                    self.attempts.append(" ".join(first.split()[:2]))
+                    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop = True
+        self._sock.close()
+
+
+class FaultMix:
+    """Wraps a handler: per request (in arrival order) a seeded RNG picks HTTP 500, a hang, a malformed reply."""
+
+    def __init__(self, inner: Any, seed: int, p500: float, phang: float, pmalformed: float, hang: float) -> None:
+        self.inner = inner
+        self.rng = random.Random(seed)
+        self.p500, self.phang, self.pmal, self.hang = p500, phang, pmalformed, hang
+        self.lock = threading.Lock()
+        self.counts = {"500": 0, "hang": 0, "malformed": 0, "ok": 0}
+
+    def __call__(self, request: Any) -> Any:
+        from fakellm import Reply, _coerce_reply
+
+        with self.lock:
+            u = self.rng.random()
+            if u < self.p500:
+                kind = "500"
+            elif u < self.p500 + self.phang:
+                kind = "hang"
+            elif u < self.p500 + self.phang + self.pmal and request.api == "openai_chat":
+                kind = "malformed"
+            else:
+                kind = "ok"
+            self.counts[kind] += 1
+        if kind == "500":
+            return Reply.error(500)
+        if kind == "malformed":
+            return Reply(text="I looked at the material carefully and everything seems fine to me, overall.")
+        reply = self.inner(request)
+        if kind == "hang":
+            reply = _coerce_reply(reply)
+            reply.delay += self.hang
+        return reply
+
+
+def _model() -> Any:
+    """The server's handler: the independent compliant model, with the options that let it answer every tool."""
+    from compliant_model import CompliantModel
+
+    return CompliantModel(example_json=True, prompt_schema_too=True)
+
+
+def _prompt_words(req: Any) -> int:
+    return max(1, len(req.prompt_text.split()))  # what the fake server reports as usage.prompt_tokens
+
+
+def run_tool(tool: str, pythons: dict[str, str], server: Any, handler: Any, rows: list[dict[str, Any]],
+             work: Path, sink: ProxySink, *, label: str, cache: Any = False, env_cache: Path | None = None,
+             variant: str | None = None, deepeval_model: str | None = None, ours_src: Path | None = None,
+             timeout: float = 3600) -> dict[str, Any]:
+    """Run one tool's worker against the server; return the server-side counts and the worker's figures."""
+    server.reset()
+    server.set_handler(handler)
+    tag = f"{label}-{tool}" + (f"-{variant}" if variant else "")
+    run_dir = Path(tempfile.mkdtemp(prefix=tag + "-", dir=work))
+    spec = {"url": server.openai_base_url, "rows": rows, "cache": str(cache) if cache else False,
+            "variant": variant, "deepeval_model": deepeval_model}
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPENAI_BASE_URL", "VIRTUAL_ENV")}
+    env.update(QUIET_ENV)
+    env["RAGJUDGE_CACHE_DIR"] = str(env_cache or (run_dir / "ragjudge-cache"))
+    env["RAGJUDGE_OUTPUT_DIR"] = str(run_dir / "outputs")
+    env["HOME_FOR_TOOL"] = str(run_dir)
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        env[key] = sink.url
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    if tool == "ours" and ours_src is not None:
+        env["PYTHONPATH"] = str(ours_src)  # the package exported from a commit, ahead of the editable install
+    sink_before = len(sink.attempts)
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with open(run_dir / "stdout.log", "w") as out, open(run_dir / "stderr.log", "w") as err:
+        proc = subprocess.run([pythons[tool], str(Path(__file__).resolve()), "--worker", tool, "--spec",
+                               str(run_dir / "spec.json"), "--out", str(run_dir / "result.json")],
+                              stdout=out, stderr=err, env=env, cwd=run_dir, timeout=timeout)
+    process_wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    worker_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    if proc.returncode != 0 or not (run_dir / "result.json").exists():
+        tail = (run_dir / "stderr.log").read_text()[-3000:]
+        raise RuntimeError(f"{tag}: worker exit {proc.returncode}; logs in {run_dir}\n{tail}")
+    res = json.loads((run_dir / "result.json").read_text())
+    n = len(rows)
+    reqs = list(server.requests)
+    chat = [r for r in reqs if r.api == "openai_chat"]
+    emb = [r for r in reqs if r.api == "openai_embeddings"]
+    lost = sum(1 for i in range(n) if any(res["scores"][m][i] is None for m in METRICS))
+    fig = {
+        "tool": tool, "variant": variant, "rows": n,
+        "chat_requests": len(chat), "embedding_requests": len(emb),
+        "chat_per_row": len(chat) / n, "emb_per_row": len(emb) / n,
+        "prompt_tokens_per_row": sum(_prompt_words(r) for r in chat) / n,
+        "prompt_chars_per_row": sum(len(r.prompt_text) for r in chat) / n,
+        "request_bytes_per_row": sum(len(r.raw_body) for r in chat) / n,
+        "embedding_texts_per_row": sum(len(r.inputs) for r in emb) / n,
+        "http_429": server.rate_limited_count,
+        "accepted_requests": server.request_count - server.rate_limited_count,
+        "peak_in_flight": server.peak_in_flight,
+        # first to last request received: the share of the wall time the tool spent talking to the server
+        "request_span": (max(r.received_at for r in reqs) - min(r.received_at for r in reqs)) if reqs else 0.0,
+        "structured": _structured_kinds(chat),
+        "wall": res["wall"], "wall_per_row": res["wall"] / n, "process_wall": process_wall,
+        "worker_cpu_s": worker_cpu,  # CPU seconds of the worker process, start-up and imports included
+        "rows_lost": lost,
+        "mean_scores": {m: _mean(res["scores"][m]) for m in METRICS},
+        "failures": res.get("failures", {}),
+        "server_errors": [repr(e) for e in server.errors[:3]],
+        "outbound": sink.attempts[sink_before:],
+        "versions": res.get("versions", {}),
+    }
+    if "tool_usage" in res:
+        fig["tool_usage"] = res["tool_usage"]
+    for key in ("model", "package_file", "failure_examples", "usage_by_metric"):
+        if key in res:
+            fig[key] = res[key]
+    if isinstance(handler, FaultMix):
+        fig["faults_injected"] = dict(handler.counts)
+    print(f"  {tag:34s} chat/row {fig['chat_per_row']:6.2f} emb/row {fig['emb_per_row']:5.2f} "
+          f"prompt tok/row {fig['prompt_tokens_per_row']:7.0f} wall/row {fig['wall_per_row']:6.3f}s "
+          f"(run {fig['wall']:.1f}s, process {process_wall:.1f}s) lost {lost}/{n} 429s {fig['http_429']}"
+          + (f" OUTBOUND {fig['outbound'][:3]}" if fig["outbound"] else ""), file=sys.stderr, flush=True)
+    return fig
+
+
+def _structured_kinds(chat: list[Any]) -> dict[str, int]:
+    """How the requests asked for structure: response_format json_schema/json_object, tools, or nothing; and
+    how many carried a JSON schema in the prompt text too."""
+    from compliant_model import schema_in_conversation
+
+    out: dict[str, int] = {}
+    for r in chat:
+        if schema_in_conversation(r) is not None:
+            out["schema_in_prompt"] = out.get("schema_in_prompt", 0) + 1
+        fmt = r.response_format
+        if isinstance(fmt, dict) and fmt.get("type"):
+            kind = f"response_format:{fmt['type']}"
+        elif r.tools:
+            kind = "tools"
+        else:
+            kind = "none"
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _mean(values: list[Any]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def scenario_a(ctx: dict[str, Any], k: int) -> dict[str, Any]:
+    rows = make_rows(ctx["rows"], k)
+    ctx["server"].latency = ctx["latency"]
+    out = {"k": k, "rows": len(rows), "latency": ctx["latency"], "tools": {}}
+    for tool in ctx["tools"]:
+        out["tools"][tool] = run_tool(tool, ctx["pythons"], ctx["server"], _model(), rows,
+                                      ctx["work"], ctx["sink"], label=f"a-k{k}", deepeval_model=ctx["deepeval_model"],
+                                      ours_src=ctx["ours_src"])
+    return out
+
+
+def scenario_b(ctx: dict[str, Any]) -> dict[str, Any]:
+    rows = make_rows(ctx["rows"], 5)
+    ctx["server"].latency = ctx["latency"]
+    out = {"k": 5, "rows": len(rows), "latency": ctx["latency"], "hang": ctx["hang"],
+           "mix": {"http_500": 0.10, "hang": 0.02, "malformed": 0.05}, "seed": ctx["seed"], "tools": {}}
+    runs = [(t, None) for t in ctx["tools"]]
+    if ctx["variants"]:
+        runs += [(t, v) for t, v in (("ragas", "return_exceptions"), ("deepeval", "ignore_errors"))
+                 if t in ctx["tools"]]
+    for tool, variant in runs:
+        handler = FaultMix(_model(), ctx["seed"], 0.10, 0.02, 0.05, ctx["hang"])
+        key = tool + (f"+{variant}" if variant else "")
+        out["tools"][key] = run_tool(tool, ctx["pythons"], ctx["server"], handler, rows, ctx["work"], ctx["sink"],
+                                     label="b", variant=variant, deepeval_model=ctx["deepeval_model"],
+                                     ours_src=ctx["ours_src"])
+    return out
+
+
+def scenario_c(ctx: dict[str, Any]) -> dict[str, Any]:
+    rows = make_rows(ctx["c_rows"], 5)
+    server = ctx["server"]
+    server.latency = ctx["latency"]
+    server.rate_limit_per_minute = ctx["rpm"]
+    server.rate_limit_window = 60.0
+    out = {"k": 5, "rows": len(rows), "latency": ctx["latency"], "limit_per_minute": ctx["rpm"], "tools": {}}
+    try:
+        for tool in ["ours"] + [t for t in ctx["tools"] if t != "ours" and ctx["c_peers"]]:
+            fig = run_tool(tool, ctx["pythons"], server, _model(), rows, ctx["work"],
+                           ctx["sink"], label="c", deepeval_model=ctx["deepeval_model"], ours_src=ctx["ours_src"])
+            minutes = fig["wall"] / 60.0
+            fig["limit_used"] = fig["accepted_requests"] / (ctx["rpm"] * minutes) if minutes else None
+            print(f"    limit used {fig['limit_used']:.3f}, 429s {fig['http_429']}", file=sys.stderr, flush=True)
+            out["tools"][tool] = fig
+    finally:
+        server.rate_limit_per_minute = None
+    return out
+
+
+def scenario_d(ctx: dict[str, Any]) -> dict[str, Any]:
+    rows = make_rows(ctx["rows"], 5)
+    ctx["server"].latency = ctx["latency"]
+    cache = Path(tempfile.mkdtemp(prefix="d-cache-", dir=ctx["work"]))
+    env_cache = Path(tempfile.mkdtemp(prefix="d-envcache-", dir=ctx["work"]))
+    out: dict[str, Any] = {"k": 5, "rows": len(rows), "latency": ctx["latency"], "runs": {}}
+    for label, envc in (("first", env_cache), ("second", env_cache),
+                        ("second_fresh_RAGJUDGE_CACHE_DIR", None)):
+        out["runs"][label] = run_tool("ours", ctx["pythons"], ctx["server"], _model(), rows,
+                                      ctx["work"], ctx["sink"], label=f"d-{label}", cache=cache, env_cache=envc,
+                                      ours_src=ctx["ours_src"])
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+COLS = (("chat_per_row", "chat req/row", "{:.2f}"), ("emb_per_row", "emb req/row", "{:.2f}"),
+        ("prompt_tokens_per_row", "prompt tok/row", "{:.0f}"), ("prompt_chars_per_row", "prompt chars/row", "{:.0f}"),
+        ("wall_per_row", "wall s/row", "{:.3f}"), ("wall", "wall s", "{:.1f}"), ("rows_lost", "rows lost", "{:d}"))
+
+
+def _ratio(a: float, b: float) -> str:
+    if not b:
+        return "—" if not a else "∞"
+    return f"{a / b:.2f}"
+
+
+def _table(tools: dict[str, dict[str, Any]], cols: tuple = COLS, ratios: bool = True) -> list[str]:
+    lines = ["| tool | " + " | ".join(c[1] for c in cols) + " |", "|---|" + "---:|" * len(cols)]
+    for name, fig in tools.items():
+        lines.append(f"| {name} | " + " | ".join(f.format(fig[k]) for k, _, f in cols) + " |")
+    if ratios and "ours" in tools:
+        for peer in ("ragas", "deepeval"):
+            if peer in tools:
+                o, p = tools["ours"], tools[peer]
+                lines.append(f"| *ours/{peer}* | " + " | ".join(_ratio(o[k], p[k]) for k, _, _ in cols) + " |")
+    return lines
+
+
+def report(res: dict[str, Any]) -> str:
+    out = []
+    for key, sc in res["scenarios"].items():
+        if key.startswith("a"):
+            out.append(f"### a) k = {sc['k']}, {sc['rows']} rows, latency {sc['latency'] * 1000:.0f} ms")
+            out += [""] + _table(sc["tools"]) + [""]
+        elif key == "b":
+            out.append(f"### b) fault mix (10 % HTTP 500, 2 % hang {sc['hang']:g} s, 5 % malformed), "
+                       f"{sc['rows']} rows, k = 5, latency {sc['latency'] * 1000:.0f} ms, seed {sc['seed']}")
+            cols = (("wall", "wall s", "{:.1f}"), ("wall_per_row", "wall s/row", "{:.3f}"),
+                    ("rows_lost", "rows lost", "{:d}"), ("chat_per_row", "chat req/row", "{:.2f}"))
+            out += [""] + _table(sc["tools"], cols) + [""]
+            for name, fig in sc["tools"].items():
+                out.append(f"- {name}: faults injected {fig.get('faults_injected')}; failures "
+                           f"{json.dumps(fig['failures'])[:400]}")
+            out.append("")
+        elif key == "c":
+            out.append(f"### c) rate limit {sc['limit_per_minute']}/min, {sc['rows']} rows, k = 5, "
+                       f"latency {sc['latency'] * 1000:.0f} ms")
+            cols = (("wall", "wall s", "{:.1f}"), ("accepted_requests", "accepted req", "{:d}"),
+                    ("http_429", "429s", "{:d}"), ("limit_used", "limit used", "{:.3f}"),
+                    ("rows_lost", "rows lost", "{:d}"))
+            out += [""] + _table(sc["tools"], cols, ratios=False) + [""]
+        elif key == "d":
+            out.append(f"### d) ours re-run with a persistent cache, {sc['rows']} rows, k = 5")
+            cols = (("chat_requests", "chat requests", "{:d}"), ("embedding_requests", "embedding requests", "{:d}"),
+                    ("wall", "wall s", "{:.2f}"), ("rows_lost", "rows lost", "{:d}"))
+            out += [""] + _table(sc["runs"], cols, ratios=False) + [""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--worker" in argv:
+        return worker_main(argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenarios", nargs="+", default=["a", "b", "d"], choices=["a", "b", "c", "d"],
+                    help="which scenarios (default a b d; c is the rate-limit run, ours only unless --c-peers)")
+    ap.add_argument("--quick", action="store_true",
+                    help="8 rows, latency 50 ms, hang 5 s, k = 5 only, scenarios a b d (a smoke check)")
+    ap.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
+    ap.add_argument("--rows", type=int, help="rows for a, b, d (default 40; quick 8)")
+    ap.add_argument("--ks", nargs="+", type=int, help="chunks per row for scenario a (default 5 10; quick 5)")
+    ap.add_argument("--latency", type=float, help="server latency in s (default 0.2; quick 0.05)")
+    ap.add_argument("--hang", type=float, help="seconds a 'hang' fault waits before answering (default 30; quick 5)")
+    ap.add_argument("--seed", type=int, default=1, help="fault-mix RNG seed (default 1)")
+    ap.add_argument("--no-variants", dest="variants", action="store_false",
+                    help="scenario b: skip the peers' keep-going variants")
+    ap.add_argument("--c-rows", type=int, default=240, help="rows for scenario c (default 240)")
+    ap.add_argument("--rpm", type=int, default=600, help="scenario c: the server's limit per minute (default 600)")
+    ap.add_argument("--c-peers", action="store_true", help="scenario c: run the peers too")
+    ap.add_argument("--ours-rev", default=None,
+                    help="measure mlflow_ragjudge as committed at this git revision (e.g. HEAD: `git archive` into a "
+                         "temporary folder, put first on the worker's PYTHONPATH) instead of the working tree")
+    ap.add_argument("--deepeval-model", default=None,
+                    help="model name given to deepeval's OpenAIModel (default: none, deepeval's own default)")
+    for tool in TOOLS:
+        ap.add_argument(f"--{tool}-python", default=DEFAULT_PYTHONS[tool], help=f"python of {tool}'s venv")
+    ap.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    args = ap.parse_args(argv)
+    if args.quick:
+        defaults = {"rows": 8, "ks": [5], "latency": 0.05, "hang": 5.0}
+        if "--scenarios" not in argv:
+            args.scenarios = ["a", "b", "d"]
+    else:
+        defaults = {"rows": 40, "ks": [5, 10], "latency": 0.2, "hang": 30.0}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    pythons = {t: getattr(args, f"{t}_python") for t in TOOLS}
+    for tool in args.tools:
+        if not Path(pythons[tool]).exists():
+            ap.error(f"no python for {tool} at {pythons[tool]}: run `bash benchmarks/setup_peers.sh` first")
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fakellm import FakeLLMServer
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    rev = args.ours_rev or "HEAD"
+    commit = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "mlflow_ragjudge"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip())
+    measured = f"mlflow_ragjudge at {commit}" if args.ours_rev else (
+        f"the working tree (HEAD {commit}{', with uncommitted changes under mlflow_ragjudge/' if dirty else ''})")
+    res: dict[str, Any] = {"started": started, "commit": commit, "ours_measured": measured, "argv": argv,
+                           "python": sys.version.split()[0], "cpus": os.cpu_count(), "scenarios": {},
+                           "scenario_seconds": {}}
+    sink = ProxySink()
+    with tempfile.TemporaryDirectory(prefix="bench_vs_peers_") as tmp, FakeLLMServer() as server:
+        ctx = {"server": server, "sink": sink, "work": Path(tmp), "pythons": pythons, "tools": args.tools,
+               "rows": args.rows, "latency": args.latency, "hang": args.hang, "seed": args.seed,
+               "variants": args.variants, "c_rows": args.c_rows, "rpm": args.rpm, "c_peers": args.c_peers,
+               "deepeval_model": args.deepeval_model, "ours_src": None}
+        if args.ours_rev:
+            src = Path(tmp) / "ours-src"
+            src.mkdir()
+            archive = subprocess.run(["git", "archive", commit, "mlflow_ragjudge"], cwd=ROOT, capture_output=True,
+                                     check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+            ctx["ours_src"] = src
+        jobs: list[tuple[str, Any]] = []
+        for s in args.scenarios:
+            if s == "a":
+                jobs += [(f"a_k{k}", lambda k=k: scenario_a(ctx, k)) for k in args.ks]
+            else:
+                fn = {"b": scenario_b, "c": scenario_c, "d": scenario_d}[s]
+                jobs.append((s, lambda fn=fn: fn(ctx)))
+        for name, job in jobs:
+            print(f"scenario {name} ...", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            res["scenarios"][name] = job()
+            res["scenario_seconds"][name] = round(time.perf_counter() - t0, 1)
+            if args.json:  # keep what finished, should a later scenario fail
+                args.json.write_text(json.dumps(res, indent=2, default=str))
+    sink.close()
+    versions = {name: fig.get("versions") for sc in res["scenarios"].values()
+                for name, fig in (sc.get("tools") or sc.get("runs") or {}).items()}
+    res["versions"] = versions
+    print(f"{started}; ours = {measured}; versions: {json.dumps(versions)}\n")
+    print(report(res))
+    print("\nscenario seconds: " + json.dumps(res["scenario_seconds"]))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
