@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,15 +27,20 @@ os.environ.update(
 )
 for _var in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "RAGJUDGE_MAX_CONCURRENCY"):
     os.environ.pop(_var, None)
-# A SQLite tracking store puts artifacts under ./mlruns of the working directory: run the tests from a
-# temp directory so nothing lands in the checkout.
 _WORKDIR = _TMP / "cwd"
 _WORKDIR.mkdir()
-os.chdir(_WORKDIR)
 
-from fakellm import fake_llm  # noqa: E402,F401  (the fixture)
+from compliant_model import CompliantModel  # noqa: E402
+from fakellm import fake_llm as _fake_llm  # noqa: E402,F401  (registers the fake_llm fixture)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A SQLite tracking store puts artifacts under ./mlruns of the working directory: run the tests from a
+    # temp directory so nothing lands in the checkout. (Here, not at import: pytest resolves ``testpaths``
+    # against the working directory after loading this file.)
+    os.chdir(_WORKDIR)
 
 
 @pytest.fixture
@@ -42,14 +50,84 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+# ----------------------------------------------------------------------------- MLflow tracking stores
+
+# MLflow runs all its alembic migrations on every new SQLite tracking database (1-3 s each). Each test process
+# builds one initialised database, once, and every test that needs a fresh store gets a copy of it (a file
+# copy is milliseconds): the same empty, fully migrated store, under a path (and so a URI) of its own.
+_STORE_TEMPLATE = _TMP / "mlflow-template.db"
+_STORE_TEMPLATE_LOCK = threading.Lock()
+
+
+def _store_template() -> Path:
+    with _STORE_TEMPLATE_LOCK:
+        if not _STORE_TEMPLATE.is_file():
+            from mlflow.tracking import MlflowClient
+
+            building = _TMP / "mlflow-template-building.db"
+            # From the tests' working directory, like a store made by a test, so experiment 0 (created with the
+            # tables) has the artifact location a store made in a test would give it.
+            MlflowClient(f"sqlite:///{building}").search_experiments()
+            building.replace(_STORE_TEMPLATE)
+        return _STORE_TEMPLATE
+
+
+def _fresh_tracking_uri(db: Path) -> str:
+    """Put a new, initialised, empty MLflow SQLite store at ``db`` (which must not exist); returns its URI."""
+    if db.exists():
+        raise FileExistsError(f"{db} exists: a fresh store needs a new path")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    # sqlite's backup API: a consistent copy even while a connection to the template is open
+    with contextlib.closing(sqlite3.connect(_store_template())) as src, contextlib.closing(sqlite3.connect(db)) as dst:
+        src.backup(dst)
+    return f"sqlite:///{db}"
+
+
+@pytest.fixture
+def fresh_tracking_uri():
+    """``fresh_tracking_uri(path)``: a new, empty MLflow SQLite store at ``path``; returns its URI (not made active)."""
+    return _fresh_tracking_uri
+
+
 @pytest.fixture
 def tmp_tracking(tmp_path, monkeypatch):
-    """A fresh SQLite MLflow tracking store for one test."""
+    """A fresh SQLite MLflow tracking store for one test (``tmp_path / "mlflow.db"``), made the active one."""
     import mlflow
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = _fresh_tracking_uri(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment_id="0")  # forget an experiment made active by an earlier test
     yield uri
     mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI"))
+
+
+# ----------------------------------------------------------------------------- judges on the fake server
+
+
+@pytest.fixture
+def judge_api_key() -> str:
+    """The OpenAI API key ``judge_uri`` sets (a module overrides this fixture to choose its own)."""
+    return "sk-test-judge-0001"
+
+
+@pytest.fixture
+def judge_handler():
+    """The fake server's handler that ``judge_uri`` installs; None keeps the server's (a module overrides this)."""
+    return None
+
+
+@pytest.fixture
+def judge_uri(fake_llm, monkeypatch, judge_api_key, judge_handler) -> str:
+    """An OpenAI judge URI on the fake server, with ``OPENAI_API_KEY`` set to ``judge_api_key``."""
+    monkeypatch.setenv("OPENAI_API_KEY", judge_api_key)
+    if judge_handler is not None:
+        fake_llm.set_handler(judge_handler)
+    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+
+
+@pytest.fixture
+def judge(fake_llm) -> str:
+    """A judge URI on the fake server, answered by the independent, schema-compliant model."""
+    fake_llm.set_handler(CompliantModel("json_schema"))
+    return f"openai:/m?base_url={fake_llm.openai_base_url}"

@@ -10,7 +10,6 @@ import json
 import mlflow
 import pandas as pd
 import pytest
-from compliant_model import CompliantModel
 
 from mlflow_ragjudge import evaluate_frame
 from mlflow_ragjudge.cli import main
@@ -29,12 +28,6 @@ def frame(**changes) -> pd.DataFrame:
     data = {k: list(v) for k, v in BASE.items()}
     data.update(changes)
     return pd.DataFrame(data, dtype=object)  # object columns keep whatever a caller's pipeline put there
-
-
-@pytest.fixture
-def judge(fake_llm):
-    fake_llm.set_handler(CompliantModel("json_schema"))
-    return f"openai:/m?base_url={fake_llm.openai_base_url}"
 
 
 # ----------------------------------------------------------------------------- configuration (Python)

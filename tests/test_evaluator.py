@@ -36,9 +36,8 @@ def verdict_by_response(table: dict[str, object]):
 
 
 @pytest.fixture
-def judge_uri(fake_llm, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+def judge_api_key():
+    return SECRET
 
 
 @pytest.fixture

@@ -46,10 +46,8 @@ def make_system(history_aware: bool):
 
 
 @pytest.fixture
-def judge_uri(fake_llm, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-multiturn-test")
-    fake_llm.set_handler(router)
-    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+def judge_handler():
+    return router
 
 
 def df(n=2):

@@ -44,10 +44,8 @@ def router(req):
 
 
 @pytest.fixture
-def judge_uri(fake_llm, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-ragas-family-test")
-    fake_llm.set_handler(router)
-    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+def judge_handler():
+    return router
 
 
 def embed(texts):

@@ -32,12 +32,6 @@ ROWS = pd.DataFrame({
 
 
 @pytest.fixture
-def judge(fake_llm):
-    fake_llm.set_handler(CompliantModel("json_schema"))
-    return f"openai:/m?base_url={fake_llm.openai_base_url}"
-
-
-@pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(d))
@@ -260,7 +254,7 @@ def test_a_failure_after_the_judge_calls_saves_the_results_so_far(judge, tmp_pat
 # ----------------------------------------------------------------------------- kill -9 and resume
 
 
-def test_killed_mid_run_and_resumed_only_unfinished_calls_are_sent(fake_llm, tmp_path):
+def test_killed_mid_run_and_resumed_only_unfinished_calls_are_sent(fake_llm, tmp_path, fresh_tracking_uri):
     fake_llm.set_handler(CompliantModel("json_schema"))
     fake_llm.latency = 0.15
     rows = pd.DataFrame({
@@ -272,8 +266,8 @@ def test_killed_mid_run_and_resumed_only_unfinished_calls_are_sent(fake_llm, tmp
     data = tmp_path / "rows.jsonl"
     rows.to_json(data, orient="records", lines=True)
     base_env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")}
-    env = dict(base_env, RAGJUDGE_CACHE_DIR=str(tmp_path / "cache"),
-               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", RAGJUDGE_OUTPUT_DIR=str(tmp_path / "out"))
+    env = dict(base_env, RAGJUDGE_CACHE_DIR=str(tmp_path / "cache"), RAGJUDGE_OUTPUT_DIR=str(tmp_path / "out"),
+               MLFLOW_TRACKING_URI=fresh_tracking_uri(tmp_path / "mlflow.db"))
     cmd = [sys.executable, "-m", "mlflow_ragjudge", "evaluate", str(data), "--judge",
            f"openai:/m?base_url={fake_llm.openai_base_url}", "--metrics", "correctness,faithfulness",
            "--max-concurrency", "2"]

@@ -238,13 +238,11 @@ def _files_containing(root: Path, needles: list[str]) -> list[str]:
     return hits
 
 
-def test_no_credential_reaches_any_file_or_log(fake_llm, tmp_path, monkeypatch, rows_file, capsys):
+def test_no_credential_reaches_any_file_or_log(fake_llm, tmp_path, tmp_tracking, monkeypatch, rows_file, capsys):
     password, api_key, header = "pw-Zq81xVt0", "sk-live-KEYa7f3e9", "gw-token-55b1c0"
     monkeypatch.setenv("OPENAI_API_KEY", api_key)
     monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(tmp_path / "cache"))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
+    assert tmp_tracking == f"sqlite:///{tmp_path / 'mlflow.db'}"  # the store is in tmp_path: scanned below
     exp = mlflow.create_experiment("creds", artifact_location=(tmp_path / "artifacts").as_uri())
     mlflow.set_experiment(experiment_id=exp)
     fake_llm.set_handler(CompliantModel("json_object"))

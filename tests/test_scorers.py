@@ -9,12 +9,6 @@ from fakellm import Reply
 from mlflow_ragjudge.scorers import Correctness, LexicalOverlap, RetrievalMetrics
 
 
-@pytest.fixture
-def judge_uri(fake_llm, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-scorer-test")
-    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
-
-
 def _verdicts(req):
     text = req.prompt_text  # the whole conversation, so a re-ask is answered for the same row
     if "ans-good" in text:
