@@ -83,7 +83,7 @@ def _fresh_tracking_uri(db: Path) -> str:
     return f"sqlite:///{db}"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def fresh_tracking_uri():
     """``fresh_tracking_uri(path)``: a new, empty MLflow SQLite store at ``path``; returns its URI (not made active)."""
     return _fresh_tracking_uri

@@ -24,10 +24,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(workdir: Path, timeout: float = 120) -> tuple[subprocess.Popen, str]:
-    """Start `mlflow server` on 127.0.0.1 with a SQLite store in ``workdir``; returns (process, url)."""
+def start_server(workdir: Path, timeout: float = 120, *, jobs: bool = False) -> tuple[subprocess.Popen, str]:
+    """Start `mlflow server` on 127.0.0.1 with a SQLite store in ``workdir``; returns (process, url).
+
+    ``workdir / "mlflow.db"`` is created (and migrated) by the server unless it is there already. ``jobs``: MLflow's
+    job execution, off by default: it starts several consumer processes (each importing mlflow) that neither
+    logging runs nor the UI pages need.
+    """
     port = free_port()
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true")
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true",
+               MLFLOW_SERVER_ENABLE_JOB_EXECUTION="true" if jobs else "false")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
@@ -44,7 +50,7 @@ def start_server(workdir: Path, timeout: float = 120) -> tuple[subprocess.Popen,
                 if r.status == 200:
                     return proc, url
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"mlflow server did not answer within {timeout:g} s")
 

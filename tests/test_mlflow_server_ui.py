@@ -14,8 +14,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, fresh_tracking_uri):
     workdir = tmp_path_factory.mktemp("mlflow-server")
+    fresh_tracking_uri(workdir / "mlflow.db")  # an initialised store: the server need not migrate a new one
     proc, url = start_server(workdir)
     yield url
     proc.terminate()
