@@ -88,18 +88,23 @@ def test_cache_can_be_switched_off(fake_llm, oa):
     assert fake_llm.request_count == 2
 
 
-def test_unparseable_reply_is_reasked_once_then_fails_and_is_not_cached(fake_llm, oa, tmp_path):
+def test_unparseable_reply_is_reasked_twice_then_fails_and_is_not_cached(fake_llm, oa, tmp_path):
     fake_llm.set_handler(lambda r: "I think it is quite good.")
     cache = CallCache(tmp_path / "c.sqlite")
     client = oa(cache=cache)
     res = client.call(_req(), parse=_score_parse, prompt_version="v")
     assert not res.ok and res.failure.value == "parse_error"
     assert res.raw == "I think it is quite good."
-    assert fake_llm.request_count == 2  # the first try and one re-ask
+    assert fake_llm.request_count == 3  # the first try and two re-asks (max_reasks=2)
     reask = fake_llm.requests[1].messages
     assert reask[-2]["role"] == "assistant" and "could not be read" in reask[-1]["content"]
     assert len(cache) == 0
-    assert [r["outcome"] for r in res.records] == ["parse_error", "parse_error"]
+    assert [r["outcome"] for r in res.records] == ["parse_error"] * 3
+    # each re-ask shows the original request and only the last reply, so the prompt does not grow
+    assert len(fake_llm.requests[2].messages) == len(fake_llm.requests[1].messages)
+    client.max_reasks = 0
+    fake_llm.reset()
+    assert not client.call(_req(), parse=_score_parse, prompt_version="v").ok and fake_llm.request_count == 1
 
 
 def test_reask_recovers(fake_llm, oa):

@@ -153,7 +153,7 @@ def test_prompt_files_are_versioned_and_strict(name, language):
     assert load_prompt(name, "en").schema == prompt.schema  # one schema, whatever the language
 
 
-def test_malformed_verdict_json_is_reasked_once_then_fails_with_raw_kept(fake_llm, openai_client):
+def test_malformed_verdict_json_is_reasked_then_fails_with_raw_kept(fake_llm, openai_client):
     fake_llm.set_handler(router(verify='{"verdicts": [{"claim": 1, "reason": "cut off'))
     result = FaithfulnessJudge(openai_client).judge(QUESTION, RESPONSE, EVIDENCE)
 
@@ -161,9 +161,9 @@ def test_malformed_verdict_json_is_reasked_once_then_fails_with_raw_kept(fake_ll
     assert result.raw == '{"verdicts": [{"claim": 1, "reason": "cut off'
     assert result.value is None
     reqs = chat_requests(fake_llm)
-    assert len(reqs) == 3  # extraction, verification, one re-ask
+    assert len(reqs) == 4  # extraction, verification, two re-asks
     assert "Your previous reply could not be read" in reqs[2].last_user_text
-    assert [c["purpose"] for c in result.calls] == ["statements", "faithfulness", "faithfulness:reask"]
+    assert [c["purpose"] for c in result.calls] == ["statements", "faithfulness"] + ["faithfulness:reask"] * 2
     assert result.details["failed_stage"] == "claim verification"
     assert [c["claim"] for c in result.details["claims"]] == CLAIMS  # the claims are kept
 
@@ -233,8 +233,8 @@ def test_claims_still_missing_after_asking_again_fail_the_row_never_padded(
     missing = int(problem.split("[")[1].split("]")[0])
     assert result.details["claims"][missing - 1]["supported"] is None  # nothing guessed
     purposes = [c["purpose"] for c in result.calls]
-    # the follow-up asked about the missing claim alone; its reply named none of it, so it was re-asked once
-    assert purposes == ["statements", "faithfulness", "faithfulness:missing", "faithfulness:missing:reask"]
+    # the follow-up asked about the missing claim alone; its reply named none of it, so it was re-asked (twice)
+    assert purposes == ["statements", "faithfulness", "faithfulness:missing"] + ["faithfulness:missing:reask"] * 2
 
 
 def test_inconsistent_reply_is_not_cached(fake_llm, monkeypatch, tmp_path):

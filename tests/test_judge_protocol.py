@@ -114,7 +114,32 @@ def test_a_proxy_that_ignores_response_format_moves_the_schema_into_the_prompt(f
     _assert_every_row_scored(out, len(df))
     assert out.params["ragjudge.judge.structured"] == "json_schema_basic"
     reasks = [t for t in out.transcripts if t["purpose"].endswith(":reask")]
-    assert 1 <= len(reasks) <= 8  # only requests already in flight when the first prose reply arrived
+    # the connection moves after PROSE_TO_DOWNGRADE prose replies: re-asked are those and the requests
+    # already in flight then
+    in_flight = rj.JudgeClient(f"openai:/indie-7b?base_url={fake_llm.openai_base_url}", cache=False).gate.limit
+    assert 1 <= len(reasks) <= OpenAIBackend.PROSE_TO_DOWNGRADE + in_flight
+
+
+def test_a_model_that_slips_into_prose_now_and_then_keeps_the_schema_mode(fake_llm):
+    """One reply in ten is prose: each is re-asked and recovered, and the connection stays on json_schema
+    (only a server that answers in prose about as often as not is treated as ignoring the schema)."""
+    model = CompliantModel("json_schema")
+    n = {"chat": 0}
+
+    def handler(request):
+        if request.api == "openai_chat":
+            n["chat"] += 1
+            if n["chat"] % 10 == 3:
+                return "I have read the passages carefully and everything looks consistent to me."
+        return model(request)
+
+    fake_llm.set_handler(handler)
+    df = pd.DataFrame(ROWS)
+    out = rj.evaluate_frame(df, judge=f"openai:/slippy-7b?base_url={fake_llm.openai_base_url}",
+                            metrics=["correctness", "faithfulness", "context_precision"], progress=False)
+    _assert_every_row_scored(out, len(df))
+    assert out.params["ragjudge.judge.structured"] == "json_schema"
+    assert any(t["purpose"].endswith(":reask") for t in out.transcripts)
 
 
 def test_anthropic_tool_use_against_the_independent_model(fake_llm, monkeypatch):

@@ -236,6 +236,10 @@ class Backend(ABC):
         """How structured replies are obtained on this connection right now (recorded on the run)."""
         return "json_schema" if self.supports_json_schema else "text"
 
+    def format_followed(self, mode: str) -> None:
+        """A reply sent in ``mode`` held the JSON asked for (negotiating backends count it)."""
+        return None
+
     def format_ignored(self, mode: str) -> None:
         """A reply sent in ``mode`` held no JSON at all: the server accepted the structured-output
         request but did not enforce it. Backends that negotiate move to a mode that carries the

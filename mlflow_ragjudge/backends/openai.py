@@ -57,6 +57,8 @@ _ALIASES = {"none": "text", "auto": None}
 # The negotiated mode of each connection (provider + base URL), for the whole process.
 _NEGOTIATED: dict[str, str] = {}
 _NEGOTIATED_LOCK = threading.Lock()
+_PROSE: dict[str, int] = {}  # prose replies to json_schema requests, per connection
+_FOLLOWED: dict[str, int] = {}  # replies that held the JSON asked for, per connection
 # Connections whose mode a structured reply has confirmed. Until then structured requests on the
 # connection go one at a time, so a refusing server sees one refused request per mode, not one per
 # thread of a concurrent run.
@@ -311,11 +313,26 @@ class OpenAIBackend(Backend):
             structured_mode=mode,
         )
 
-    def format_ignored(self, mode: str) -> None:
-        # A server that accepts response_format but answers in prose does not enforce the schema: from
-        # now on the schema rides in the prompt (json_schema_basic), where a model can read it.
+    #: prose replies to json_schema requests on a connection before it moves to json_schema_basic, and only
+    #: while they are at least as many as the replies that followed the schema: a server that ignores
+    #: response_format answers in prose nearly always; a model that slips now and then stays on json_schema
+    PROSE_TO_DOWNGRADE = 3
+
+    def format_followed(self, mode: str) -> None:
         if self.pinned_mode is None and mode == "json_schema":
-            self._downgrade(mode)
+            with _NEGOTIATED_LOCK:
+                _FOLLOWED[self.connection_key()] = _FOLLOWED.get(self.connection_key(), 0) + 1
+
+    def format_ignored(self, mode: str) -> None:
+        # A server that accepts response_format but answers in prose does not enforce the schema: the schema
+        # then rides in the prompt (json_schema_basic), where a model can read it.
+        if self.pinned_mode is None and mode == "json_schema":
+            key = self.connection_key()
+            with _NEGOTIATED_LOCK:
+                _PROSE[key] = _PROSE.get(key, 0) + 1
+                move = _PROSE[key] >= self.PROSE_TO_DOWNGRADE and _PROSE[key] >= _FOLLOWED.get(key, 0)
+            if move:
+                self._downgrade(mode)
 
     def _format_refused(self, err: BackendError, mode: str) -> BackendError:
         if self.pinned_mode is not None:
