@@ -31,11 +31,13 @@ from .cache import CallCache, cache_key
 from .pricing import cost_usd
 from .types import FailureReason, ParseError
 
-__all__ = ["FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for"]
+__all__ = [
+    "FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for",
+    "configure_provider",
+]
 
 ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
 ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
-DEFAULT_MAX_CONCURRENCY = 8
 MEMO_SIZE = 4096  # replies kept in memory per client, so identical requests in one run are sent once
 RECENT_RECORDS = 1000  # transcript records a client keeps for inspection (results carry their own)
 MAX_RATE_LIMITED_ATTEMPTS = 100  # hard cap on 429-with-retry-after attempts per call
@@ -52,9 +54,17 @@ PARSE_FAILURES = frozenset({FailureReason.PARSE_ERROR, FailureReason.INCONSISTEN
 
 
 class ProviderGate:
-    """Concurrency limit and request pacing for one provider connection.
+    """Concurrency limit and request pacing for one provider connection, shared by every client in the process.
 
-    ``limit`` calls may be in flight at once; with ``requests_per_minute`` set,
+    ``limit`` calls may be in flight at once. Unless a limit is set explicitly (:func:`configure_provider`, or
+    ``RAGJUDGE_MAX_CONCURRENCY``), the limit is found by additive increase / multiplicative decrease, as TCP
+    finds a link's capacity: it starts at ``ADAPTIVE_START``, doubles after each ``limit`` successful requests
+    until the first 429 (slow start), then grows by one per ``limit`` successes, up to ``ADAPTIVE_MAX``; a 429
+    halves it (at most once per round trip -- the median latency of recent replies, 1 s before any -- so one
+    burst of 429s counts once). So default
+    settings use what a server allows without a hand-set limit, and back off when it says no.
+
+    With ``requests_per_minute`` set,
     call starts are spaced ``60 / rpm`` seconds apart; after a 429 every caller
     waits until the cool-down the server asked for has passed, and is then let out
     one at a time, ``spacing`` seconds apart (the last ``retry-after``, capped at
@@ -63,16 +73,25 @@ class ProviderGate:
     """
 
     MAX_SPACING = 1.0
+    ADAPTIVE_START = 16
+    ADAPTIVE_MAX = 64
     #: tail latency: after this many successful requests on the connection, the first attempt of a request is
     #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
     MIN_OBSERVATIONS = 20
     TAIL_FACTOR = 8.0
     MIN_ADAPTIVE_TIMEOUT = 10.0
 
-    def __init__(self, limit: int = DEFAULT_MAX_CONCURRENCY, requests_per_minute: float | None = None) -> None:
+    def __init__(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
         self._cond = threading.Condition()
-        self.limit = limit
+        #: an explicit limit is kept as it is; otherwise the limit adapts (see the class docstring)
+        self.fixed = limit is not None
+        self.limit = limit if limit is not None else self.ADAPTIVE_START
+        self.ceiling = limit if limit is not None else self.ADAPTIVE_MAX
         self.requests_per_minute = requests_per_minute
+        self.decreases = 0
+        self._slow_start = True
+        self._ok = 0
+        self._last_decrease = -1e9
         self.active = 0
         self.peak = 0
         self._next_start = 0.0
@@ -87,7 +106,8 @@ class ProviderGate:
             if limit is not None:
                 if limit < 1:
                     raise ValueError(f"max_concurrency must be >= 1, got {limit}")
-                self.limit = limit
+                self.limit = self.ceiling = limit
+                self.fixed = True
             if requests_per_minute is not None:
                 if requests_per_minute < 0:
                     raise ValueError(f"requests_per_minute must be >= 0 (0 = no pacing), got {requests_per_minute}")
@@ -141,10 +161,31 @@ class ProviderGate:
         return min(timeout, max(self.MIN_ADAPTIVE_TIMEOUT, self.TAIL_FACTOR * p95))
 
     def succeeded(self) -> None:
-        """A request went through: relax the post-429 spacing."""
-        if self._spacing:
-            with self._cond:
+        """A request went through: relax the post-429 spacing; an adaptive limit grows (see the class docstring)."""
+        with self._cond:
+            if self._spacing:
                 self._spacing = 0.0 if self._spacing < 0.01 else self._spacing * 0.9
+            if self.fixed or self.limit >= self.ceiling:
+                return
+            self._ok += 1
+            if self._ok >= self.limit:
+                self.limit = min(self.ceiling, self.limit * 2 if self._slow_start else self.limit + 1)
+                self._ok = 0
+                self._cond.notify_all()
+
+    def throttled(self) -> None:
+        """The server said no (429): an adaptive limit halves, at most once per round trip."""
+        with self._cond:
+            self._slow_start = False
+            now = time.monotonic()
+            recent = sorted(self._latencies)[-50:] if self._latencies else []
+            round_trip = min(5.0, max(0.05, recent[len(recent) // 2])) if recent else 1.0
+            if self.fixed or now - self._last_decrease < round_trip:
+                return
+            self.limit = max(1, self.limit // 2)
+            self._ok = 0
+            self._last_decrease = now
+            self.decreases += 1
 
 
 _GATES: dict[str, ProviderGate] = {}
@@ -157,8 +198,18 @@ def gate_for(key: str) -> ProviderGate:
         gate = _GATES.get(key)
         if gate is None:
             env = os.environ.get(ENV_MAX_CONCURRENCY)
-            gate = _GATES[key] = ProviderGate(int(env) if env else DEFAULT_MAX_CONCURRENCY)
+            gate = _GATES[key] = ProviderGate(int(env) if env else None)
         return gate
+
+
+def configure_provider(judge: str | Backend, *, max_concurrency: int | None = None,
+                       requests_per_minute: float | None = None) -> ProviderGate:
+    """Set a provider connection's process-wide limits explicitly: ``max_concurrency`` requests in flight
+    (instead of the adaptive limit) and ``requests_per_minute`` pacing (0 turns it off). Every client of the
+    connection in this process is bound by them."""
+    gate = gate_for(resolve_backend(judge).connection_key())
+    gate.configure(max_concurrency, requests_per_minute)
+    return gate
 
 
 # --------------------------------------------------------------------------- accounting
@@ -253,11 +304,13 @@ class JudgeClient:
         judge: a judge URI (``openai:/gpt-4o-mini``) or a :class:`Backend`.
         cache: True for the default on-disk cache, False/None for none, a path,
             or a :class:`CallCache`.
-        max_concurrency: calls in flight per provider connection, process-wide
-            (default 8, or ``RAGJUDGE_MAX_CONCURRENCY``).
-        requests_per_minute: pace request starts to this rate (a provider's limit); 0 turns
-            pacing off. Like ``max_concurrency`` it is a process-wide setting of the provider
-            connection; ``None`` leaves it as it is.
+        max_concurrency: a cap on this client's own calls in flight (default: none). Every client of a
+            provider connection is also bound by the connection's process-wide limit: adaptive (AIMD on
+            429s, 16 to 64) unless set with :func:`configure_provider` or ``RAGJUDGE_MAX_CONCURRENCY``.
+            Building a client never changes another client's limit.
+        requests_per_minute: pace request starts to this rate (a provider's limit, so a setting of the
+            provider connection, as with :func:`configure_provider`); 0 turns pacing off; ``None`` leaves
+            it as it is.
         timeout: seconds per request.
         max_attempts: attempts per request, the first included. A 429 that carries
             ``retry-after`` does not use one up (waits are bounded by ``max_retry_time``).
@@ -310,7 +363,13 @@ class JudgeClient:
         else:
             self.cache = CallCache.open(cache)
         self.gate = gate_for(self.backend.connection_key())
-        self.gate.configure(max_concurrency, requests_per_minute)
+        # max_concurrency caps this client's own calls in flight (the connection's gate bounds all clients);
+        # requests_per_minute is the provider's pacing, a setting of the connection
+        self.max_concurrency = max_concurrency
+        self._cap = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
+        self._in_flight = 0
+        self.peak_in_flight = 0
+        self.gate.configure(None, requests_per_minute)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.max_retry_time = max_retry_time
@@ -456,7 +515,8 @@ class JudgeClient:
     def summary(self) -> dict[str, Any]:
         with self._lock:
             d = self.usage.as_dict()
-        d["peak_in_flight"] = self.gate.peak
+        d["peak_in_flight"] = self.peak_in_flight  # this client's own
+        d["connection_limit"] = self.gate.limit  # the connection's concurrency limit now (adaptive unless set)
         d["structured_mode"] = self.structured_mode
         return d
 
@@ -510,7 +570,12 @@ class JudgeClient:
         while True:
             attempt += 1
             budget_used += 1
+            if self._cap is not None:
+                self._cap.acquire()
             waited += gate.acquire(self._sleep)
+            with self._lock:
+                self._in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
             try:
                 with self._lock:
                     self.usage.requests += 1
@@ -525,7 +590,12 @@ class JudgeClient:
                 err = BackendError(ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
             finally:
                 gate.release()
+                with self._lock:
+                    self._in_flight -= 1
+                if self._cap is not None:
+                    self._cap.release()
             if err.kind is ErrorKind.RATE_LIMITED:
+                gate.throttled()
                 with self._lock:
                     self.usage.rate_limited += 1
             if err.kind is ErrorKind.FORMAT_REJECTED:

@@ -116,7 +116,8 @@ class RagJudgeConfig:
         language: judge prompt language (``en``, ``ja``).
         judge_output: ``auto``, ``json`` or ``prometheus``.
         max_context_chars: context budget of the correctness judge.
-        max_concurrency: judge calls in flight per provider, process-wide.
+        max_concurrency: a cap on this run's judge calls in flight (default: none; the provider connection's
+            adaptive limit, or the one set with ``configure_provider``, bounds every run).
         requests_per_minute: pace judge calls to a provider's rate limit.
         cache: True (default on-disk cache), False, or a cache directory/file path.
         timeout: seconds per judge request.

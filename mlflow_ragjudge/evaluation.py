@@ -277,8 +277,8 @@ def _workers(ctx: RunContext, tasks: int) -> int:
     their row (a task makes one to three calls in a row); the gate, not the pool, bounds what is in flight."""
     if ctx.client is None:
         return 1
-    limit = ctx.client.gate.limit or 1
-    return max(1, min(tasks, 128, max(8, 4 * limit)))
+    limit = ctx.client.max_concurrency or ctx.client.gate.ceiling
+    return max(1, min(tasks, 256, max(8, 2 * limit)))
 
 
 def _schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence[Row],

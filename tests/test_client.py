@@ -183,28 +183,87 @@ def test_malformed_body_and_empty_content(fake_llm, oa):
     assert res.ok and res.parsed["score"] == 1
 
 
-def test_concurrency_limit_holds_across_threads(fake_llm, tmp_path):
-    fake_llm.latency = 0.05
-    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url + "/", api_key="k", structured="none")
-    clients = [JudgeClient(backend, cache=False, max_concurrency=3) for _ in range(2)]
-    errors: list[Exception] = []
-
-    def work(i: int) -> None:
-        try:
-            res = clients[i % 2].call(_req(f"q{i}"))
-            assert res.ok
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(24)]
+def _threads(n: int, work) -> None:
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors
-    assert fake_llm.request_count == 24
-    assert fake_llm.peak_in_flight <= 3
-    assert fake_llm.peak_in_flight >= 2  # it did run in parallel
+
+
+def test_max_concurrency_caps_each_client_and_never_changes_another(fake_llm, tmp_path):
+    fake_llm.latency = 0.05
+    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url + "/", api_key="k", structured="none")
+    clients = [JudgeClient(backend, cache=False, max_concurrency=3) for _ in range(2)]
+    for c in clients:
+        c.gate = clients[0].gate = ProviderGate() if c is clients[0] else clients[0].gate
+    other = JudgeClient(backend, cache=False, max_concurrency=1)  # built last: changes nothing for the others
+    results = []
+    _threads(24, lambda i: results.append(clients[i % 2].call(_req(f"q{i}"))))
+    assert all(r.ok for r in results) and fake_llm.request_count == 24
+    assert all(2 <= c.peak_in_flight <= 3 for c in clients)  # each capped at its own 3, and ran in parallel
+    assert fake_llm.peak_in_flight <= 6 and other.peak_in_flight == 0
+
+
+def test_configure_provider_limits_every_client_of_the_connection(fake_llm):
+    from mlflow_ragjudge.client import configure_provider
+
+    fake_llm.latency = 0.05
+    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url + "/", api_key="k", structured="none")
+    gate = configure_provider(backend, max_concurrency=3)
+    try:
+        clients = [JudgeClient(backend, cache=False) for _ in range(2)]
+        results = []
+        _threads(24, lambda i: results.append(clients[i % 2].call(_req(f"p{i}"))))
+        assert all(r.ok for r in results)
+        assert 2 <= fake_llm.peak_in_flight <= 3
+    finally:
+        gate.fixed, gate.limit, gate.ceiling = False, ProviderGate.ADAPTIVE_START, ProviderGate.ADAPTIVE_MAX
+
+
+def test_adaptive_limit_grows_on_success_and_halves_on_429():
+    gate = ProviderGate()
+    assert not gate.fixed and gate.limit == ProviderGate.ADAPTIVE_START
+    for _ in range(ProviderGate.ADAPTIVE_START):
+        gate.succeeded()
+    assert gate.limit == 2 * ProviderGate.ADAPTIVE_START  # slow start: doubles per window of successes
+    gate.throttled()
+    gate.throttled()  # the same burst of 429s (within one round trip): one decrease
+    assert gate.limit == ProviderGate.ADAPTIVE_START and gate.decreases == 1
+    for _ in range(gate.limit):
+        gate.succeeded()
+    assert gate.limit == ProviderGate.ADAPTIVE_START + 1  # after a 429: additive increase
+    for _ in range(10_000):
+        gate.succeeded()
+    assert gate.limit == ProviderGate.ADAPTIVE_MAX
+    fixed = ProviderGate(4)
+    for _ in range(100):
+        fixed.succeeded()
+    fixed.throttled()
+    assert fixed.limit == 4
+
+
+def test_default_settings_find_a_servers_concurrency_limit(fake_llm):
+    """A server that answers 429 above 10 requests in flight, with 120 callers queued at once: the adaptive
+    limit comes down to the server's, every call succeeds, and the 429s stay few (counted, no clock)."""
+    fake_llm.latency = 0.1  # long enough that every caller is queued before the first replies
+    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url + "/", api_key="k", structured="none")
+    client = JudgeClient(backend, cache=False)
+    client.gate = ProviderGate()  # a fresh adaptive gate, whatever earlier tests did on this connection
+    model = fake_llm.default_handler
+
+    def handler(request):
+        if fake_llm.in_flight > 10:
+            return Reply.error(429, "too many requests in flight", headers={"retry-after": "0"})
+        return model(request)
+
+    fake_llm.set_handler(handler)
+    results = []
+    _threads(120, lambda i: results.append(client.call(_req(f"c{i}"))))
+    assert all(r.ok for r in results)
+    assert client.gate.decreases >= 1 and client.gate.limit <= 16  # it came down from slow start
+    assert client.usage.rate_limited < 60
+    assert client.peak_in_flight <= 16
 
 
 def test_gate_paces_requests_per_minute():
@@ -359,10 +418,12 @@ def test_end_of_cool_down_is_not_a_burst(fake_llm, oa):
     assert fake_llm.rate_limited_count <= 14  # measured: 6-8 with the spaced release, 18-22 without
 
 
-def test_pacing_can_be_turned_off_by_a_later_client(fake_llm, oa):
+def test_pacing_is_a_setting_of_the_connection(fake_llm, oa):
     first = oa(requests_per_minute=60)
     assert first.gate.requests_per_minute == 60
-    oa(requests_per_minute=0)
+    oa()  # a client that says nothing leaves it as it is
+    assert first.gate.requests_per_minute == 60
+    oa(requests_per_minute=0)  # an explicit 0 turns it off for the connection
     assert first.gate.requests_per_minute is None
 
 
