@@ -60,7 +60,8 @@ class ProviderGate:
     ``RAGJUDGE_MAX_CONCURRENCY``), the limit is found by additive increase / multiplicative decrease, as TCP
     finds a link's capacity: it starts at ``ADAPTIVE_START``, doubles after each ``limit`` successful requests
     until the first 429 (slow start), then grows by one per ``limit`` successes, up to ``ADAPTIVE_MAX``; a 429
-    halves it (at most once per round trip -- the median latency of recent replies, 1 s before any -- so one
+    without a retry-after of ``RATE_WINDOW_SIGNAL`` seconds or more (a rate window, which the cool-down below
+    handles) halves it (at most once per round trip -- the median latency of recent replies, 1 s before any -- so one
     burst of 429s counts once). So default
     settings use what a server allows without a hand-set limit, and back off when it says no.
 
@@ -74,6 +75,8 @@ class ProviderGate:
 
     MAX_SPACING = 1.0
     ADAPTIVE_START = 16
+    #: a 429 whose retry-after is at least this many seconds is read as a rate window, not a concurrency limit
+    RATE_WINDOW_SIGNAL = 2.0
     ADAPTIVE_MAX = 64
     #: tail latency: after this many successful requests on the connection, the first attempt of a request is
     #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
@@ -595,7 +598,11 @@ class JudgeClient:
                 if self._cap is not None:
                     self._cap.release()
             if err.kind is ErrorKind.RATE_LIMITED:
-                gate.throttled()
+                if err.retry_after is None or err.retry_after < gate.RATE_WINDOW_SIGNAL:
+                    # "too many at once": fewer in flight. A 429 that names a wait of seconds is a rate
+                    # window (requests per minute); the cool-down below handles it, and halving the
+                    # concurrency would only leave the window unused once it reopens.
+                    gate.throttled()
                 with self._lock:
                     self.usage.rate_limited += 1
             if err.kind is ErrorKind.FORMAT_REJECTED:
