@@ -69,11 +69,12 @@ class ProviderGate:
     call starts are spaced ``60 / rpm`` seconds apart; after a 429 every caller
     waits until the cool-down the server asked for has passed, and is then let out
     one at a time, ``spacing`` seconds apart (the last ``retry-after``, capped at
-    1 s, shrinking by 10 % with each success), so the end of a cool-down does not
+    1 s, shrinking by 30 % with each success), so the end of a cool-down does not
     become a burst of 429s.
     """
 
     MAX_SPACING = 1.0
+    SPACING_DECAY = 0.7  # per success after a cool-down (0.9 left a reopened 600/min window 15% unused)
     ADAPTIVE_START = 16
     #: a 429 whose retry-after is at least this many seconds is read as a rate window, not a concurrency limit
     RATE_WINDOW_SIGNAL = 2.0
@@ -167,7 +168,7 @@ class ProviderGate:
         """A request went through: relax the post-429 spacing; an adaptive limit grows (see the class docstring)."""
         with self._cond:
             if self._spacing:
-                self._spacing = 0.0 if self._spacing < 0.01 else self._spacing * 0.9
+                self._spacing = 0.0 if self._spacing < 0.01 else self._spacing * self.SPACING_DECAY
             if self.fixed or self.limit >= self.ceiling:
                 return
             self._ok += 1
