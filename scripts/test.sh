@@ -14,7 +14,9 @@ export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
 .venv/bin/ruff check .
 .venv/bin/mypy mlflow_ragjudge
 set +e
-.venv/bin/python -m pytest "$@"
+# One worker per CPU (at most 4: each holds MLflow, torch and the local model); a later -n in "$@" wins, -n 0 runs
+# in one process.
+.venv/bin/python -m pytest -n logical --maxprocesses=4 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

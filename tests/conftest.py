@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 _TMP = Path(tempfile.mkdtemp(prefix="ragjudge-tests-"))
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)  # one per test process (pytest-xdist: one per worker)
 os.environ.update(
     {
         "MLFLOW_DISABLE_TELEMETRY": "true",
@@ -36,10 +39,11 @@ from fakellm import fake_llm as _fake_llm  # noqa: E402,F401  (registers the fak
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def pytest_configure(config: pytest.Config) -> None:
+@pytest.fixture(scope="session", autouse=True)
+def _run_in_a_temp_dir() -> None:
     # A SQLite tracking store puts artifacts under ./mlruns of the working directory: run the tests from a
-    # temp directory so nothing lands in the checkout. (Here, not at import: pytest resolves ``testpaths``
-    # against the working directory after loading this file.)
+    # temp directory so nothing lands in the checkout. (Not at import: pytest resolves ``testpaths`` against
+    # the working directory after loading this file, and pytest-xdist starts its workers in it.)
     os.chdir(_WORKDIR)
 
 
