@@ -14,9 +14,9 @@ export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
 .venv/bin/ruff check .
 .venv/bin/mypy mlflow_ragjudge
 set +e
-# One worker per CPU (at most 4: each holds MLflow, torch and the local model); a later -n in "$@" wins, -n 0 runs
-# in one process.
-.venv/bin/python -m pytest -n logical --maxprocesses=4 "$@"
+# One worker per CPU (at most 4: each holds MLflow, torch and the local model); an idle worker takes tests queued on
+# a busy one (worksteal), so a long test does not hold the others up. A later -n in "$@" wins; -n 0 runs in one process.
+.venv/bin/python -m pytest -n logical --maxprocesses=4 --dist worksteal "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
