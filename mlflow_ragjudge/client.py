@@ -59,25 +59,22 @@ class ProviderGate:
     ``limit`` calls may be in flight at once. Unless a limit is set explicitly (:func:`configure_provider`, or
     ``RAGJUDGE_MAX_CONCURRENCY``), the limit is found by additive increase / multiplicative decrease, as TCP
     finds a link's capacity: it starts at ``ADAPTIVE_START``, doubles after each ``limit`` successful requests
-    until the first 429 (slow start), then grows by one per ``limit`` successes, up to ``ADAPTIVE_MAX``; a 429
-    without a retry-after of ``RATE_WINDOW_SIGNAL`` seconds or more (a rate window, which the cool-down below
-    handles) halves it (at most once per round trip -- the median latency of recent replies, 1 s before any -- so one
-    burst of 429s counts once). So default
-    settings use what a server allows without a hand-set limit, and back off when it says no.
+    until the first 429 (slow start), then grows by one per ``limit`` successes, up to ``ADAPTIVE_MAX``. A 429
+    that does not say when to come back halves it, at most once per round trip (the median latency of recent
+    replies; 1 s before any), so one burst of 429s counts once. A 429 with ``retry-after`` is a rate window
+    (requests or tokens per minute), handled by the cool-down below instead. So default settings use what a
+    server allows without a hand-set limit, and back off when it says no.
 
-    With ``requests_per_minute`` set,
-    call starts are spaced ``60 / rpm`` seconds apart; after a 429 every caller
-    waits until the cool-down the server asked for has passed, and is then let out
-    one at a time, ``spacing`` seconds apart (the last ``retry-after``, capped at
-    1 s, shrinking by 30 % with each success), so the end of a cool-down does not
-    become a burst of 429s.
+    With ``requests_per_minute`` set, call starts are spaced ``60 / rpm`` seconds apart. After a 429 every
+    caller waits until the cool-down the server asked for has passed, and is then let out one at a time,
+    ``spacing`` seconds apart: the pace at which the server accepted requests over the last minute (at most
+    1 s, and no more than the ``retry-after``), shrinking by 30 % with each success. So the end of a cool-down
+    is neither a burst of 429s nor a trickle that leaves a reopened window unused.
     """
 
     MAX_SPACING = 1.0
     SPACING_DECAY = 0.7  # per success after a cool-down (0.9 left a reopened 600/min window 15% unused)
     ADAPTIVE_START = 16
-    #: a 429 whose retry-after is at least this many seconds is read as a rate window, not a concurrency limit
-    RATE_WINDOW_SIGNAL = 2.0
     ADAPTIVE_MAX = 64
     #: tail latency: after this many successful requests on the connection, the first attempt of a request is
     #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
@@ -103,6 +100,7 @@ class ProviderGate:
         self._spacing = 0.0
         self._next_spaced = 0.0
         self._latencies: deque[float] = deque(maxlen=200)
+        self._accepted: deque[float] = deque(maxlen=20_000)  # start times of requests that went through
 
     def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
         """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off."""
@@ -144,15 +142,25 @@ class ProviderGate:
             self._cond.notify()
 
     def cool_down(self, seconds: float) -> None:
-        """A 429 asked for ``seconds`` of quiet: everyone waits, then goes one at a time."""
+        """A 429 asked for ``seconds`` of quiet: everyone waits, then goes one at a time, spaced at the rate
+        the server accepted requests over the last minute (what its window or bucket lets through), at
+        most ``MAX_SPACING`` apart."""
         with self._cond:
-            self._cooldown_until = max(self._cooldown_until, time.monotonic() + seconds)
-            self._spacing = max(self._spacing, min(self.MAX_SPACING, seconds if seconds > 0 else 0.05))
+            now = time.monotonic()
+            self._cooldown_until = max(self._cooldown_until, now + seconds)
+            while self._accepted and self._accepted[0] < now - 60.0:
+                self._accepted.popleft()
+            pace = self.MAX_SPACING
+            if self._accepted:
+                span = max(1.0, now - self._accepted[0])
+                pace = span / len(self._accepted)
+            self._spacing = max(self._spacing, min(self.MAX_SPACING, pace, seconds if seconds > 0 else 0.05))
 
     def observe(self, seconds: float) -> None:
-        """Record a successful request's latency (the last 200 are kept)."""
+        """Record a successful request's latency (the last 200 are kept) and when it went through."""
         with self._cond:
             self._latencies.append(seconds)
+            self._accepted.append(time.monotonic() - seconds)
 
     def adaptive_timeout(self, timeout: float) -> float:
         """The timeout for a request's first attempt: ``timeout`` until enough requests were seen, then
@@ -599,10 +607,10 @@ class JudgeClient:
                 if self._cap is not None:
                     self._cap.release()
             if err.kind is ErrorKind.RATE_LIMITED:
-                if err.retry_after is None or err.retry_after < gate.RATE_WINDOW_SIGNAL:
-                    # "too many at once": fewer in flight. A 429 that names a wait of seconds is a rate
-                    # window (requests per minute); the cool-down below handles it, and halving the
-                    # concurrency would only leave the window unused once it reopens.
+                if err.retry_after is None:
+                    # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
+                    # is a rate window (requests or tokens per minute): the cool-down below waits exactly
+                    # that, and halving the concurrency too would leave the window unused once it reopens.
                     gate.throttled()
                 with self._lock:
                     self.usage.rate_limited += 1

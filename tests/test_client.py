@@ -254,7 +254,7 @@ def test_default_settings_find_a_servers_concurrency_limit(fake_llm):
 
     def handler(request):
         if fake_llm.in_flight > 10:
-            return Reply.error(429, "too many requests in flight", headers={"retry-after": "0"})
+            return Reply.error(429, "too many requests in flight")  # no retry-after: "slow down"
         return model(request)
 
     fake_llm.set_handler(handler)
