@@ -46,7 +46,10 @@ from .base import (
     url_credentials,
 )
 
-__all__ = ["OpenAIBackend", "STRUCTURED_MODES", "negotiated_modes", "openai_strict_schema", "basic_schema"]
+__all__ = [
+    "OpenAIBackend", "STRUCTURED_MODES", "negotiated_modes", "forget_negotiations", "openai_strict_schema",
+    "basic_schema",
+]
 
 _PLACEHOLDER_KEY = "not-needed"
 
@@ -119,6 +122,21 @@ def negotiated_modes() -> dict[str, str]:
     """Connection key -> the structured mode negotiated so far in this process."""
     with _NEGOTIATED_LOCK:
         return dict(_NEGOTIATED)
+
+
+def forget_negotiations(key: str | None = None) -> None:
+    """Forget what this process learned about a connection's structured-output support (every connection's
+    when ``key`` is None): for a long-lived process whose server at the same URL was replaced by another."""
+    with _NEGOTIATED_LOCK:
+        for memory in (_NEGOTIATED, _PROSE, _FOLLOWED):
+            if key is None:
+                memory.clear()
+            else:
+                memory.pop(key, None)
+        if key is None:
+            _CONFIRMED.clear()
+        else:
+            _CONFIRMED.discard(key)
 
 
 class OpenAIBackend(Backend):
