@@ -66,7 +66,7 @@ class Extraction:
     Attributes:
         ok: True when the statements are known (possibly none).
         statements: the claims, in the order the model gave them (blank and repeated ones dropped).
-        failure: the failure reason code when not ``ok``.
+        failure: the failure reason when not ``ok`` (a :class:`FailureReason`, never a message prefix).
         error: the failure message.
         raw: the last raw reply (kept on failure).
         records: transcript records of the requests made *for this caller* (empty on a memo hit
@@ -78,7 +78,7 @@ class Extraction:
 
     ok: bool
     statements: tuple[str, ...] = ()
-    failure: str | None = None
+    failure: FailureReason | None = None
     error: str = ""
     raw: str | None = None
     records: tuple[dict[str, Any], ...] = ()
@@ -156,8 +156,8 @@ class StatementExtractor:
         else:
             ids = tuple(str(r.get("call_id")) for r in records)
         if not call.ok:
-            failure = call.failure.value if call.failure is not None else FailureReason.INTERNAL_ERROR.value
-            return Extraction(ok=False, failure=failure, error=call.error, raw=call.raw, records=records, call_ids=ids)
+            return Extraction(ok=False, failure=call.failure or FailureReason.INTERNAL_ERROR, error=call.error,
+                              raw=call.raw, records=records, call_ids=ids)
         return Extraction(ok=True, statements=tuple(call.parsed), raw=call.raw, records=records, call_ids=ids,
                           memo_hit=shared)
 
@@ -423,13 +423,9 @@ def failed_result(
 ) -> JudgeResult:
     """A failed :class:`JudgeResult` from a failed call, keeping the raw reply and the reason
     (``parse_error``, ``inconsistent``, ``ambiguous``, ``timeout``, ``rate_limited``, ...)."""
-    failure = call.failure
-    if isinstance(failure, FailureReason):
-        reason: str = failure.value
-    else:
-        reason = failure or FailureReason.INTERNAL_ERROR.value
     details = {**details, "failed_stage": stage}
-    return JudgeResult.failed(reason, f"{stage}: {call.error or ''}", raw=call.raw, details=details, calls=calls)
+    return JudgeResult.failed(call.failure or FailureReason.INTERNAL_ERROR, f"{stage}: {call.error or ''}",
+                              raw=call.raw, details=details, calls=calls)
 
 
 def approx_tokens(text: str) -> int:
