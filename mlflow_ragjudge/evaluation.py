@@ -641,7 +641,8 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
     results = {s.name: _by_output(s, per_row[s.name]) for s in specs}
     finishes: dict[str, Finish] = {}
     for spec in specs:
-        by_row = [{n: res[n][i] for n in res} for res in (results[spec.name],) for i in range(len(rows))]
+        outputs = results[spec.name]
+        by_row = [{name: outputs[name][i] for name in outputs} for i in range(len(rows))]
         finishes[spec.name] = spec.finish(states[spec.name], rows, by_row, ctx) if spec.finish else Finish()
         skipped.update(finishes[spec.name].skipped)
     metrics_out: dict[str, float] = {}
