@@ -132,6 +132,9 @@ class MetricScorer(Scorer):
         spec = get_metric(metric)
         super().__init__(name=name or metric, metric=metric)  # type: ignore[call-arg]  # our pydantic field
         cfg = RagJudgeConfig.from_dict({"judge": judge, **config})
+        reason = spec.check(cfg) if spec.check is not None else None
+        if reason:
+            raise ValueError(reason)
         client = None
         if spec.judged:
             if judge is None:

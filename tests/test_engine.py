@@ -318,3 +318,25 @@ def test_a_call_hung_far_past_the_usual_latency_is_sent_again(fake_llm, judge, m
     assert len(retried) == 1 and client.usage.retries == 1
     assert fake_llm.request_count == 31
     assert client.usage.input_tokens == sum(r.records[-1]["input_tokens"] for r in results)
+
+
+def test_the_estimate_follows_the_call_plan(fake_llm, judge, emb):
+    """dry_run counts what a run sends: with precision and recall together, one combined call and one
+    extraction per row for the pair (3 calls alone, as two single metrics)."""
+    df = _rows(4)
+    both = rj.evaluate_frame(df, judge=judge, metrics=["context_precision", "context_recall"], dry_run=True)
+    alone = rj.evaluate_frame(df, judge=judge, metrics=["context_recall"], dry_run=True)
+    assert both.metrics["estimate/total/calls"] == 2 * len(df)
+    assert alone.metrics["estimate/total/calls"] == 2 * len(df)
+    assert fake_llm.request_count == 0
+    out = rj.evaluate_frame(df, judge=judge, metrics=["context_precision", "context_recall"], cache=False)
+    assert fake_llm.request_count == both.metrics["estimate/total/calls"]
+    sent = sum(t["input_tokens"] for t in out.transcripts)
+    assert both.metrics["estimate/total/input_tokens"] >= sent  # an upper bound (the server counts words)
+
+
+def test_a_scorer_for_a_metric_that_cannot_run_is_refused_when_built(judge):
+    from mlflow_ragjudge.scorers import MetricScorer
+
+    with pytest.raises(ValueError, match="multiturn_system"):
+        MetricScorer("multiturn", judge)

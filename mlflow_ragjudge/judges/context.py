@@ -175,10 +175,18 @@ class ContextPrecisionJudge:
         return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
     def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
-        """Upper-bound cost of one row without calling the model: 1 call (0 with no contexts or reference)."""
+        """Upper-bound cost of one row without calling the model: 1 call (0 with no contexts or reference).
+        With context recall in the run it is the combined call, which carries recall's attributions too
+        (the reference's statement extraction is counted by context recall)."""
         chunks = _as_list(contexts)
         if not any(c.strip() for c in chunks) or not (reference or "").strip():
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        if self.combined is not None:
+            n = max(1, math.ceil(approx_tokens(reference) / 8))  # about one statement per 8 tokens
+            est = estimate_messages(self.combined.messages(question or "", reference, chunks, []),
+                                    min(self.combined.max_tokens, TOKENS_PER_VERDICT * (len(chunks) + n)))
+            est["input_tokens"] += math.ceil(1.5 * approx_tokens(reference)) + 16 + 4 * n
+            return est
         messages, _ = self._messages(question or "", reference, chunks)
         return estimate_messages(messages, min(self.max_tokens, TOKENS_PER_VERDICT * len(chunks)))
 
@@ -310,13 +318,17 @@ class ContextRecallJudge:
         return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
     def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
-        """Upper-bound cost of one row: 2 calls (1 when the reference's statements are memoised,
-        0 without reference or contexts). Assumes about one statement per 8 tokens of reference."""
+        """Upper-bound cost of one row: 2 calls (1 when the client already holds the reference's statements,
+        0 without reference or contexts); with context precision in the run, only the extraction (the
+        attributions ride in precision's combined call). Assumes about one statement per 8 tokens of
+        reference."""
         passages = _nonblank(contexts)
         reference = (reference or "").strip()
         if not reference or not passages:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
         extract = self.extractor.estimate(reference, question or "")
+        if self.combined is not None:  # the attributions ride in context precision's combined call
+            return extract
         n = max(1, math.ceil(approx_tokens(reference) / 8))
         attrib = estimate_messages(
             self._messages(question or "", [], passages), min(self.max_tokens, n * TOKENS_PER_VERDICT)
