@@ -73,6 +73,8 @@ RETRIEVED_COLUMN = "retrieved_doc_ids"
 RELEVANT_COLUMN = "relevant_doc_ids"
 
 COUNT_KEYS: tuple[str, ...] = ("num_retrieved", "num_relevant", "num_relevant_retrieved")
+#: the measures over the whole returned list, with no cut-off (trec_eval's set_P, set_recall, set_F)
+SET_KEYS: tuple[str, ...] = ("precision", "recall", "f1")
 
 TREC_EVAL_MEASURES: dict[str, str] = {
     "precision_at_{k}": "P_{k}",
@@ -82,6 +84,9 @@ TREC_EVAL_MEASURES: dict[str, str] = {
     "mrr": "recip_rank",
     "map": "map",
     "ndcg": "ndcg",
+    "precision": "set_P",
+    "recall": "set_recall",
+    "f1": "set_F",
     "num_retrieved": "num_ret",
     "num_relevant": "num_rel",
     "num_relevant_retrieved": "num_rel_ret",
@@ -409,12 +414,12 @@ def metric_names(ks: int | Iterable[int] = DEFAULT_KS) -> list[str]:
 
     Returns:
         ``precision_at_k, recall_at_k, f1_at_k, hit_rate_at_k, ndcg_at_k`` for each ``k``, then ``mrr, map,
-        ndcg, num_retrieved, num_relevant, num_relevant_retrieved``.
+        ndcg, precision, recall, f1, num_retrieved, num_relevant, num_relevant_retrieved``.
     """
     names: list[str] = []
     for k in validate_ks(ks):
         names += [f"precision_at_{k}", f"recall_at_{k}", f"f1_at_{k}", f"hit_rate_at_{k}", f"ndcg_at_{k}"]
-    return [*names, "mrr", "map", "ndcg", *COUNT_KEYS]
+    return [*names, "mrr", "map", "ndcg", *SET_KEYS, *COUNT_KEYS]
 
 
 def _as_list(retrieved: Any) -> list[Any]:
@@ -486,6 +491,10 @@ def score_query(
       judged gains sorted in decreasing order; 0 when ``IDCG@k == 0``.
     * ``ndcg = DCG@N / IDCG@all`` (trec_eval ``ndcg``): the whole ranking against the ideal ranking of every
       judged document with a positive grade, retrieved or not.
+    * ``precision = hits@N / N``, ``recall = hits@N / R`` and ``f1`` their harmonic mean, over the whole
+      returned list with no cut-off (trec_eval ``set_P``, ``set_recall``, ``set_F``); each 0 when its
+      denominator is 0. These measure a retriever (or a reranker with a score threshold) that returns a
+      variable number of documents: ``precision_at_k`` counts missing ranks as misses, ``precision`` does not.
     * ``num_retrieved = N``, ``num_relevant = R``, ``num_relevant_retrieved = hits@N`` (trec_eval
       ``num_ret``, ``num_rel``, ``num_rel_ret``).
 
@@ -580,6 +589,12 @@ def _score_one(
     result["mrr"] = 1.0 / (relevant_ranks[0] + 1) if relevant_ranks else 0.0
     result["map"] = ap_sum / num_relevant if num_relevant else 0.0
     result["ndcg"] = dcg / idcg if idcg > 0 else 0.0
+    found_all = len(relevant_ranks)
+    set_p = found_all / num_retrieved if num_retrieved else 0.0
+    set_r = found_all / num_relevant if num_relevant else 0.0
+    result["precision"] = set_p
+    result["recall"] = set_r
+    result["f1"] = 2 * set_p * set_r / (set_p + set_r) if found_all else 0.0
     result["num_retrieved"] = num_retrieved
     result["num_relevant"] = num_relevant
     result["num_relevant_retrieved"] = len(relevant_ranks)
@@ -743,9 +758,16 @@ def _score_chunk(
     dcg_all = dcg_cum[:, -1]
     idcg_all = idcg_cum[:, -1]
     out["ndcg"][block] = np.where(idcg_all > 0, dcg_all / np.where(idcg_all > 0, idcg_all, 1.0), 0.0)
+    found_all = cum_hits[:, -1]
+    has_retrieved = num_retrieved > 0
+    set_p = np.where(has_retrieved, found_all / np.where(has_retrieved, num_retrieved, 1), 0.0)
+    set_r = np.where(has_relevant, found_all / safe_relevant, 0.0)
+    out["precision"][block] = set_p
+    out["recall"][block] = set_r
+    out["f1"][block] = np.where(found_all > 0, 2 * set_p * set_r / np.where(found_all > 0, set_p + set_r, 1.0), 0.0)
     out["num_retrieved"][block] = num_retrieved
     out["num_relevant"][block] = num_relevant
-    out["num_relevant_retrieved"][block] = cum_hits[:, -1]
+    out["num_relevant_retrieved"][block] = found_all
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -993,7 +1015,7 @@ def _spec() -> Any:
         "retrieval",
         requires=(("retrieved_doc_ids", "relevant_doc_ids"), ("contexts", "reference")),
         outputs=("precision_at_", "recall_at_", "f1_at_", "hit_rate_at_", "ndcg_at_", "ndcg", "mrr", "map",
-                 "context_rougeL_"),
+                 *SET_KEYS, "context_rougeL_"),
         required_text=(),
         setup=_setup,
         validate=_validate,

@@ -76,3 +76,22 @@ def test_string_where_list_expected():
     bad = pd.DataFrame({"question": ["q"], "retrieved_doc_ids": ["a,b"], "relevant_doc_ids": [["a"]]})
     with pytest.raises(InputError, match="retrieved_doc_ids' row 0 holds a string"):
         evaluate_frame(bad, metrics=["retrieval"])
+
+
+def test_precision_and_recall_without_cutoff_measure_a_thresholded_reranker():
+    """A reranker that keeps only documents above a score threshold returns fewer than k: precision@k
+    counts the missing ranks as misses, precision over the returned list does not (trec_eval's set_P)."""
+    df = pd.DataFrame({
+        "retrieved_doc_ids": [["d1"], ["d3", "d4", "x"]],
+        "relevant_doc_ids": [["d1", "d2"], ["d3"]],
+    })
+    out = evaluate_frame(df, metrics=["retrieval"], k=[5])
+    assert out.metrics["precision/mean"] == pytest.approx((1 / 1 + 1 / 3) / 2)
+    assert out.metrics["precision_at_5/mean"] == pytest.approx((1 / 5 + 1 / 5) / 2)
+    assert out.metrics["recall/mean"] == pytest.approx((1 / 2 + 1) / 2)
+    assert out.metrics["f1/mean"] == pytest.approx((2 * 1 * 0.5 / 1.5 + 2 * (1 / 3) * 1 / (4 / 3)) / 2)
+    assert list(out.table["precision/score"]) == pytest.approx([1.0, 1 / 3])
+    with pytest.raises(InputError, match="fail_under"):
+        evaluate_frame(df, metrics=["retrieval"], fail_under={"precisionx": 0.5})
+    gated = evaluate_frame(df, metrics=["retrieval"], fail_under={"precision": 0.5})
+    assert gated.gate_passed

@@ -243,8 +243,14 @@ def test_set_measures_are_the_cutoff_at_num_retrieved(
         k = len(ranking)
         if k == 0:  # trec_eval prints 0 for an empty ranking; there is no cutoff 0
             assert printed[("set_F", query)] == "0.0000"
+            empty = score_query([], judgments, ks=1, relevance_threshold=threshold)
+            assert empty["precision"] == empty["recall"] == empty["f1"] == 0.0
             continue
         scores = score_query(ranking, judgments, ks=k, relevance_threshold=threshold)
+        # precision / recall / f1 are over the returned list with no cut-off: exactly trec_eval's set measures
+        assert f"{scores['precision']:.4f}" == printed[("set_P", query)]
+        assert f"{scores['recall']:.4f}" == printed[("set_recall", query)]
+        assert f"{scores['f1']:.4f}" == printed[("set_F", query)]
         assert f"{scores[f'precision_at_{k}']:.4f}" == printed[("set_P", query)]
         assert f"{scores[f'recall_at_{k}']:.4f}" == printed[("set_recall", query)]
         assert f"{scores[f'f1_at_{k}']:.4f}" == printed[("set_F", query)]
