@@ -67,6 +67,8 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
                     "a dict {logical column: your column name}", "{'question': 'query'}"),
     "group_column": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a column name", "'product'"),
     "human_columns": (lambda v: isinstance(v, str) or _is_str_list(v), "a list of column names", "['expert']"),
+    "human_not_sure": (lambda v: v is None or v == "auto" or (isinstance(v, (list, tuple)) and all(
+        _is_number(x) for x in v)), "'auto', a list of numbers, or None", "[0]"),
     "language": (lambda v: isinstance(v, str) and bool(v), "a language code", "'en' or 'ja'"),
     "judge_output": (lambda v: isinstance(v, str), "'auto', 'json' or 'prometheus'", "'auto'"),
     "max_context_chars": (lambda v: _is_int(v) and v >= 500, "a whole number of characters >= 500", "12000"),
@@ -113,6 +115,9 @@ class RagJudgeConfig:
         col_mapping: logical column -> the data's column name.
         group_column: column for per-group metrics (default: ``group`` when present).
         human_columns: columns with human scores for meta-evaluation.
+        human_not_sure: human scores that mean "not sure", left out of meta-evaluation as the paper's expert
+            mean leaves them out: ``"auto"`` (0 in a column on the six-level scale, i.e. whole numbers 0..5
+            reaching 2 or more; nothing in a 0/1 or continuous column), a list of values, or ``None`` (keep all).
         language: judge prompt language (``en``, ``ja``).
         judge_output: ``auto``, ``json`` or ``prometheus``.
         max_context_chars: context budget of the correctness judge.
@@ -158,6 +163,7 @@ class RagJudgeConfig:
     col_mapping: dict[str, str] = field(default_factory=dict)
     group_column: str | None = None
     human_columns: list[str] = field(default_factory=list)
+    human_not_sure: Any = "auto"
     language: str = "en"
     judge_output: str = "auto"
     max_context_chars: int = 12_000

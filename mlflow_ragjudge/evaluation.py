@@ -482,9 +482,23 @@ def _meta(table: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[pd.DataFrame | None
         if f"{name}/status" in table.columns
     }
     result = meta.meta_evaluate(
-        frame, names, cfg.human_columns, abstain_mask=masks or None, n_boot=cfg.n_boot, seed=cfg.seed
+        frame, names, cfg.human_columns, abstain_mask=masks or None, n_boot=cfg.n_boot, seed=cfg.seed,
+        human_not_sure={hc: human_not_sure_values(cfg.human_not_sure, frame[hc]) for hc in cfg.human_columns},
     )
     return result, meta.meta_metrics(result)
+
+
+def human_not_sure_values(setting: Any, column: pd.Series) -> list[float]:
+    """The human scores that mean "not sure" in one column: ``"auto"`` is ``[0]`` for a column on the six-level
+    scale (whole numbers 0..5 that reach 2 or more) and nothing otherwise (a 0/1 or a continuous column, where
+    0 is a judgement); a list is taken as it is; None keeps every score."""
+    if setting is None:
+        return []
+    if setting != "auto":
+        return [float(x) for x in setting]
+    values = pd.to_numeric(column, errors="coerce").dropna()
+    six_level = len(values) > 0 and bool(values.isin([0, 1, 2, 3, 4, 5]).all()) and values.max() >= 2
+    return [0.0] if six_level else []
 
 
 # --------------------------------------------------------------------------- failing loudly

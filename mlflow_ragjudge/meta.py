@@ -341,6 +341,7 @@ def meta_evaluate(
     n_boot: int = 1000,
     seed: int = 0,
     ci: float = 0.95,
+    human_not_sure: Any = None,
 ) -> pd.DataFrame:
     """Correlate each metric column with each human column, like the IBM paper's Figure 2.
 
@@ -368,10 +369,13 @@ def meta_evaluate(
         seed: bootstrap seed; every cell uses the same seed, so a cell's interval
             does not depend on which other columns are evaluated.
         ci: confidence level of the intervals.
+        human_not_sure: human values that mean "not sure" (e.g. ``[0]`` on the six-level scale), or a mapping
+            human column -> such values: those rows are left out of both subsets for that human column, as
+            the paper's expert mean leaves them out, and counted in ``n_human_not_sure``.
 
     Returns:
         A DataFrame with one row per (metric, human, subset) and the columns
-        ``metric, human, subset, n, n_dropped, n_abstained, mean, human_mean``
+        ``metric, human, subset, n, n_dropped, n_abstained, n_human_not_sure, mean, human_mean``
         (``n`` pairs used; ``n_abstained`` rows where the metric abstained, the
         same in both subsets; ``n_dropped`` other rows left out for a missing
         value; ``mean`` and ``human_mean`` over the ``n`` pairs used),
@@ -397,16 +401,22 @@ def meta_evaluate(
         n_abst = int(abstained.sum())
         for human in humans:
             h_values = [_number(v, f"column {human!r}, row {i}")[0] for i, v in enumerate(df[human].tolist())]
+            unsure_values = human_not_sure.get(human) if isinstance(human_not_sure, Mapping) else human_not_sure
+            unsure = {float(x) for x in (unsure_values or [])}
+            not_sure = [h is not None and float(h) in unsure for h in h_values]
+            n_unsure = sum(not_sure)
             for subset in SUBSETS:
                 keep = [
                     i
                     for i in range(len(df))
                     if not (subset == "no_abstentions" and abstained[i])
+                    and not not_sure[i]
                     and m_values[i] is not None
                     and h_values[i] is not None
                 ]
                 pairs = [(m_values[i], h_values[i]) for i in keep]
-                excluded = n_abst if subset == "no_abstentions" else 0
+                excluded = (n_abst if subset == "no_abstentions" else 0) + sum(
+                    1 for i in range(len(df)) if not_sure[i] and not (subset == "no_abstentions" and abstained[i]))
                 result = _correlate(
                     pairs,  # type: ignore[arg-type]
                     len(df) - excluded - len(pairs),
@@ -421,6 +431,7 @@ def meta_evaluate(
                     "n": result["n"],
                     "n_dropped": result["n_dropped"],
                     "n_abstained": n_abst,
+                    "n_human_not_sure": n_unsure,
                     "mean": float(np.mean([p[0] for p in pairs])) if pairs else None,
                     "human_mean": float(np.mean([p[1] for p in pairs])) if pairs else None,
                 }

@@ -217,13 +217,14 @@ def test_meta_evaluate_layout(judged: pd.DataFrame) -> None:
         judged, ["correctness", "rouge"], ["expert", "novice"], abstain_values={"correctness": [0]}, n_boot=50
     )
     assert len(table) == 2 * 2 * 2
-    assert list(table.columns[:8]) == [
+    assert list(table.columns[:9]) == [
         "metric",
         "human",
         "subset",
         "n",
         "n_dropped",
         "n_abstained",
+        "n_human_not_sure",
         "mean",
         "human_mean",
     ]
@@ -309,3 +310,27 @@ def test_meta_metrics_names_are_valid_mlflow_names(judged: pd.DataFrame) -> None
     assert f"meta/rouge/{human}/kendall_ci_high" in metrics
     with pytest.raises(KeyError, match="meta_evaluate"):
         meta_metrics(pd.DataFrame({"x": [1]}))
+
+
+def test_human_not_sure_scores_are_left_out_as_in_the_paper():
+    """A human 0 on the six-level scale means "not sure": left out of meta-evaluation by default ("auto"),
+    while a 0 in a 0/1 column is a judgement and stays; None keeps every score."""
+    import mlflow_ragjudge as rj
+
+    df = pd.DataFrame({
+        "answer": ["a b c", "a b", "x y", "a", "a b c d", "z"],
+        "reference": ["a b c", "a b c", "a b c", "a b c", "a b c", "a b c"],
+        "expert": [5, 0, 1, 2, 5, 0],  # six-level, two "not sure"
+        "accept": [1, 1, 0, 0, 1, 0],  # binary: 0 is "not acceptable"
+    })
+    out = rj.evaluate_frame(df, metrics=["lexical"], bertscore=False, human_columns=["expert", "accept"], n_boot=0)
+    meta = out.meta.set_index(["metric", "human", "subset"])
+    assert meta.loc[("word_recall", "expert", "all"), "n"] == 4
+    assert meta.loc[("word_recall", "expert", "all"), "n_human_not_sure"] == 2
+    assert meta.loc[("word_recall", "accept", "all"), "n"] == 6
+    assert meta.loc[("word_recall", "accept", "all"), "n_human_not_sure"] == 0
+    kept = rj.evaluate_frame(df, metrics=["lexical"], bertscore=False, human_columns=["expert"], n_boot=0,
+                             human_not_sure=None)
+    assert kept.meta.set_index(["metric", "human", "subset"]).loc[("word_recall", "expert", "all"), "n"] == 6
+    with pytest.raises(ValueError, match="human_not_sure"):
+        rj.evaluate_frame(df, metrics=["lexical"], human_columns=["expert"], human_not_sure="zero")
