@@ -88,6 +88,7 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
                    "'auto', 'local', an embeddings URI or a callable", "'openai:/text-embedding-3-small'"),
     "dry_run": (lambda v: isinstance(v, bool), "True or False", "True"),
     "multiturn_turns": (lambda v: _is_int(v) and v >= 2, "a whole number >= 2", "5"),
+    "multiturn_require_e3": (lambda v: isinstance(v, bool), "True or False", "False"),
 }
 
 
@@ -185,6 +186,7 @@ class RagJudgeConfig:
     progress: bool | str = "auto"
     multiturn_system: Callable[[str, list[dict[str, str]]], Any] | None = None
     multiturn_turns: int = 5
+    multiturn_require_e3: bool = True
     multiturn_final_score: str = "append"
     max_error_rate: float = 0.2
     fail_under: dict[str, float] = field(default_factory=dict)

@@ -768,10 +768,30 @@ class _MultiTurnState:
         return out.to_judge_results()
 
 
+class MultiTurnContextWarning(UserWarning):
+    """Multi-turn evaluation runs with judge contexts that were not retrieved with question + reference (E3)."""
+
+
 def _setup(ctx: Any) -> _MultiTurnState:
+    import warnings
+
+    from .inputs import InputError
     from .judges.correctness import shared_correctness_judge
 
     cfg = ctx.cfg
+    if ctx.context_mode != "reference":
+        what = {"generation": "the first turn's own generation contexts (E2, the setting the paper shows inflates "
+                              "scores)", "gold": "the gold documents", "none": "no context at all"}.get(
+            ctx.context_mode, str(ctx.context_mode))
+        if cfg.multiturn_require_e3:
+            raise InputError(
+                f"Metric 'multiturn' judges every turn with contexts retrieved with question + reference answer "
+                f"(E3), but this run would give its judge {what}. Pass retriever=<callable query -> passages> or "
+                "add a 'reference_contexts' column; or set multiturn_require_e3=False to run with these contexts "
+                "(a warning, and the context mode recorded with the results).")
+        warnings.warn(f"multi-turn evaluation runs without E3 contexts: its judge sees {what} "
+                      f"(context_mode={ctx.context_mode!r}, recorded in the run).", MultiTurnContextWarning,
+                      stacklevel=2)
     runner = MultiTurnRunner(ctx.judge_client, n_turns=cfg.multiturn_turns, language=cfg.language,
                              judge=shared_correctness_judge(ctx), max_context_chars=cfg.max_context_chars,
                              final_score=cfg.multiturn_final_score)
@@ -819,7 +839,7 @@ def _spec() -> Any:
         estimate=lambda state, r, ctx: state.runner.estimate(r.question or "", r.reference or "", r.judge_contexts),
         finish=_finish,
         prompt_versions=lambda state: state.runner.prompt_versions,
-        record=lambda state, ctx: {"multiturn": _settings(state)},
+        record=lambda state, ctx: {"multiturn": {**_settings(state), "context_mode": ctx.context_mode}},
         params=lambda state, ctx: {"ragjudge.multiturn": json.dumps(_settings(state), sort_keys=True)},
         description="multi-turn: three agents converse with multiturn_system; wscore, lscore, mscore (SPEC 2.2)",
     )

@@ -318,6 +318,7 @@ class MultiTurnSession(Scorer):
     name: str = "multiturn"
     _runner: Any = PrivateAttr()
     _retriever: Callable[[str], Any] | None = PrivateAttr(default=None)
+    _require_e3: bool = PrivateAttr(default=True)
 
     def __init__(
         self,
@@ -329,6 +330,7 @@ class MultiTurnSession(Scorer):
         cache: Any = True,
         max_concurrency: int | None = None,
         name: str = "multiturn",
+        require_e3: bool = True,
     ) -> None:
         super().__init__(name=name)
         from .multiturn import MultiTurnRunner
@@ -337,6 +339,7 @@ class MultiTurnSession(Scorer):
             JudgeClient(judge, cache=cache, max_concurrency=max_concurrency), n_turns=n_turns, language=language
         )
         self._retriever = retriever
+        self._require_e3 = require_e3
 
     @property
     def is_session_level_scorer(self) -> bool:
@@ -371,6 +374,11 @@ class MultiTurnSession(Scorer):
             )
             return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
         question = history[0]["question"]
+        if self._require_e3 and not (exp or {}).get("reference_contexts") and self._retriever is None:
+            why = ("multi-turn judges every turn with contexts retrieved with question + reference answer (E3): "
+                   "pass retriever= or expectations={'reference_contexts': [...]}, or require_e3=False to judge "
+                   "without them")
+            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
         try:
             contexts = list((exp or {}).get("reference_contexts") or []) or (
                 passages_from_retriever(self._retriever(e3_query(question, reference)), 0) if self._retriever else []

@@ -52,6 +52,7 @@ def judge_handler():
 
 def df(n=2):
     return pd.DataFrame({"question": ["What are the two halves?"] * n, "reference": ["A and B."] * n,
+                         "reference_contexts": [["The two halves are A and B."]] * n,  # E3
                          "group": ["p1", "p2"][:n]})
 
 
@@ -130,13 +131,22 @@ def test_session_level_scorer_replays_a_recorded_conversation(fake_llm, judge_ur
     assert len(traces) == 2
     scorer = MultiTurnSession(judge_uri, n_turns=5, cache=False)
     assert scorer.is_session_level_scorer
-    fbs = {f.name: f for f in scorer(session=traces, expectations={"expected_response": "A and B."})}
+    e3 = {"expected_response": "A and B.", "reference_contexts": ["The two halves are A and B."]}
+    fbs = {f.name: f for f in scorer(session=traces, expectations=e3)}
     # turn 1 composes "A" only -> 3; turn 2 composes "A ... B" -> 5 and stops: sigma [3, 5]
     assert json.loads(fbs["wscore"].metadata["sigma"]) == [3, 5]
     assert fbs["lscore"].value == 2 and fbs["mscore"].value == 5
     assert fbs["wscore"].value == pytest.approx((5 * 3 + 4 * 5 + 3 * 5 + 2 * 5 + 1 * 5) / 15)
     missing = scorer(session=traces, expectations={})
     assert missing[0].error.error_code == "invalid_input"
+    # never silently without E3: no reference contexts and no retriever is refused, unless asked for
+    n = fake_llm.request_count
+    no_e3 = scorer(session=traces, expectations={"expected_response": "A and B."})
+    assert no_e3[0].error.error_code == "invalid_input" and "E3" in no_e3[0].error.error_message
+    assert fake_llm.request_count == n
+    allowed = MultiTurnSession(judge_uri, cache=False, require_e3=False)(
+        session=traces, expectations={"expected_response": "A and B."})
+    assert {f.name for f in allowed if f.value is not None} == {"wscore", "lscore", "mscore"}
 
 
 def test_session_scorer_in_genai_evaluate(fake_llm, judge_uri, tmp_tracking):
@@ -145,8 +155,25 @@ def test_session_scorer_in_genai_evaluate(fake_llm, judge_uri, tmp_tracking):
     traces = _record_session("s2", [("What are the two halves?", "The first half is A. The second half is B.")])
     mlflow.log_expectation(trace_id=traces[0].info.trace_id, name="expected_response", value="A and B.")
     traces = mlflow.search_traces(filter_string="metadata.`mlflow.trace.session` = 's2'", return_type="list")
-    result = mlflow.genai.evaluate(data=traces, scorers=[MultiTurnSession(judge_uri, cache=False)])
+    result = mlflow.genai.evaluate(data=traces, scorers=[MultiTurnSession(judge_uri, cache=False,
+                                                                          retriever=lambda q: ["A and B."])])
     # MLflow 3.17 attaches session-level feedback to the session's first trace (no run-level aggregate)
     scored = {a.name: a.value for t in mlflow.search_traces(run_id=result.run_id, return_type="list")
               for a in t.info.assessments if a.name in ("wscore", "lscore", "mscore")}
     assert scored == {"wscore": 5, "lscore": 1, "mscore": 5}
+
+
+def test_multiturn_never_silently_judges_without_e3(fake_llm, judge_uri):
+    """Without a retriever or reference contexts the run is refused before any call; with
+    multiturn_require_e3=False it runs with a warning and the context mode recorded."""
+    from mlflow_ragjudge.multiturn import MultiTurnContextWarning
+
+    e2 = df(1).drop(columns=["reference_contexts"]).assign(contexts=[["The first half is A."]])
+    with pytest.raises(InputError, match="E3"):
+        evaluate_frame(e2, judge=judge_uri, metrics=["multiturn"], cache=False, multiturn_system=make_system(True))
+    assert fake_llm.request_count == 0
+    with pytest.warns(MultiTurnContextWarning, match="E2"):
+        out = evaluate_frame(e2, judge=judge_uri, metrics=["multiturn"], cache=False,
+                             multiturn_system=make_system(True), multiturn_require_e3=False)
+    assert out.config["multiturn"]["context_mode"] == "generation"
+    assert out.results["wscore"][0].status.value == "scored"
