@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from .config import CONTEXT_MODES
 from .evaluation import InputError, LoggingFailed
 
 __all__ = ["main", "read_table", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED",
@@ -157,7 +158,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--judge", help="judge model URI, e.g. openai:/gpt-4o-mini (demo:/overlap runs offline)")
     ev.add_argument("--metrics", help="comma-separated metric names (default: all the data supports); "
                     "`ragjudge metrics` lists them")
-    ev.add_argument("--context-mode", default="auto", choices=["auto", "reference", "generation", "gold", "none"])
+    ev.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
     ev.add_argument("--group-column", help="column for per-group breakdowns")
     ev.add_argument("--human-columns", help="comma-separated human-score columns for meta-evaluation")
     ev.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
@@ -178,7 +179,7 @@ def _build_parser() -> argparse.ArgumentParser:
     es.add_argument("data")
     es.add_argument("--judge", required=True)
     es.add_argument("--metrics")
-    es.add_argument("--context-mode", default="auto", choices=["auto", "reference", "generation", "gold", "none"])
+    es.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
     es.add_argument("--col", action="append", metavar="LOGICAL=COLUMN")
     es.add_argument("--language", default="en")
     es.add_argument("--config")

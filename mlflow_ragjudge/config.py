@@ -16,7 +16,7 @@ from typing import Any
 
 from .backends import Backend, safe_judge_uri
 
-__all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES"]
+__all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVENANCE"]
 
 #: logical column -> what it holds (used in error messages)
 LOGICAL_COLUMNS: dict[str, str] = {
@@ -27,11 +27,20 @@ LOGICAL_COLUMNS: dict[str, str] = {
     "retrieved_doc_ids": "ranked ids of the retrieved documents (list of str/int)",
     "relevant_doc_ids": "gold document ids (list of str/int, or dict id -> graded relevance)",
     "reference_contexts": "passages retrieved with question + reference answer, for E3 (list of str)",
+    "evidence_contexts": "evidence the test-set writer quoted for its answer (list of str; context_mode 'evidence')",
     "gold_documents": "gold document texts (list of str)",
     "group": "a group label for per-group breakdowns (str)",
 }
 
-CONTEXT_MODES = ("auto", "reference", "generation", "gold", "none")
+CONTEXT_MODES = ("auto", "reference", "generation", "evidence", "gold", "none")
+#: where the six-level judge's contexts came from, per context mode (recorded per row and per run)
+CONTEXT_PROVENANCE = {
+    "reference": "retrieved_with_question_and_reference",
+    "generation": "generation_contexts",
+    "evidence": "evidence_from_testset",
+    "gold": "gold",
+    "none": "none",
+}
 
 def __getattr__(name: str) -> Any:
     # ALL_METRICS / BUILT_METRICS: the registered metrics (mlflow_ragjudge.registry), read when asked for, so a
@@ -108,9 +117,10 @@ class RagJudgeConfig:
         judge: judge model URI (``openai:/gpt-4o-mini``) or a Backend object.
         metrics: metric names; default: every built metric the data's columns support.
         context_mode: what the correctness judge sees: ``reference`` (E3), ``generation``
-            (E2), ``gold``, ``none``, or ``auto`` (reference when a retriever or a
-            ``reference_contexts`` column is there, else generation when there are
-            contexts, else none).
+            (E2), ``evidence`` (a test set's quoted evidence), ``gold``, ``none``, or ``auto``
+            (reference when a retriever or a ``reference_contexts`` column is there, else
+            generation when there are contexts, else evidence, else none). Recorded with its
+            provenance per row and per run.
         retriever: ``query -> passages`` callable for E3 (passages as str, or dicts
             with ``text`` and optional ``id``, or ``(id, text)`` pairs).
         col_mapping: logical column -> the data's column name.

@@ -32,7 +32,7 @@ import pandas as pd
 from . import __version__
 from .backends import safe_url
 from .client import JudgeClient
-from .config import LOGICAL_COLUMNS, RagJudgeConfig
+from .config import CONTEXT_PROVENANCE, LOGICAL_COLUMNS, RagJudgeConfig
 from .inputs import (
     InputError,
     InvalidTextWarning,
@@ -691,6 +691,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
         "config": cfg.public_params(),
         "metrics_run": names,
         "context_mode": mode,
+        "context_provenance": CONTEXT_PROVENANCE.get(mode) if mode else None,
         "judge": client.identity() if client is not None else None,
         "prompt_versions": prompt_versions,
         "usage": usage,
@@ -707,6 +708,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
         "ragjudge.metrics": ",".join(names),
         "ragjudge.judge": (client.backend.uri if client is not None else "none"),
         "ragjudge.context_mode": mode or "n/a",
+        "ragjudge.context_provenance": CONTEXT_PROVENANCE.get(mode, "n/a") if mode else "n/a",
         "ragjudge.prompt_versions": json.dumps(prompt_versions, sort_keys=True),
         "ragjudge.language": cfg.language,
         "ragjudge.k": json.dumps(cfg.k),

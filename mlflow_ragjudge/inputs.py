@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 TEXT_COLUMNS = ("question", "answer", "reference")
-LIST_COLUMNS = ("contexts", "reference_contexts", "gold_documents")
+LIST_COLUMNS = ("contexts", "reference_contexts", "evidence_contexts", "gold_documents")
 
 
 class InputError(ValueError):
@@ -239,13 +239,17 @@ def resolve_context_mode(mode: str, *, retriever: Any, has: Callable[[str], bool
     """The context mode a run (or a scorer's row) uses; ``has(logical)`` says whether a column is there.
 
     ``auto``: ``reference`` (E3) when a retriever or reference contexts are given, else ``generation`` (E2)
-    when there are contexts, else ``none``. An explicit mode whose input is missing is an :class:`InputError`.
+    when there are contexts, else ``evidence`` when a test set's evidence is there, else ``none``. ``auto``
+    never calls anything E3 that was not retrieved with question + reference. An explicit mode whose input is
+    missing is an :class:`InputError`.
     """
     if mode == "auto":
         if retriever is not None or has("reference_contexts"):
             return "reference"
         if has("contexts"):
             return "generation"
+        if has("evidence_contexts"):
+            return "evidence"
         return "none"
     if mode == "reference" and retriever is None and not has("reference_contexts"):
         raise InputError(
@@ -254,6 +258,8 @@ def resolve_context_mode(mode: str, *, retriever: Any, has: Callable[[str], bool
         )
     if mode == "generation" and not has("contexts"):
         raise InputError("context_mode='generation' (E2) needs a 'contexts' column (the passages the RAG used).")
+    if mode == "evidence" and not has("evidence_contexts"):
+        raise InputError("context_mode='evidence' needs an 'evidence_contexts' column (as `ragjudge testset` writes).")
     if mode == "gold" and not has("gold_documents"):
         raise InputError("context_mode='gold' needs a 'gold_documents' column (list of gold document texts).")
     return mode
@@ -279,6 +285,8 @@ def resolve_judge_contexts(row: Row, mode: str, retriever: Callable[[str], Any] 
             row.judge_contexts = row.reference_contexts or []
     elif mode == "generation":
         row.judge_contexts = row.contexts or []
+    elif mode == "evidence":
+        row.judge_contexts = row.evidence_contexts or []
     elif mode == "gold":
         row.judge_contexts = row.gold_documents or []
     else:
@@ -377,6 +385,7 @@ def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[
     row.reference = repairs.text(reference_of(exp), "expectations", 0)
     row.contexts = _passages(contexts, "outputs['contexts']", 0, repairs)
     row.reference_contexts = _passages(exp.get("reference_contexts"), "expectations['reference_contexts']", 0, repairs)
+    row.evidence_contexts = _passages(exp.get("evidence_contexts"), "expectations['evidence_contexts']", 0, repairs)
     row.gold_documents = _passages(exp.get("gold_documents"), "expectations['gold_documents']", 0, repairs)
     row.retrieved_doc_ids = as_list(retrieved, "outputs['retrieved_doc_ids']", 0)
     relevant = exp.get("relevant_doc_ids", exp.get("expected_document_ids"))

@@ -9,7 +9,8 @@ a corpus mixes such positive documents with many distractors, so retrieval is te
     df = generate_testset({"d1": "...", "d2": "..."}, JudgeClient("openai:/gpt-4o-mini"), sample=50, seed=0)
 
 The output has the evaluator's columns: ``question``, ``reference``, ``relevant_doc_ids`` (the source
-document), ``gold_documents`` (its text), ``reference_contexts`` (the evidence sentences), plus
+document), ``gold_documents`` (its text), ``evidence_contexts`` (the evidence sentences the writer quoted;
+not E3, which is retrieved with question + reference: ``context_mode='evidence'`` judges with them), plus
 ``source_doc_id`` and ``generation_status``; documents that yield no question are reported, not dropped
 silently.
 """
@@ -122,10 +123,10 @@ def generate_testset(
             "reference": item["answer"].strip(),
             "relevant_doc_ids": [doc_id],
             "gold_documents": [documents[doc_id]],
-            "reference_contexts": [item["evidence"].strip()] if item["evidence"].strip() else [],
+            "evidence_contexts": [item["evidence"].strip()] if item["evidence"].strip() else [],
             "source_doc_id": doc_id,
             "generation_status": "generated",
         })
-    columns = ["question", "reference", "relevant_doc_ids", "gold_documents", "reference_contexts",
+    columns = ["question", "reference", "relevant_doc_ids", "gold_documents", "evidence_contexts",
                "source_doc_id", "generation_status"]
     return pd.DataFrame(rows, columns=columns), report

@@ -281,10 +281,19 @@ class Row:
     retrieved_doc_ids: list[Any] | None = None
     relevant_doc_ids: Any = None
     reference_contexts: list[str] | None = None
+    evidence_contexts: list[str] | None = None
     gold_documents: list[str] | None = None
     group: str | None = None
     judge_contexts: list[str] | None = None
     context_mode: str | None = None
+
+    @property
+    def context_provenance(self) -> str | None:
+        """Where ``judge_contexts`` came from (``retrieved_with_question_and_reference``, ``generation_contexts``,
+        ``evidence_from_testset``, ``gold``, ``none``), or None before they are resolved."""
+        from .config import CONTEXT_PROVENANCE
+
+        return CONTEXT_PROVENANCE.get(self.context_mode) if self.context_mode else None
     relevance_threshold: float = 1
 
     @property

@@ -435,3 +435,24 @@ def test_other_model_types_never_run_ragjudge(fake_llm, judge_uri, tmp_tracking)
     metrics = MlflowClient().get_run(run.info.run_id).data.metrics
     assert not any(k.startswith(("correctness/", "ragjudge")) for k in metrics)
     assert fake_llm.request_count == 0
+
+
+def test_context_provenance_never_calls_testset_evidence_e3(fake_llm, judge):
+    """A test set's quoted evidence is its own mode ('evidence'), never E3; every run and row records where the
+    judge's contexts came from."""
+    df = pd.DataFrame({"question": ["q1?", "q2?"], "answer": ["a1", "a2"], "reference": ["r1", "r2"],
+                       "evidence_contexts": [["e1"], ["e2"]]})
+    out = evaluate_frame(df, judge=judge, metrics=["correctness"], cache=False)
+    assert out.config["context_mode"] == "evidence" and out.params["ragjudge.context_mode"] == "evidence"
+    assert out.config["context_provenance"] == "evidence_from_testset"
+    assert out.params["ragjudge.context_provenance"] == "evidence_from_testset"
+    assert set(out.table["correctness/context_provenance"]) == {"evidence_from_testset"}
+    with_contexts = evaluate_frame(df.assign(contexts=[["c1"], ["c2"]]), judge=judge, metrics=["correctness"],
+                                   cache=False)
+    assert with_contexts.config["context_provenance"] == "generation_contexts"
+    e3 = evaluate_frame(df, judge=judge, metrics=["correctness"], cache=False, retriever=lambda q: ["p"])
+    assert e3.config["context_mode"] == "reference"
+    assert e3.config["context_provenance"] == "retrieved_with_question_and_reference"
+    with pytest.raises(InputError, match="evidence_contexts"):
+        evaluate_frame(df.drop(columns=["evidence_contexts"]), judge=judge, metrics=["correctness"],
+                       context_mode="evidence")

@@ -47,7 +47,7 @@ def test_generate_one_question_per_document_or_none(fake_llm, client):
     row = df.iloc[0]
     assert row["question"].startswith("Which keeps") and row["reference"] == "UNION ALL."
     assert row["relevant_doc_ids"] == ["d1"] and row["gold_documents"] == [CORPUS["d1"]]
-    assert row["reference_contexts"] == ["UNION ALL keeps duplicate rows."]
+    assert row["evidence_contexts"] == ["UNION ALL keeps duplicate rows."] and "reference_contexts" not in row
 
 
 def test_has_question_without_a_question_counts_as_declined_not_made_up(fake_llm, client):

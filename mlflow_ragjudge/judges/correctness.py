@@ -184,6 +184,7 @@ def shared_correctness_judge(ctx: Any) -> CorrectnessJudge:
 def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult:
     res = judge.judge(row.question or "", row.answer or "", row.reference or "", row.judge_contexts)
     res.details["context_mode"] = row.context_mode
+    res.details["context_provenance"] = row.context_provenance
     return res
 
 
@@ -198,7 +199,8 @@ def _spec() -> Any:
         setup=shared_correctness_judge,
         score=_score,
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", r.reference or "", r.judge_contexts),
-        columns={"correctness/contexts_shown": lambda res: res["correctness"].details.get("contexts_shown")},
+        columns={"correctness/contexts_shown": lambda res: res["correctness"].details.get("contexts_shown"),
+                 "correctness/context_provenance": lambda res: res["correctness"].details.get("context_provenance")},
         headline=True,
         levels=("correctness",),
         prompt_versions=lambda j: j.prompt_versions,
