@@ -70,7 +70,9 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
               "a judge URI (str) or a Backend object", "'openai:/gpt-4o-mini'"),
     "metrics": (lambda v: v is None or isinstance(v, str) or _is_str_list(v), "a list of metric names",
                 "['correctness', 'faithfulness']"),
-    "context_mode": (lambda v: isinstance(v, str), "one of " + ", ".join(CONTEXT_MODES), "'reference'"),
+    "context_mode": (lambda v: isinstance(v, str) or (isinstance(v, (list, tuple)) and len(v) >= 1 and all(
+        isinstance(x, str) for x in v)), "one of " + ", ".join(CONTEXT_MODES) + ", or a list of them",
+        "'reference' or ['generation', 'reference']"),
     "col_mapping": (lambda v: isinstance(v, dict) and all(isinstance(a, str) and isinstance(b, str) and b
                                                           for a, b in v.items()),
                     "a dict {logical column: your column name}", "{'question': 'query'}"),
@@ -120,7 +122,8 @@ class RagJudgeConfig:
             (E2), ``evidence`` (a test set's quoted evidence), ``gold``, ``none``, or ``auto``
             (reference when a retriever or a ``reference_contexts`` column is there, else
             generation when there are contexts, else evidence, else none). Recorded with its
-            provenance per row and per run.
+            provenance per row and per run. A list (e.g. ``["generation", "reference"]``) judges
+            correctness once per mode in the same run, logged as ``correctness_<mode>``.
         retriever: ``query -> passages`` callable for E3 (passages as str, or dicts
             with ``text`` and optional ``id``, or ``(id, text)`` pairs).
         col_mapping: logical column -> the data's column name.
@@ -169,7 +172,7 @@ class RagJudgeConfig:
 
     judge: str | Backend | None = None
     metrics: list[str] | None = None
-    context_mode: str = "auto"
+    context_mode: str | list[str] = "auto"
     retriever: Callable[[str], Any] | None = None
     col_mapping: dict[str, str] = field(default_factory=dict)
     group_column: str | None = None
@@ -225,7 +228,15 @@ class RagJudgeConfig:
         setting before any data is read or any judge call is made.
         """
         _check_types(self)
-        if self.context_mode not in CONTEXT_MODES:
+        if isinstance(self.context_mode, (list, tuple)):
+            modes = list(dict.fromkeys(self.context_mode))
+            bad = [m for m in modes if m not in CONTEXT_MODES or m == "auto"]
+            if bad:
+                raise ValueError(f"context_mode={self.context_mode!r}: {bad} not allowed in a list; use several of "
+                                 f"{', '.join(m for m in CONTEXT_MODES if m != 'auto')}, e.g. ['generation', "
+                                 "'reference'] for the paper's E2 vs E3 in one run.")
+            self.context_mode = modes[0] if len(modes) == 1 else modes
+        elif self.context_mode not in CONTEXT_MODES:
             raise ValueError(f"context_mode={self.context_mode!r} is not one of {CONTEXT_MODES}.")
         if self.metrics is not None:
             if isinstance(self.metrics, str):

@@ -208,10 +208,19 @@ def _prepare_judge_contexts(specs: Sequence[MetricSpec], cfg: RagJudgeConfig, ro
     judge with them; None when no metric does."""
     if not any(s.needs_judge_contexts for s in specs):
         return None
-    mode = resolve_context_mode(cfg.context_mode, retriever=cfg.retriever, has=lambda c: _present(df, cfg, c))
+    wanted = cfg.context_mode if isinstance(cfg.context_mode, list) else [cfg.context_mode]
+    modes = [resolve_context_mode(m, retriever=cfg.retriever, has=lambda c: _present(df, cfg, c)) for m in wanted]
+    # the primary mode (what multi-turn and single-mode readers use): E3 when it is among them
+    primary = "reference" if "reference" in modes else modes[0]
     for r in rows:
-        resolve_judge_contexts(r, mode, cfg.retriever, repairs)
-    return mode
+        if len(modes) > 1:
+            for m in modes:
+                resolve_judge_contexts(r, m, cfg.retriever, repairs)
+                r.judge_contexts_by_mode[m] = list(r.judge_contexts or [])
+            r.judge_contexts, r.context_mode = list(r.judge_contexts_by_mode[primary]), primary
+        else:
+            resolve_judge_contexts(r, primary, cfg.retriever, repairs)
+    return primary
 
 
 def _build_client(cfg: RagJudgeConfig) -> JudgeClient:
@@ -432,6 +441,18 @@ def _aggregate_metric(
     return out
 
 
+def _on_levels(spec: MetricSpec, name: str) -> bool:
+    """Whether an output is on the six-level scale (``levels`` lists names, or prefixes ending in ``_``)."""
+    return any(name == lv or (lv.endswith("_") and name.startswith(lv)) for lv in spec.levels)
+
+
+def _safe_cell(build: Callable[[dict[str, JudgeResult]], Any], res: dict[str, JudgeResult]) -> Any:
+    try:
+        return build(res)
+    except Exception:  # an extra column never costs the table
+        return None
+
+
 def _cell(res: JudgeResult, level: bool = False) -> Any:
     if res.status is Status.SCORED:
         return res.value
@@ -448,13 +469,13 @@ def _build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict
     ordered = sorted(specs, key=lambda s: not s.headline)  # the headline score right after the question
     for spec in ordered:
         for name, res in results[spec.name].items():
-            cols[f"{name}/score"] = [_cell(x, level=name in spec.levels) for x in res]
+            cols[f"{name}/score"] = [_cell(x, level=_on_levels(spec, name)) for x in res]
             if spec.judged:
                 cols[f"{name}/justification"] = [x.rationale for x in res]
                 cols[f"{name}/status"] = [x.status.value + (f":{x.reason}" if x.reason else "") for x in res]
     for spec in specs:
         for column, build in spec.columns.items():
-            cols[column] = [None if _ERROR_KEY in res else build(res) for res in per_row[spec.name]]
+            cols[column] = [None if _ERROR_KEY in res else _safe_cell(build, res) for res in per_row[spec.name]]
         cols.update(finishes[spec.name].columns)
     for logical in ("answer", "reference"):
         if any(getattr(r, logical) is not None for r in rows):
@@ -665,7 +686,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
     for spec in specs:
         for name, res in results[spec.name].items():
             all_results[name] = res
-            metrics_out.update(_aggregate_metric(name, res, rows, spec.judged, levels=name in spec.levels))
+            metrics_out.update(_aggregate_metric(name, res, rows, spec.judged, levels=_on_levels(spec, name)))
         if spec.judged and results[spec.name]:  # one report per metric (multi-turn's three scores fail together)
             report = _failure_report(spec.name, next(iter(results[spec.name].values())), cfg.max_error_rate)
             if report is not None:
@@ -691,6 +712,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
         "config": cfg.public_params(),
         "metrics_run": names,
         "context_mode": mode,
+        "context_modes": list(rows[0].judge_contexts_by_mode) if rows and rows[0].judge_contexts_by_mode else None,
         "context_provenance": CONTEXT_PROVENANCE.get(mode) if mode else None,
         "judge": client.identity() if client is not None else None,
         "prompt_versions": prompt_versions,
@@ -709,6 +731,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
         "ragjudge.judge": (client.backend.uri if client is not None else "none"),
         "ragjudge.context_mode": mode or "n/a",
         "ragjudge.context_provenance": CONTEXT_PROVENANCE.get(mode, "n/a") if mode else "n/a",
+        "ragjudge.context_modes": ",".join(record["context_modes"] or []) or (mode or "n/a"),
         "ragjudge.prompt_versions": json.dumps(prompt_versions, sort_keys=True),
         "ragjudge.language": cfg.language,
         "ragjudge.k": json.dumps(cfg.k),

@@ -156,9 +156,17 @@ class MetricScorer(Scorer):
         if spec.validate is not None:
             spec.validate([row], cfg)
         if spec.needs_judge_contexts:
-            mode = resolve_context_mode(cfg.context_mode, retriever=cfg.retriever,
-                                        has=lambda c: getattr(row, c, None) is not None)
-            resolve_judge_contexts(row, mode, cfg.retriever)
+            wanted = cfg.context_mode if isinstance(cfg.context_mode, list) else [cfg.context_mode]
+            modes = [resolve_context_mode(m, retriever=cfg.retriever, has=lambda c: getattr(row, c, None) is not None)
+                     for m in wanted]
+            primary = "reference" if "reference" in modes else modes[0]
+            if len(modes) > 1:
+                for m in modes:
+                    resolve_judge_contexts(row, m, cfg.retriever)
+                    row.judge_contexts_by_mode[m] = list(row.judge_contexts or [])
+                row.judge_contexts, row.context_mode = list(row.judge_contexts_by_mode[primary]), primary
+            else:
+                resolve_judge_contexts(row, primary, cfg.retriever)
         return row
 
     def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
@@ -185,7 +193,8 @@ class MetricScorer(Scorer):
     def __call__(self, *, inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,
                  trace: Any = None, **kwargs: Any) -> Feedback | list[Feedback]:
         results = self._score(inputs, outputs, expectations, trace)
-        if len(self._spec.output_names) == 1 and len(results) == 1:
+        if list(results) == [self._spec.name] and self._spec.name in self._spec.output_names:
+            # the metric's own single result: one Feedback under the scorer's name
             (res,) = results.values()
             extra = {"context_mode": res.details["context_mode"]} if "context_mode" in res.details else None
             return to_feedback(self.name, res, self._source, extra)

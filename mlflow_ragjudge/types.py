@@ -286,6 +286,8 @@ class Row:
     group: str | None = None
     judge_contexts: list[str] | None = None
     context_mode: str | None = None
+    #: with several context modes: mode -> that mode's judge contexts (``judge_contexts`` is the primary mode's)
+    judge_contexts_by_mode: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def context_provenance(self) -> str | None:

@@ -456,3 +456,36 @@ def test_context_provenance_never_calls_testset_evidence_e3(fake_llm, judge):
     with pytest.raises(InputError, match="evidence_contexts"):
         evaluate_frame(df.drop(columns=["evidence_contexts"]), judge=judge, metrics=["correctness"],
                        context_mode="evidence")
+
+
+def test_e2_and_e3_side_by_side_in_one_run(fake_llm, judge):
+    """context_mode=['generation', 'reference']: correctness judged once per mode in the same run (the
+    paper's central comparison), each logged under its own name, both in the per-row table, meta-evaluated
+    each against the human scores; multi-turn and single readers get the E3 contexts."""
+    df = pd.DataFrame({"question": ["q1?", "q2?", "q3?"], "answer": ["a1", "a2", "a3"],
+                       "reference": ["r1", "r2", "r3"], "contexts": [["gen 1"], ["gen 2"], ["gen 3"]],
+                       "expert": [5, 3, 4]})
+    seen: list[str] = []
+    out = evaluate_frame(df, judge=judge, metrics=["correctness"], cache=False, human_columns=["expert"], n_boot=0,
+                         context_mode=["generation", "reference"], retriever=lambda q: seen.append(q) or ["e3 p"])
+    assert len(seen) == 3 and all("\n" in q for q in seen)  # E3 queries: question + reference
+    for mode in ("generation", "reference"):
+        assert f"correctness_{mode}/mean" in out.metrics and f"correctness_{mode}/share_level_5" in out.metrics
+        assert out.table[f"correctness_{mode}/status"].notna().all()
+        assert {r.details["context_mode"] for r in out.results[f"correctness_{mode}"]} == {mode}
+    prov = json.loads(out.table["correctness/context_provenance"][0])
+    assert prov == {"generation": "generation_contexts", "reference": "retrieved_with_question_and_reference"}
+    assert out.config["context_modes"] == ["generation", "reference"] and out.config["context_mode"] == "reference"
+    assert out.params["ragjudge.context_modes"] == "generation,reference"
+    assert set(out.meta["metric"]) >= {"correctness_generation", "correctness_reference"}
+    chats = [r for r in fake_llm.requests if r.api == "openai_chat"]
+    assert len(chats) == 2 * len(df)  # one judgement per row and mode
+    assert sum("gen 1" in json.dumps(r.messages) for r in chats) == 1
+    est = evaluate_frame(df, judge=judge, metrics=["correctness"], context_mode=["generation", "reference"],
+                         retriever=lambda q: ["e3 p"], dry_run=True)
+    assert est.metrics["estimate/correctness/calls"] == 2 * len(df)
+    gated = evaluate_frame(df, judge=judge, metrics=["correctness"], cache=False, context_mode=["generation", "none"],
+                           fail_under={"correctness_none": 0})
+    assert gated.gate_passed
+    with pytest.raises(ValueError, match="not allowed in a list"):
+        evaluate_frame(df, judge=judge, metrics=["correctness"], context_mode=["auto", "reference"])

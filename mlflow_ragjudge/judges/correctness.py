@@ -181,11 +181,39 @@ def shared_correctness_judge(ctx: Any) -> CorrectnessJudge:
         ctx.judge_client, language=cfg.language, output=cfg.judge_output, max_context_chars=cfg.max_context_chars))
 
 
-def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult:
+def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+    from ..config import CONTEXT_PROVENANCE
+
+    if len(row.judge_contexts_by_mode) > 1:  # several context modes: one judgement per mode (E2 vs E3 ...)
+        out = {}
+        for mode, contexts in row.judge_contexts_by_mode.items():
+            res = judge.judge(row.question or "", row.answer or "", row.reference or "", contexts)
+            res.details.update(context_mode=mode, context_provenance=CONTEXT_PROVENANCE.get(mode))
+            out[f"correctness_{mode}"] = res
+        return out
     res = judge.judge(row.question or "", row.answer or "", row.reference or "", row.judge_contexts)
     res.details["context_mode"] = row.context_mode
     res.details["context_provenance"] = row.context_provenance
     return res
+
+
+def _estimate(judge: CorrectnessJudge, row: Any, ctx: Any) -> dict[str, int]:
+    modes = row.judge_contexts_by_mode if len(row.judge_contexts_by_mode) > 1 else {None: row.judge_contexts}
+    parts = [judge.estimate(row.question or "", row.answer or "", row.reference or "", c) for c in modes.values()]
+    return {k: sum(p[k] for p in parts) for k in ("calls", "input_tokens", "output_tokens")}
+
+
+def _per_mode(key: str) -> Any:
+    """A per-row column: the detail of the single judgement, or ``{mode: detail}`` with several modes."""
+    import json
+
+    def build(res: dict[str, JudgeResult]) -> Any:
+        if "correctness" in res:
+            return res["correctness"].details.get(key)
+        return json.dumps({name[len("correctness_"):]: r.details.get(key) for name, r in res.items()},
+                          ensure_ascii=False, default=str)
+
+    return build
 
 
 def _spec() -> Any:
@@ -198,11 +226,12 @@ def _spec() -> Any:
         needs_judge_contexts=True,
         setup=shared_correctness_judge,
         score=_score,
-        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", r.reference or "", r.judge_contexts),
-        columns={"correctness/contexts_shown": lambda res: res["correctness"].details.get("contexts_shown"),
-                 "correctness/context_provenance": lambda res: res["correctness"].details.get("context_provenance")},
+        estimate=_estimate,
+        outputs=("correctness", "correctness_"),
+        columns={"correctness/contexts_shown": _per_mode("contexts_shown"),
+                 "correctness/context_provenance": _per_mode("context_provenance")},
         headline=True,
-        levels=("correctness",),
+        levels=("correctness", "correctness_"),
         prompt_versions=lambda j: j.prompt_versions,
         description="context-aware six-level correctness (5..1, 0 = not sure), judged with the context mode's passages",
     )
