@@ -95,6 +95,8 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "n_boot": (lambda v: _is_int(v) and v >= 0, "a whole number >= 0 (bootstrap resamples)", "1000"),
     "seed": (lambda v: _is_int(v), "a whole number", "0"),
     "faithfulness_require_retrieval_hit": (lambda v: isinstance(v, bool), "True or False", "True"),
+    "faithfulness_evidence_chars": (lambda v: _is_int(v) and v >= 1000, "a whole number of characters >= 1000",
+                                    "24000"),
     "embeddings": (lambda v: callable(v) or (isinstance(v, str) and bool(v)),
                    "'auto', 'local', an embeddings URI or a callable", "'openai:/text-embedding-3-small'"),
     "dry_run": (lambda v: isinstance(v, bool), "True or False", "True"),
@@ -193,6 +195,7 @@ class RagJudgeConfig:
     seed: int = 0
     faithfulness_evidence: str = "contexts"
     faithfulness_require_retrieval_hit: bool = False
+    faithfulness_evidence_chars: int = 24_000
     embeddings: Any = "auto"
     answer_relevancy_n: int = 3
     dry_run: bool = False

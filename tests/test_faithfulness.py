@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+import pandas as pd
 import pytest
 from fakellm import Reply
 
@@ -360,3 +362,37 @@ def test_estimate_is_an_upper_bound_without_calling_the_model(fake_llm, openai_c
     assert est["input_tokens"] >= prompt_words  # the fake server counts words, a lower bound on tokens
     # once the response's claims are memoised only the verification remains
     assert judge.estimate(QUESTION, RESPONSE, EVIDENCE)["calls"] == 1
+
+
+def test_long_gold_documents_are_split_never_cut():
+    from mlflow_ragjudge.judges.faithfulness import select_evidence, split_passage
+
+    filler = " ".join(f"Sentence number {i} talks about the weather in town {i}." for i in range(600))
+    doc = filler + " The bridge opened in 1932 and is 503 metres long."
+    pieces = split_passage(doc, 8000)
+    assert len(pieces) > 1 and all(len(p) <= 8000 for p in pieces)
+    assert " ".join(pieces) == " ".join(doc.split())  # nothing left out
+    # all pieces fit the budget: all shown
+    shown, info = select_evidence([doc], ["The bridge is 503 metres long."], max_passage_chars=8000,
+                                  budget_chars=100_000)
+    assert shown == pieces and info["split"] and not info["selected_by_overlap"]
+    # over budget: the piece that matches the claim is kept, even from the end of the document
+    shown, info = select_evidence([doc], ["The bridge is 503 metres long."], max_passage_chars=8000,
+                                  budget_chars=8000)
+    assert info["selected_by_overlap"] and len(shown) == 1 and "503 metres" in shown[0]
+
+
+def test_faithfulness_sees_a_claim_from_late_in_a_long_gold_document(fake_llm, judge):
+    import mlflow_ragjudge as rj
+
+    filler = " ".join(f"Sentence number {i} talks about the weather in town {i}." for i in range(600))
+    doc = filler + " The bridge opened in 1932 and is 503 metres long."
+    df = pd.DataFrame({"answer": ["The bridge is 503 metres long."], "gold_documents": [[doc]],
+                       "question": ["How long is the bridge?"]})
+    out = rj.evaluate_frame(df, judge=judge, metrics=["faithfulness"], faithfulness_evidence="gold", cache=False,
+                            faithfulness_evidence_chars=20_000)
+    res = out.results["faithfulness"][0]
+    assert res.status.value == "scored" and res.details["evidence_selection"]["split"]
+    verify = [r for r in fake_llm.requests if "faithfulness_verdicts" in json.dumps(r.response_format or {})]
+    assert verify and "503 metres long" in json.dumps(verify[0].messages)
+    assert res.details["evidence_info"]["n_truncated"] == 0

@@ -64,6 +64,73 @@ def _passages(evidence: Sequence[str] | None) -> list[str]:
     return [str(p) for p in evidence if p is not None and str(p).strip()]
 
 
+def split_passage(text: str, max_chars: int) -> list[str]:
+    """A passage cut into pieces of at most ``max_chars`` at sentence boundaries (a longer sentence is cut
+    at the limit), in order: nothing is left out."""
+    text = " ".join(text.split())
+    if len(text) <= max_chars:
+        return [text]
+    from ..text import split_sentences
+
+    pieces: list[str] = []
+    current = ""
+    for sentence in split_sentences(text) or [text]:
+        while len(sentence) > max_chars:
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(sentence[:max_chars])
+            sentence = sentence[max_chars:]
+        if current and len(current) + 1 + len(sentence) > max_chars:
+            pieces.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}".strip()
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def select_evidence(passages: Sequence[str], claims: Sequence[str], *, max_passage_chars: int,
+                    budget_chars: int) -> tuple[list[str], dict[str, Any]]:
+    """The evidence shown to the verifier, for documents longer than one passage (seed 001's gold documents).
+
+    Every passage longer than ``max_passage_chars`` is split into pieces at sentence boundaries
+    (:func:`split_passage`), so no claim is checked against a document cut short. When all pieces fit in
+    ``budget_chars`` they are all shown. Otherwise the pieces that match the claims are shown: each claim's
+    best piece first (the share of the claim's words found in it), then the next best pieces for any claim,
+    until the budget is used; shown in document order. The record says what was split and left out.
+    """
+    from ..text import word_set
+
+    pieces = [p for passage in passages for p in split_passage(passage, max_passage_chars)]
+    info: dict[str, Any] = {"n_passages": len(passages), "n_pieces": len(pieces),
+                            "split": len(pieces) > len(passages)}
+    total = sum(len(p) for p in pieces)
+    if total <= budget_chars:
+        info.update(n_shown=len(pieces), selected_by_overlap=False, chars=total)
+        return pieces, info
+    words = [word_set(p) for p in pieces]
+    claim_words = [w for w in (word_set(c) for c in claims) if w]
+    score = [[len(cw & pw) / len(cw) for cw in claim_words] for pw in words]
+    order: list[int] = []
+    for j in range(len(claim_words)):  # each claim's best piece first
+        best = max(range(len(pieces)), key=lambda i: (score[i][j], -i))
+        if best not in order:
+            order.append(best)
+    rest = sorted(range(len(pieces)), key=lambda i: (-max(score[i], default=0.0), i))
+    order += [i for i in rest if i not in order]
+    chosen: list[int] = []
+    used = 0
+    for i in order:
+        if used + len(pieces[i]) <= budget_chars or not chosen:
+            chosen.append(i)
+            used += len(pieces[i])
+    chosen.sort()
+    info.update(n_shown=len(chosen), selected_by_overlap=True, chars=used, shown_pieces=[i + 1 for i in chosen])
+    return [pieces[i] for i in chosen], info
+
+
 class FaithfulnessJudge:
     """Share of the response's claims that the evidence supports.
 
@@ -88,11 +155,13 @@ class FaithfulnessJudge:
         max_tokens: int = 2048,
         extractor: StatementExtractor | None = None,
         max_passage_chars: int = 8000,
+        max_evidence_chars: int = 24_000,
     ) -> None:
         self.client = client
         self.language = language
         self.max_tokens = max_tokens
         self.max_passage_chars = max_passage_chars
+        self.max_evidence_chars = max_evidence_chars
         self.extractor = extractor or StatementExtractor(client, language=language, max_tokens=max_tokens)
         self.prompt = load_prompt("faithfulness", language)
         self.schema: dict[str, Any] = self.prompt.schema or {}
@@ -137,6 +206,11 @@ class FaithfulnessJudge:
                 "The response makes no factual claim (empty, a refusal, or 'I don't know'); faithfulness is undefined.",
                 raw=extraction.raw, details=details, calls=calls,
             )
+        if any(len(" ".join(p.split())) > self.max_passage_chars for p in passages):
+            # long documents (gold documents): split, never cut; the pieces that match the claims when too long
+            passages, selection = select_evidence(passages, claims, max_passage_chars=self.max_passage_chars,
+                                                  budget_chars=self.max_evidence_chars)
+            details["evidence_selection"] = selection
         evidence_text, info = number_items(passages, max_chars=self.max_passage_chars)
         details["evidence_info"] = info
         got = ask_numbered(
@@ -246,7 +320,8 @@ def _spec() -> Any:
         requires=_requires,
         judged=True,
         setup=lambda ctx: FaithfulnessJudge(ctx.judge_client, language=ctx.cfg.language,
-                                            extractor=shared_extractor(ctx)),
+                                            extractor=shared_extractor(ctx),
+                                            max_evidence_chars=ctx.cfg.faithfulness_evidence_chars),
         score=_score,
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", _evidence(r, ctx.cfg)),
         columns={"faithfulness/claims": _claims_column},
