@@ -190,6 +190,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--sample", type=int, help="ask only this many documents (the rest stay distractors)")
     ts.add_argument("--seed", type=int, default=0)
     ts.add_argument("--language", default="en")
+    ts.add_argument("--min-positive-chars", type=int, default=0,
+                    help="never ask documents shorter than this (they stay distractors)")
+    ts.add_argument("--distractors-per-positive", type=int,
+                    help="also write the corpus to index: the positives mixed with this many distractors each")
+    ts.add_argument("--corpus-out", help="where that corpus goes (.jsonl rows with 'id' and 'text'; needs "
+                    "--distractors-per-positive)")
     sub.add_parser("metrics", help="list the registered metrics: columns they need, whether they call a judge")
     qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline demo judge")
     qs.add_argument("--experiment", default="ragjudge-quickstart")
@@ -391,9 +397,17 @@ def main(argv: list[str] | None = None) -> int:
             from .testset import generate_testset
 
             corpus = _read_corpus(args.corpus)
+            if args.corpus_out and args.distractors_per_positive is None:
+                raise ValueError("--corpus-out needs --distractors-per-positive (how many distractors per positive)")
             df, report = generate_testset(corpus, JudgeClient(args.judge), sample=args.sample, seed=args.seed,
-                                          language=args.language)
+                                          language=args.language, min_positive_chars=args.min_positive_chars,
+                                          distractors_per_positive=args.distractors_per_positive)
             df.to_json(args.out, orient="records", lines=True, force_ascii=False)
+            if args.corpus_out:
+                pd.DataFrame([{"id": d, "text": corpus[d]} for d in report.corpus_ids]).to_json(
+                    args.corpus_out, orient="records", lines=True, force_ascii=False)
+                print(f"corpus: {len(report.generated)} positives + {len(report.distractor_ids)} distractors "
+                      f"-> {args.corpus_out}")
             print(f"{len(report.generated)} questions from {len(corpus)} documents "
                   f"({len(report.declined)} declined, {len(report.failed)} failed) -> {args.out}")
             for doc_id, why in report.failed.items():

@@ -42,6 +42,12 @@ class TestsetReport:
     generated: list[str] = field(default_factory=list)
     declined: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    #: documents under ``min_positive_chars``: never asked, kept as distractors
+    too_short: list[str] = field(default_factory=list)
+    #: with ``distractors_per_positive``: the corpus to index, the positives (documents with a question, the
+    #: gold ids) mixed with that many distractors each, drawn with the seed
+    corpus_ids: list[str] = field(default_factory=list)
+    distractor_ids: list[str] = field(default_factory=list)
 
 
 def _parser(schema: dict[str, Any]) -> Any:
@@ -64,13 +70,23 @@ def generate_testset(
     seed: int = 0,
     language: str = "en",
     workers: int = 8,
+    min_positive_chars: int = 0,
+    distractors_per_positive: int | None = None,
 ) -> tuple[pd.DataFrame, TestsetReport]:
     """Ask the model for at most one question per document.
+
+    Seed 001's corpus recipe, as options: positive documents (those a question is written from) have at least
+    ``min_positive_chars`` characters, so a question has substance to come from; and the corpus a retriever is
+    measured on mixes the positives with ``distractors_per_positive`` distractors each (``report.corpus_ids``),
+    so retrieval is measured against noise. The gold ids are each row's ``relevant_doc_ids``.
 
     Args:
         documents: document id -> text (the whole corpus, distractors included).
         client: the model that writes the questions.
         sample: ask only this many documents, drawn with ``seed`` (the rest stay as distractors).
+        min_positive_chars: documents shorter than this are never asked (reported as ``too_short``).
+        distractors_per_positive: build ``report.corpus_ids``: the positives plus this many documents without a
+            question per positive, drawn with ``seed`` (all of them when there are fewer).
         language: prompt language (``en``, ``ja``).
         workers: documents asked in parallel (the client's provider limit still applies).
 
@@ -85,7 +101,15 @@ def generate_testset(
     for doc_id, text in documents.items():
         if not isinstance(text, str):
             raise ValueError(f"document {doc_id!r} is a {type(text).__name__}; documents must be text (str)")
-    ids = sorted(documents, key=str)
+    if isinstance(min_positive_chars, bool) or not isinstance(min_positive_chars, int) or min_positive_chars < 0:
+        raise ValueError(f"min_positive_chars={min_positive_chars!r} must be a whole number >= 0")
+    if distractors_per_positive is not None and (isinstance(distractors_per_positive, bool) or not isinstance(
+            distractors_per_positive, int) or distractors_per_positive < 0):
+        raise ValueError(f"distractors_per_positive={distractors_per_positive!r} must be a whole number >= 0")
+    too_short = sorted((d for d, t in documents.items() if len(t.strip()) < min_positive_chars), key=str)
+    ids = sorted((d for d in documents if len(documents[d].strip()) >= min_positive_chars), key=str)
+    if not ids:
+        raise ValueError(f"no document has min_positive_chars={min_positive_chars} characters; lower it")
     if sample is not None:
         if not 1 <= sample <= len(ids):
             raise ValueError(f"sample={sample} must be between 1 and the number of documents ({len(ids)})")
@@ -104,7 +128,7 @@ def generate_testset(
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         outcomes = list(pool.map(ask, ids))
-    report = TestsetReport()
+    report = TestsetReport(too_short=too_short)
     rows = []
     for doc_id, call in outcomes:
         if call is None:
@@ -127,6 +151,11 @@ def generate_testset(
             "source_doc_id": doc_id,
             "generation_status": "generated",
         })
+    if distractors_per_positive is not None:
+        others = sorted((d for d in documents if d not in set(report.generated)), key=str)
+        want = min(len(others), distractors_per_positive * len(report.generated))
+        report.distractor_ids = sorted(random.Random(seed).sample(others, want), key=str)
+        report.corpus_ids = sorted([*report.generated, *report.distractor_ids], key=str)
     columns = ["question", "reference", "relevant_doc_ids", "gold_documents", "evidence_contexts",
                "source_doc_id", "generation_status"]
     return pd.DataFrame(rows, columns=columns), report

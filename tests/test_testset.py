@@ -91,3 +91,32 @@ def test_cli_testset(fake_llm, client, tmp_path, capsys):
     assert "1 questions from 4 documents (2 declined, 1 failed)" in printed
     rows = pd.read_json(out, lines=True)
     assert rows["source_doc_id"].tolist() == ["d1"]
+
+
+def test_corpus_recipe_minimum_size_and_distractors(fake_llm, judge, tmp_path):
+    """Seed 001's recipe: short documents are never asked; the corpus to index mixes the positives with
+    n distractors each, drawn with the seed; the gold ids are the rows' relevant_doc_ids."""
+    docs = {f"long{i}": f"Document {i} explains topic {i} in detail. " * 8 for i in range(6)}
+    docs.update({f"short{i}": f"Stub {i}." for i in range(8)})
+    writer = JudgeClient(judge, cache=False)
+    df, report = generate_testset(docs, writer, min_positive_chars=100, distractors_per_positive=2, seed=1)
+    asked = json.dumps([r.messages for r in fake_llm.requests])
+    assert not any(f"Stub {i}." in asked for i in range(8))  # never asked
+    assert sorted(report.too_short) == sorted(f"short{i}" for i in range(8))
+    positives = set(report.generated)
+    assert positives and positives == {ids[0] for ids in df["relevant_doc_ids"]}
+    assert not positives & set(report.distractor_ids)
+    assert len(report.distractor_ids) == min(2 * len(positives), len(docs) - len(positives))
+    assert set(report.corpus_ids) == positives | set(report.distractor_ids)
+    _, again = generate_testset(docs, writer, min_positive_chars=100, distractors_per_positive=2, seed=1)
+    assert again.corpus_ids == report.corpus_ids  # seeded
+    with pytest.raises(ValueError, match="min_positive_chars"):
+        generate_testset(docs, writer, min_positive_chars=10_000)
+    corpus_file = tmp_path / "corpus.json"
+    corpus_file.write_text(json.dumps(docs))
+    out, corpus_out = tmp_path / "set.jsonl", tmp_path / "index.jsonl"
+    assert main(["testset", str(corpus_file), "--judge", judge, "--out", str(out), "--min-positive-chars", "100",
+                 "--distractors-per-positive", "1", "--corpus-out", str(corpus_out)]) == 0
+    index = [json.loads(line) for line in corpus_out.read_text().splitlines()]
+    gold = {json.loads(line)["relevant_doc_ids"][0] for line in out.read_text().splitlines()}
+    assert gold <= {d["id"] for d in index} and all(d["text"] == docs[d["id"]] for d in index)
