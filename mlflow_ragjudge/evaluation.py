@@ -210,6 +210,14 @@ def _prepare_judge_contexts(specs: Sequence[MetricSpec], cfg: RagJudgeConfig, ro
         return None
     wanted = cfg.context_mode if isinstance(cfg.context_mode, list) else [cfg.context_mode]
     modes = [resolve_context_mode(m, retriever=cfg.retriever, has=lambda c: _present(df, cfg, c)) for m in wanted]
+    if ("reference" in modes and cfg.retriever is None and _present(df, cfg, "reference_contexts")
+            and {"source_doc_id", "generation_status"} <= set(df.columns)):
+        # a test set written by an earlier `ragjudge testset`, which put its writer's evidence there
+        raise InputError(
+            f"Column '{cfg.column('reference_contexts')}' of this test set (it has source_doc_id and "
+            "generation_status, as `ragjudge testset` writes) holds the question writer's evidence, not passages "
+            "retrieved with question + reference answer (E3). Rename it to 'evidence_contexts' to judge with it "
+            "(context_mode='evidence'), or pass retriever=<callable query -> passages> for E3.")
     # the primary mode (what multi-turn and single-mode readers use): E3 when it is among them
     primary = "reference" if "reference" in modes else modes[0]
     for r in rows:

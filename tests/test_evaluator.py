@@ -489,3 +489,14 @@ def test_e2_and_e3_side_by_side_in_one_run(fake_llm, judge):
     assert gated.gate_passed
     with pytest.raises(ValueError, match="not allowed in a list"):
         evaluate_frame(df, judge=judge, metrics=["correctness"], context_mode=["auto", "reference"])
+
+
+def test_an_old_testset_file_is_not_taken_for_e3(fake_llm, judge):
+    old = pd.DataFrame({"question": ["q?"], "answer": ["a"], "reference": ["r"], "reference_contexts": [["quoted"]],
+                        "source_doc_id": ["d1"], "generation_status": ["generated"]})
+    with pytest.raises(InputError, match="evidence_contexts"):
+        evaluate_frame(old, judge=judge, metrics=["correctness"], cache=False)
+    assert fake_llm.request_count == 0
+    renamed = old.rename(columns={"reference_contexts": "evidence_contexts"})
+    assert evaluate_frame(renamed, judge=judge, metrics=["correctness"], cache=False).config["context_mode"] == \
+        "evidence"
