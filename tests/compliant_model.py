@@ -127,48 +127,6 @@ def fill(schema: dict[str, Any], seed: str, path: str = "$", index: int | None =
     return _sentence(seed, path)
 
 
-def _json_objects(text: str) -> list[dict[str, Any]]:
-    """Top-level JSON objects written in a text (string-aware brace matching).
-
-    Deliberately not the package's own ``parsing.iter_json_objects``: a fake that reads prompts with our
-    parser would only prove that we agree with ourselves."""
-    out: list[dict[str, Any]] = []
-    i = 0
-    while True:
-        start = text.find("{", i)
-        if start == -1:
-            return out
-        depth, in_str, esc, end = 0, False, False, -1
-        for j in range(start, len(text)):
-            c = text[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    end = j
-                    break
-        if end == -1:
-            return out
-        try:
-            obj = json.loads(text[start: end + 1])
-        except ValueError:
-            i = start + 1
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-        i = end + 1
-
-
 _ELLIPSIS_ITEM = re.compile(r",\s*(?:\.\.\.|\u2026)\s*(?=[\]}])")  # [a, b, ...] -> [a, b]
 _ELLIPSIS_ONLY = re.compile(r"\[\s*(?:\.\.\.|\u2026)\s*\]")  # [...] -> []
 _TRAILING_COMMA = re.compile(r",\s*(?=[\]}])")
@@ -180,40 +138,48 @@ def _lenient(chunk: str) -> str:
     return _TRAILING_COMMA.sub("", _ELLIPSIS_ONLY.sub("[]", _ELLIPSIS_ITEM.sub("", chunk)))
 
 
-def _example_objects(text: str) -> list[dict[str, Any]]:
-    """Outermost JSON objects shown in a text as examples, read leniently the way a model reads them: an
-    ``...`` item ("and so on") and trailing commas are dropped, and a bare ``<placeholder>`` value is read
-    as a string, before parsing."""
+def _brace_end(text: str, start: int) -> int:
+    """The index of the ``}`` closing the ``{`` at ``start`` (string-aware), or -1."""
+    depth, in_str, esc = 0, False, False
+    for j in range(start, len(text)):
+        c = text[j]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
+def _json_objects(text: str, *, lenient: bool = False) -> list[dict[str, Any]]:
+    """Top-level JSON objects written in a text (string-aware brace matching). ``lenient`` reads them the way
+    a model reads an example: an ``...`` item ("and so on") and trailing commas are dropped, and a bare
+    ``<placeholder>`` value is read as a string, before parsing.
+
+    Deliberately not the package's own ``parsing.iter_json_objects``: a fake that reads prompts with our
+    parser would only prove that we agree with ourselves."""
     out: list[dict[str, Any]] = []
     i = 0
     while True:
         start = text.find("{", i)
         if start == -1:
             return out
-        depth, in_str, esc, end = 0, False, False, -1
-        for j in range(start, len(text)):
-            c = text[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    end = j
-                    break
+        end = _brace_end(text, start)
         if end == -1:
             return out
         chunk = text[start: end + 1]
         obj = None
-        for candidate in (chunk, _lenient(chunk)):
+        for candidate in (chunk, _lenient(chunk)) if lenient else (chunk,):
             try:
                 obj = json.loads(candidate)
                 break
@@ -230,7 +196,7 @@ def example_in_conversation(request: Request) -> dict[str, Any] | None:
     """The most recent example JSON object written into the messages (not a schema), if any."""
     found = None
     for message in request.messages:
-        for obj in _example_objects(message["content"]):
+        for obj in _json_objects(message["content"], lenient=True):
             if not (obj.get("type") == "object" and isinstance(obj.get("properties"), dict)):
                 found = obj
     return found
