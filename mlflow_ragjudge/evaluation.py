@@ -38,9 +38,10 @@ from .inputs import (
     InvalidTextWarning,
     Repairs,
     e3_query,
+    primary_mode,
     read_rows,
-    resolve_context_mode,
-    resolve_judge_contexts,
+    resolve_context_modes,
+    resolve_row_contexts,
 )
 from .judged import EmbeddingsUnavailable, resolve_embedder
 from .registry import Finish, MetricSpec, MetricUnavailable, RunContext, all_specs, get_metric, metric_names
@@ -208,8 +209,7 @@ def _prepare_judge_contexts(specs: Sequence[MetricSpec], cfg: RagJudgeConfig, ro
     judge with them; None when no metric does."""
     if not any(s.needs_judge_contexts for s in specs):
         return None
-    wanted = cfg.context_mode if isinstance(cfg.context_mode, list) else [cfg.context_mode]
-    modes = [resolve_context_mode(m, retriever=cfg.retriever, has=lambda c: _present(df, cfg, c)) for m in wanted]
+    modes = resolve_context_modes(cfg.context_mode, retriever=cfg.retriever, has=lambda c: _present(df, cfg, c))
     if ("reference" in modes and cfg.retriever is None and _present(df, cfg, "reference_contexts")
             and {"source_doc_id", "generation_status"} <= set(df.columns)):
         # a test set written by an earlier `ragjudge testset`, which put its writer's evidence there
@@ -218,17 +218,9 @@ def _prepare_judge_contexts(specs: Sequence[MetricSpec], cfg: RagJudgeConfig, ro
             "generation_status, as `ragjudge testset` writes) holds the question writer's evidence, not passages "
             "retrieved with question + reference answer (E3). Rename it to 'evidence_contexts' to judge with it "
             "(context_mode='evidence'), or pass retriever=<callable query -> passages> for E3.")
-    # the primary mode (what multi-turn and single-mode readers use): E3 when it is among them
-    primary = "reference" if "reference" in modes else modes[0]
     for r in rows:
-        if len(modes) > 1:
-            for m in modes:
-                resolve_judge_contexts(r, m, cfg.retriever, repairs)
-                r.judge_contexts_by_mode[m] = list(r.judge_contexts or [])
-            r.judge_contexts, r.context_mode = list(r.judge_contexts_by_mode[primary]), primary
-        else:
-            resolve_judge_contexts(r, primary, cfg.retriever, repairs)
-    return primary
+        resolve_row_contexts(r, modes, cfg.retriever, repairs)
+    return primary_mode(modes)
 
 
 def _build_client(cfg: RagJudgeConfig) -> JudgeClient:

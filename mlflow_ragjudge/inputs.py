@@ -35,6 +35,9 @@ __all__ = [
     "row_from_mlflow",
     "resolve_context_mode",
     "resolve_judge_contexts",
+    "resolve_context_modes",
+    "resolve_row_contexts",
+    "primary_mode",
     "passages_from_retriever",
     "e3_query",
     "TEXT_COLUMNS",
@@ -263,6 +266,32 @@ def resolve_context_mode(mode: str, *, retriever: Any, has: Callable[[str], bool
     if mode == "gold" and not has("gold_documents"):
         raise InputError("context_mode='gold' needs a 'gold_documents' column (list of gold document texts).")
     return mode
+
+
+def resolve_context_modes(setting: str | list[str], *, retriever: Any, has: Callable[[str], bool]) -> list[str]:
+    """:func:`resolve_context_mode` for each mode of a setting that may be a list; the primary mode (E3 when it
+    is among them, else the first) is :func:`primary_mode`."""
+    wanted = setting if isinstance(setting, list) else [setting]
+    return [resolve_context_mode(m, retriever=retriever, has=has) for m in wanted]
+
+
+def primary_mode(modes: Sequence[str]) -> str:
+    """The mode that multi-turn and single-mode readers use: E3 when it is among ``modes``, else the first."""
+    return "reference" if "reference" in modes else modes[0]
+
+
+def resolve_row_contexts(row: Row, modes: Sequence[str], retriever: Callable[[str], Any] | None,
+                         repairs: Repairs | None = None) -> None:
+    """A row's judge contexts for every mode (``row.judge_contexts_by_mode`` when there are several), with
+    ``judge_contexts`` / ``context_mode`` set to the primary mode's; the retriever is called once per row."""
+    primary = primary_mode(modes)
+    if len(modes) == 1:
+        resolve_judge_contexts(row, primary, retriever, repairs)
+        return
+    for m in modes:
+        resolve_judge_contexts(row, m, retriever, repairs)
+        row.judge_contexts_by_mode[m] = list(row.judge_contexts or [])
+    row.judge_contexts, row.context_mode = list(row.judge_contexts_by_mode[primary]), primary
 
 
 def resolve_judge_contexts(row: Row, mode: str, retriever: Callable[[str], Any] | None,

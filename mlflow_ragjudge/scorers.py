@@ -39,8 +39,8 @@ from .inputs import (
     passages_from_retriever,
     question_of,
     reference_of,
-    resolve_context_mode,
-    resolve_judge_contexts,
+    resolve_context_modes,
+    resolve_row_contexts,
     row_from_mlflow,
 )
 from .judged import resolve_embedder
@@ -156,17 +156,9 @@ class MetricScorer(Scorer):
         if spec.validate is not None:
             spec.validate([row], cfg)
         if spec.needs_judge_contexts:
-            wanted = cfg.context_mode if isinstance(cfg.context_mode, list) else [cfg.context_mode]
-            modes = [resolve_context_mode(m, retriever=cfg.retriever, has=lambda c: getattr(row, c, None) is not None)
-                     for m in wanted]
-            primary = "reference" if "reference" in modes else modes[0]
-            if len(modes) > 1:
-                for m in modes:
-                    resolve_judge_contexts(row, m, cfg.retriever)
-                    row.judge_contexts_by_mode[m] = list(row.judge_contexts or [])
-                row.judge_contexts, row.context_mode = list(row.judge_contexts_by_mode[primary]), primary
-            else:
-                resolve_judge_contexts(row, primary, cfg.retriever)
+            modes = resolve_context_modes(cfg.context_mode, retriever=cfg.retriever,
+                                          has=lambda c: getattr(row, c, None) is not None)
+            resolve_row_contexts(row, modes, cfg.retriever)
         return row
 
     def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
