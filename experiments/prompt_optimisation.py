@@ -84,7 +84,7 @@ __all__ = [
 ]
 
 DEFAULT_EXPERIMENT = "ragjudge-prompt-optimisation"
-DEFAULT_JUDGE = "demo:/overlap"
+DEFAULT_JUDGE = "offline:/lexical"
 HALLUCINATION_THRESHOLD = 0.25
 FAILURE_MODES = ("broken_format", "refusal_failure", "false_refusal", "hallucination", "off_topic", "wrong_language")
 ITERATION_NOTES = {
@@ -259,8 +259,6 @@ def _generator(style: str, generator: str | Backend | None, structured: bool, ca
 def _judge_metrics(judge: str | None) -> list[str]:
     if judge is None:
         return ["lexical"]
-    if judge.startswith("demo:"):  # the demo stand-in grades correctness prompts only
-        return ["lexical", "correctness"]
     return ["lexical", "correctness", "faithfulness"]
 
 
@@ -404,8 +402,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--generator",
                    help="generator model URI (e.g. openai:/gpt-4o-mini); default: the SIMULATED offline generator")
     p.add_argument("--judge", default=DEFAULT_JUDGE,
-                   help="judge URI for ragjudge correctness (and faithfulness with an LLM judge), or 'none' "
-                        "(default: demo:/overlap, an offline word-overlap stand-in)")
+                   help="judge URI for ragjudge correctness and faithfulness, or 'none' "
+                        "(default: offline:/lexical, the offline judge, not an LLM)")
     p.add_argument("--styles", default=",".join(STYLES), help=f"iterations, in order (default {','.join(STYLES)})")
     p.add_argument("--structured", action="store_true",
                    help="ask the generator for the contract's JSON schema (zero_shot/few_shot only)")

@@ -7,7 +7,8 @@ contexts, as seed 000 proposes), retrieval and lexical metrics, and logged as on
 with the variant's settings as ``variant.*`` params. A comparison table sorted by the headline metric is
 printed at the end.
 
-Offline by default: the judge is ``demo:/overlap`` (a word-overlap stand-in, not an LLM) and the generator
+Offline by default: the judge is ``offline:/lexical`` (the offline judge: calibrated lexical evidence, not an
+LLM) and the generator
 is the extractive stand-in. Numbers produced that way exercise the pipeline; they are not LLM measurements.
 
     python -m experiments.sweep_variants --quick
@@ -51,7 +52,7 @@ from mlflow_ragjudge.backends import Backend  # noqa: E402
 __all__ = ["FULL_GRID", "QUICK_GRID", "Variant", "build_grid", "format_table", "main", "run_variant", "sweep"]
 
 DEFAULT_EXPERIMENT = "ragjudge-variant-sweep"
-DEFAULT_JUDGE = "demo:/overlap"
+DEFAULT_JUDGE = "offline:/lexical"
 HEADLINE = "correctness/mean"
 EVAL_COLUMNS = ["question", "answer", "reference", "contexts", "retrieved_doc_ids", "relevant_doc_ids", "group"]
 TABLE_METRICS = [
@@ -180,7 +181,8 @@ def run_variant(
         mlflow.set_tags(
             {
                 "ragjudge.experiment": "variant-sweep",
-                "offline_stand_ins": str(generator_name == "extractive" or (judge or "").startswith("demo:")).lower(),
+                "offline_stand_ins": str(generator_name == "extractive"
+                                         or (judge or "").startswith("offline:")).lower(),
             }
         )
         result = mlflow.models.evaluate(
@@ -284,8 +286,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Run the toy RAG over a grid of variants; log one MLflow run per variant; print a table.",
     )
     p.add_argument("--judge", default=DEFAULT_JUDGE,
-                   help="judge URI for correctness, or 'none' (default: demo:/overlap, an offline word-overlap "
-                        "stand-in, not an LLM)")
+                   help="judge URI for correctness, or 'none' (default: offline:/lexical, the offline judge, "
+                        "not an LLM)")
     p.add_argument("--generator", default="extractive",
                    help="'extractive' (offline stand-in, default) or an LLM URI such as openai:/gpt-4o-mini")
     p.add_argument("--styles", default=",".join(STYLES),
@@ -349,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError) as e:  # includes mlflow_ragjudge.InputError
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stand_ins = [x for x, on in (("judge demo:/overlap", (judge or "").startswith("demo:")),
+    stand_ins = [x for x, on in (("offline judge offline:/lexical", (judge or "").startswith("offline:")),
                                  ("extractive generator", not llm)) if on]
     print(f"{len(table)} variants on {args.corpus or args.dataset}, sorted by {args.headline} "
           f"(experiment {args.experiment!r} at {tracking})")

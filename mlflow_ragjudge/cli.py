@@ -33,6 +33,7 @@ import pandas as pd
 
 from .config import CONTEXT_MODES
 from .evaluation import InputError, LoggingFailed
+from .offline import DEFAULT_OFFLINE_JUDGE, is_offline_judge
 
 __all__ = ["main", "read_table", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED",
            "EXIT_NOT_LOGGED"]
@@ -155,7 +156,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="evaluate a dataset file and log an MLflow run")
     ev.add_argument("data", help="dataset file (.jsonl, .csv, .parquet)")
-    ev.add_argument("--judge", help="judge model URI, e.g. openai:/gpt-4o-mini (demo:/overlap runs offline)")
+    ev.add_argument("--judge", help="judge model URI, e.g. openai:/gpt-4o-mini; offline:/lexical is the offline "
+                    "judge (calibrated lexical evidence, no LLM)")
     ev.add_argument("--metrics", help="comma-separated metric names (default: all the data supports); "
                     "`ragjudge metrics` lists them")
     ev.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
@@ -197,10 +199,15 @@ def _build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--corpus-out", help="where that corpus goes (.jsonl rows with 'id' and 'text'; needs "
                     "--distractors-per-positive)")
     sub.add_parser("metrics", help="list the registered metrics: columns they need, whether they call a judge")
-    qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline demo judge")
+    qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline judge (no LLM)")
     qs.add_argument("--experiment", default="ragjudge-quickstart")
     qs.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///ragjudge-quickstart.db)")
-    qs.add_argument("--judge", default="demo:/overlap", help="judge URI (default: the offline demo judge)")
+    qs.add_argument("--judge", default=DEFAULT_OFFLINE_JUDGE,
+                    help=f"judge URI (default: {DEFAULT_OFFLINE_JUDGE}, the offline judge)")
+    qs.add_argument("--run-name", help="MLflow run name (default: quickstart-<judge>-<time>)")
+    oj = sub.add_parser("offline-judge", add_help=False,
+                        help="fit or measure the offline judge on public human labels (fit|report --data DIR)")
+    oj.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -311,7 +318,17 @@ def _summary(run_id: str, out: Any) -> str:
 
     m = out.metrics
     lines = [f"rows: {out.config['rows']}   metrics: {', '.join(out.config['metrics_run'])}"]
-    if out.params.get("ragjudge.judge", "none") != "none":
+    offline = is_offline_judge(out.params.get("ragjudge.judge"))
+    if offline:
+        held = (out.config.get("judge") or {}).get("held_out") or {}
+        nq = held.get("nq301") or {}
+        lines.append(
+            f"judge: {out.params['ragjudge.judge']} -- the OFFLINE judge (calibrated lexical evidence, not an LLM): "
+            "the judged numbers below are offline estimates"
+            + (f" (held-out agreement with humans: {nq['agreement']:.1%} on NQ301, Spearman "
+               f"{held['mtrag_faithfulness_spearman']:.2f} with MTRAG faithfulness; docs/offline-judge.md)"
+               if nq and "mtrag_faithfulness_spearman" in held else ""))
+    elif out.params.get("ragjudge.judge", "none") != "none":
         structured = out.params.get("ragjudge.judge.structured")
         judge = f"judge: {out.params['ragjudge.judge']} (structured output: {structured})"
         if out.config.get("context_mode"):
@@ -355,9 +372,12 @@ def _summary(run_id: str, out: Any) -> str:
         verdict = "passed" if g["passed"] else "FAILED"
         value = "not produced" if g["value"] is None else f"{g['value']:.4f}"
         lines.append(f"gate {verdict}: {g['metric']} = {value} (threshold {g['threshold']:g})")
+    if offline:
+        lines.append("For LLM judgements: --judge openai:/gpt-4o-mini (OPENAI_API_KEY set), or any OpenAI-compatible "
+                     "server: --judge 'openai:/<model>?base_url=http://host:port/v1'.")
     uri = mlflow.get_tracking_uri()
     run = mlflow.get_run(run_id)
-    lines.append(f"MLflow run {run_id} in experiment {run.info.experiment_id} at {uri}")
+    lines.append(f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at {uri}")
     lines.append(f"  view it with: mlflow ui --backend-store-uri {uri}")
     return "\n".join(lines)
 
@@ -380,6 +400,11 @@ def _exit_code(out: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["offline-judge"]:
+        from .offline_fit import main as offline_main
+
+        return offline_main(argv[1:])
     args = _build_parser().parse_args(argv)
 
     try:
@@ -433,13 +458,14 @@ def main(argv: list[str] | None = None) -> int:
             with resources.as_file(data) as path:
                 df = read_table(path)
             tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///ragjudge-quickstart.db"
-            # The offline demo judge only answers the correctness prompt: the LLM-judged family needs a real judge.
-            metrics = ["correctness", "lexical", "retrieval"] if args.judge.startswith("demo:") else None
+            import time
+
+            judge_name = re.sub(r"[^\w.-]+", "-", args.judge.split("?", 1)[0]).strip("-")
             run_id, out = run_evaluation(
                 df,
-                {"judge": args.judge, "bertscore": "auto", "metrics": metrics},
+                {"judge": args.judge, "bertscore": "auto"},
                 experiment=args.experiment,
-                run_name="quickstart",
+                run_name=args.run_name or f"quickstart-{judge_name}-{time.strftime('%Y%m%d-%H%M%S')}",
                 tracking_uri=tracking,
             )
     except (InputError, ValueError) as e:

@@ -22,7 +22,7 @@ __all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVEN
 LOGICAL_COLUMNS: dict[str, str] = {
     "question": "the user's question (str)",
     "answer": "the RAG system's response (str)",
-    "reference": "the reference (gold) answer (str)",
+    "reference": "the reference (gold) answer (str), or a list of acceptable answers (list of str)",
     "contexts": "the passages the RAG retrieved and used (list of str)",
     "retrieved_doc_ids": "ranked ids of the retrieved documents (list of str/int)",
     "relevant_doc_ids": "gold document ids (list of str/int, or dict id -> graded relevance)",

@@ -44,6 +44,7 @@ from .inputs import (
     resolve_row_contexts,
 )
 from .judged import EmbeddingsUnavailable, resolve_embedder
+from .offline import is_offline_judge, resolve_offline
 from .registry import Finish, MetricSpec, MetricUnavailable, RunContext, all_specs, get_metric, metric_names
 from .types import JudgeResult, Row, Status, aggregate, metric_name_parts, metric_name_safe
 
@@ -121,8 +122,11 @@ def _has_columns(spec: MetricSpec, df: pd.DataFrame, cfg: RagJudgeConfig) -> boo
 
 
 def _select(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[MetricSpec], dict[str, str]]:
-    """The metrics of the run and, for defaulted ones that cannot run, why."""
+    """The metrics of the run and, for defaulted ones that cannot run, why. Under the offline judge, a judged
+    metric is run by its offline scorer (:meth:`MetricSpec.for_offline_judge`), and one the offline judge cannot
+    score is skipped with the reason (asked for by name: an input error)."""
     skipped: dict[str, str] = {}
+    offline = is_offline_judge(cfg.judge)
     if cfg.metrics is None:
         chosen = []
         for spec in all_specs():
@@ -130,6 +134,9 @@ def _select(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[MetricSpec], di
                 continue
             if spec.judged and cfg.judge is None:
                 skipped[spec.name] = "no judge configured (set judge='openai:/gpt-4o-mini' or similar)"
+                continue
+            if offline and spec.offline_reason():
+                skipped[spec.name] = str(spec.offline_reason())
                 continue
             reason = spec.check(cfg) if spec.check is not None else None
             if reason:
@@ -141,7 +148,7 @@ def _select(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[MetricSpec], di
                 f"No metric can run on columns {list(df.columns)}: add question/answer/reference (correctness, "
                 "lexical), retrieved_doc_ids/relevant_doc_ids (retrieval), or map yours with col_mapping."
             )
-        return chosen, skipped
+        return [s.for_offline_judge() for s in chosen] if offline else chosen, skipped
     chosen = [get_metric(m) for m in dict.fromkeys(cfg.metrics)]
     for spec in chosen:
         if _has_columns(spec, df, cfg):
@@ -164,8 +171,15 @@ def _select(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[MetricSpec], di
     needs_judge = [s.name for s in chosen if s.judged]
     if needs_judge and cfg.judge is None:
         raise InputError(
-            f"Metric(s) {needs_judge} need a judge model: set judge='openai:/gpt-4o-mini' (or any judge URI)."
+            f"Metric(s) {needs_judge} need a judge model: set judge='openai:/gpt-4o-mini' (or any judge URI), or "
+            "judge='offline:/lexical' for the offline judge (no LLM)."
         )
+    if offline:
+        for spec in chosen:
+            reason = spec.offline_reason()
+            if reason:
+                raise InputError(reason[0].upper() + reason[1:] + ".")
+        chosen = [s.for_offline_judge() for s in chosen]
     return chosen, skipped
 
 
@@ -408,7 +422,7 @@ def _dry_run(rows: Sequence[Row], specs: Sequence[MetricSpec], states: dict[str,
         "ragjudge.version": __version__,
         "ragjudge.metrics": ",".join(names),
         "ragjudge.dry_run": "true",
-        "ragjudge.judge": client.backend.uri if client is not None else "none",
+        "ragjudge.judge": _judge_uri(client, cfg),
     }
     return EvalOutput(out, table, {}, [], params, record, None, skipped)
 
@@ -477,9 +491,12 @@ def _build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict
         for column, build in spec.columns.items():
             cols[column] = [None if _ERROR_KEY in res else _safe_cell(build, res) for res in per_row[spec.name]]
         cols.update(finishes[spec.name].columns)
-    for logical in ("answer", "reference"):
-        if any(getattr(r, logical) is not None for r in rows):
-            cols[logical] = [getattr(r, logical) for r in rows]
+    if any(r.answer is not None for r in rows):
+        cols["answer"] = [r.answer for r in rows]
+    if any(r.reference is not None for r in rows):
+        # several acceptable answers are shown as a JSON list, one answer as its text
+        cols["reference"] = [json.dumps(r.references, ensure_ascii=False) if r.references else r.reference
+                             for r in rows]
     if any(r.group is not None for r in rows):
         cols["group"] = [r.group for r in rows]
     for hc in cfg.human_columns:
@@ -639,7 +656,7 @@ def evaluate_frame(
         if spec.validate is not None:
             spec.validate(rows, cfg)
     # 2. prepare: the client, embeddings and each metric's state
-    if client is None and cfg.judge is not None and any(s.judged for s in specs):
+    if client is None and cfg.judge is not None and not is_offline_judge(cfg.judge) and any(s.judged for s in specs):
         client = _build_client(cfg)
     embed = _embeddings(specs, cfg, client, skipped)
     ctx = RunContext(client, cfg, embed, metrics=tuple(s.name for s in specs), context_mode=mode, rows=rows)
@@ -714,7 +731,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
         "context_mode": mode,
         "context_modes": list(rows[0].judge_contexts_by_mode) if rows and rows[0].judge_contexts_by_mode else None,
         "context_provenance": CONTEXT_PROVENANCE.get(mode) if mode else None,
-        "judge": client.identity() if client is not None else None,
+        "judge": client.identity() if client is not None else _offline_identity(cfg),
         "prompt_versions": prompt_versions,
         "usage": usage,
         "skipped": skipped,
@@ -728,7 +745,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
     params = {
         "ragjudge.version": __version__,
         "ragjudge.metrics": ",".join(names),
-        "ragjudge.judge": (client.backend.uri if client is not None else "none"),
+        "ragjudge.judge": _judge_uri(client, cfg),
         "ragjudge.context_mode": mode or "n/a",
         "ragjudge.context_provenance": CONTEXT_PROVENANCE.get(mode, "n/a") if mode else "n/a",
         "ragjudge.context_modes": ",".join(record["context_modes"] or []) or (mode or "n/a"),
@@ -754,6 +771,8 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
         for k, v in u.items():
             metrics_out[f"judge/{name}/{k}"] = v
     record["usage_by_metric"] = per_metric
+    if client is None and is_offline_judge(cfg.judge):
+        params.update(_offline_params(cfg))
     if client is not None:
         params.update(_judge_params(client, transcripts))
         record["structured_modes_used"] = sorted({t["structured_mode"] for t in transcripts
@@ -797,6 +816,30 @@ def _save_partial(per_row: dict[str, list[dict[str, JudgeResult]]], client: Judg
         except OSError:
             continue
     return None
+
+
+def _judge_uri(client: JudgeClient | None, cfg: RagJudgeConfig) -> str:
+    if client is not None:
+        return client.backend.uri
+    if is_offline_judge(cfg.judge):
+        return resolve_offline(str(cfg.judge)).uri
+    return "none"
+
+
+def _offline_identity(cfg: RagJudgeConfig) -> dict[str, Any] | None:
+    """The offline judge's identity in the run record: what it is, its calibration and its measured agreement."""
+    if not is_offline_judge(cfg.judge):
+        return None
+    judge = resolve_offline(str(cfg.judge))
+    return {"uri": judge.uri, "kind": "offline judge: calibrated lexical evidence, not an LLM",
+            "calibration": judge.calibration.version, "held_out": judge.calibration.fit.get("held_out"),
+            "docs": "docs/offline-judge.md"}
+
+
+def _offline_params(cfg: RagJudgeConfig) -> dict[str, str]:
+    judge = resolve_offline(str(cfg.judge))
+    return {"ragjudge.judge.provider": "offline", "ragjudge.judge.model": judge.uri.partition(":/")[2],
+            "ragjudge.judge.kind": "offline (not an LLM)", "ragjudge.offline.calibration": judge.calibration.version}
 
 
 def _judge_params(client: JudgeClient, transcripts: Sequence[dict[str, Any]]) -> dict[str, str]:

@@ -40,6 +40,9 @@ __all__ = [
     "primary_mode",
     "passages_from_retriever",
     "e3_query",
+    "as_references",
+    "references_of",
+    "set_references",
     "TEXT_COLUMNS",
     "LIST_COLUMNS",
 ]
@@ -132,6 +135,49 @@ def as_text(value: Any, column: str, row: int, *, required: bool) -> str | None:
     return value
 
 
+def as_references(value: Any, column: str, row: int, *, required: bool) -> list[str] | None:
+    """A reference cell as its acceptable answers: a str is one answer; a list of str (or JSON text of one, as
+    lists arrive from CSV files; or a numpy array from parquet) is several, any of which is correct."""
+    if isinstance(value, str):
+        s = value.strip()
+        if s.startswith('["'):
+            try:
+                parsed = json.loads(s)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, list) and parsed and all(isinstance(x, str) for x in parsed):
+                value = parsed
+    if hasattr(value, "tolist") and not isinstance(value, (list, tuple, str)):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        answers = list(value)
+        for j, a in enumerate(answers):
+            if not isinstance(a, str):
+                raise InputError(
+                    f"Column '{column}' row {row} item {j} is a {type(a).__name__} ({str(a)[:40]!r}); a list of "
+                    "acceptable answers must hold text, e.g. ['Paris', 'the city of Paris'].")
+            if not a.strip():
+                raise InputError(
+                    f"Column '{column}' row {row} item {j} is empty; every acceptable answer in the list needs "
+                    "text (drop the empty item).")
+        if not answers:
+            if required:
+                raise InputError(f"Column '{column}' row {row} is an empty list; every row needs "
+                                 f"{LOGICAL_COLUMNS.get('reference')} -- one answer, or a list of acceptable ones.")
+            return None
+        return answers
+    if _missing(value):
+        if required:
+            raise InputError(
+                f"Column '{column}' row {row} is empty; every row needs {LOGICAL_COLUMNS.get('reference')}.")
+        return None
+    if not isinstance(value, str):
+        raise InputError(
+            f"Column '{column}' row {row} holds a {type(value).__name__} ({str(value)[:40]!r}); it must be text (str), "
+            "or a list of acceptable answers (list of str).")
+    return [value]
+
+
 def _passages(value: Any, column: str, row: int, repairs: Repairs) -> list[str] | None:
     items = as_list(value, column, row)
     if items is None:
@@ -179,6 +225,9 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
         for logical in TEXT_COLUMNS:
             if logical in present:
                 col = cfg.column(logical)
+                if logical == "reference":
+                    set_references(r, as_references(rec[col], col, pos, required=logical in required), col, repairs)
+                    continue
                 setattr(r, logical, repairs.text(as_text(rec[col], col, pos, required=logical in required), col, pos))
         for logical in LIST_COLUMNS:
             if logical in present:
@@ -194,12 +243,23 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
     return rows
 
 
+def set_references(row: Row, answers: list[str] | None, column: str, repairs: Repairs) -> None:
+    """Fill ``row.reference`` (the first answer) and, for several, ``row.references``."""
+    if answers is None:
+        return
+    answers = [repairs.text(a, column, row.index) for a in answers]
+    row.reference = answers[0]
+    row.references = answers if len(answers) > 1 else None
+
+
 # --------------------------------------------------------------------------- judge contexts
 
 
-def e3_query(question: str, reference: str) -> str:
-    """The E3 retrieval query: question and reference answer concatenated (seed 000, section 2)."""
-    return f"{question}\n{reference}"
+def e3_query(question: str, reference: str | Sequence[str]) -> str:
+    """The E3 retrieval query: question and reference answer concatenated (seed 000, section 2); with several
+    acceptable answers, each on its own line after the question."""
+    answers = [reference] if isinstance(reference, str) else list(reference)
+    return "\n".join([question, *answers])
 
 
 def passages_from_retriever(out: Any, row: int) -> list[str]:
@@ -302,7 +362,7 @@ def resolve_judge_contexts(row: Row, mode: str, retriever: Callable[[str], Any] 
     if mode == "reference":
         if retriever is not None:
             try:
-                out = retriever(e3_query(row.question or "", row.reference or ""))
+                out = retriever(e3_query(row.question or "", row.acceptable_answers or [""]))
             except Exception as e:
                 raise InputError(
                     f"The retriever raised on row {row.index} ({type(e).__name__}: {e}); fix the retriever or "
@@ -351,12 +411,21 @@ def answer_of(outputs: Any) -> str | None:
 
 
 def reference_of(expectations: dict[str, Any] | None) -> str | None:
+    """The (first) reference answer of a scorer's expectations."""
+    answers = references_of(expectations)
+    return answers[0] if answers else None
+
+
+def references_of(expectations: dict[str, Any] | None) -> list[str] | None:
+    """Every acceptable reference answer of a scorer's expectations (a str, or a list of str)."""
     if not expectations:
         return None
     for key in ("expected_response", "reference", "expected_answer", "ground_truth"):
         v = expectations.get(key)
         if isinstance(v, str):
-            return v
+            return [v]
+        if isinstance(v, (list, tuple)) and v:
+            return as_references(list(v), f"expectations['{key}']", 0, required=False)
     return None
 
 
@@ -411,7 +480,7 @@ def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[
     row = Row(index=0, relevance_threshold=relevance_threshold)
     row.question = repairs.text(question_of(inputs), "inputs", 0)
     row.answer = repairs.text(answer_of(outputs), "outputs", 0)
-    row.reference = repairs.text(reference_of(exp), "expectations", 0)
+    set_references(row, references_of(exp), "expectations", repairs)
     row.contexts = _passages(contexts, "outputs['contexts']", 0, repairs)
     row.reference_contexts = _passages(exp.get("reference_contexts"), "expectations['reference_contexts']", 0, repairs)
     row.evidence_contexts = _passages(exp.get("evidence_contexts"), "expectations['evidence_contexts']", 0, repairs)

@@ -643,22 +643,52 @@ def _setup(ctx: Any) -> _LexicalState:
         return _LexicalState(None, str(e))
 
 
+def _best(values: Sequence[float | None]) -> tuple[float | None, int]:
+    """The largest value and its index (None when every value is None)."""
+    best: tuple[float | None, int] = (None, 0)
+    for i, v in enumerate(values):
+        if v is not None and (best[0] is None or v > best[0]):
+            best = (v, i)
+    return best
+
+
 def _score_batch(state: _LexicalState, rows: Sequence[Any], ctx: Any) -> list[dict[str, Any]]:
+    """Each baseline against every acceptable answer of the row; the best match counts (its answer is in the
+    result's details as ``matched_reference``)."""
     out = []
     for r in rows:
-        out.append({"word_recall": _value(word_recall(r.answer or "", r.reference or ""), "empty_reference"),
-                    "rougeL": _value(rouge_l(r.answer or "", r.reference or "")["f1"], "empty_reference")})
+        answers = r.acceptable_answers or [""]
+        res = {}
+        for name, values in (("word_recall", [word_recall(r.answer or "", a) for a in answers]),
+                             ("rougeL", [rouge_l(r.answer or "", a)["f1"] for a in answers])):
+            v, i = _best(values)
+            res[name] = _value(v, "empty_reference")
+            if len(answers) > 1:
+                res[name].details["matched_reference"] = answers[i]
+        out.append(res)
     if state.bert is not None:
-        scores = state.bert.score([r.answer or "" for r in rows], [r.reference or "" for r in rows])
-        for res, s in zip(out, scores):
-            res["bertscore_f1"] = _value(s["f1"], "empty_reference")
+        pairs = [(k, r.answer or "", a) for k, r in enumerate(rows) for a in (r.acceptable_answers or [""])]
+        scores = state.bert.score([p[1] for p in pairs], [p[2] for p in pairs])
+        by_row: dict[int, list[tuple[float | None, str]]] = {}
+        for (k, _, a), sc in zip(pairs, scores):
+            by_row.setdefault(k, []).append((sc["f1"], a))
+        for k, res in enumerate(out):
+            got = by_row.get(k, [(None, "")])
+            v, i = _best([g[0] for g in got])
+            res["bertscore_f1"] = _value(v, "empty_reference")
+            if len(got) > 1:
+                res["bertscore_f1"].details["matched_reference"] = got[i][1]
     return out
 
 
 def _finish(state: _LexicalState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
     from .registry import Finish
 
-    return Finish(skipped={"bertscore_f1": state.skip} if state.skip else {})
+    columns = {}
+    if any(r.references for r in rows):  # several acceptable answers: which one ROUGE-L matched best
+        columns["rougeL/matched_reference"] = [res["rougeL"].details.get("matched_reference", r.reference)
+                                               if "rougeL" in res else None for r, res in zip(rows, results)]
+    return Finish(skipped={"bertscore_f1": state.skip} if state.skip else {}, columns=columns)
 
 
 def _spec() -> Any:

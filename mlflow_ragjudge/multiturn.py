@@ -762,10 +762,17 @@ class _MultiTurnState:
         self._lock = threading.Lock()
 
     def score(self, row: Any) -> dict[str, JudgeResult]:
-        out = self.runner.run(self.system, row.question or "", row.reference or "", row.judge_contexts)
+        out = self.runner.run(self.system, row.question or "", _gold(row, self.runner), row.judge_contexts)
         with self._lock:
             self.outcomes[row.index] = out
         return out.to_judge_results()
+
+
+def _gold(row: Any, runner: Any) -> str:
+    """The gold answer as the agents see it: every acceptable answer, shown as alternatives."""
+    from .prompts import reference_text
+
+    return reference_text(row.acceptable_answers, runner.language)
 
 
 class MultiTurnContextWarning(UserWarning):
@@ -836,12 +843,14 @@ def _spec() -> Any:
             "(query, history) -> answer>, where history is the list of earlier {'question', 'answer'} exchanges."),
         setup=_setup,
         score=lambda state, row, ctx: state.score(row),
-        estimate=lambda state, r, ctx: state.runner.estimate(r.question or "", r.reference or "", r.judge_contexts),
+        estimate=lambda state, r, ctx: state.runner.estimate(r.question or "", _gold(r, state.runner),
+                                                             r.judge_contexts),
         finish=_finish,
         prompt_versions=lambda state: state.runner.prompt_versions,
         record=lambda state, ctx: {"multiturn": {**_settings(state), "context_mode": ctx.context_mode}},
         params=lambda state, ctx: {"ragjudge.multiturn": json.dumps(_settings(state), sort_keys=True)},
         description="multi-turn: three agents converse with multiturn_system; wscore, lscore, mscore (SPEC 2.2)",
+        offline_unavailable="its three agents are language models that write questions and answers",
     )
 
 

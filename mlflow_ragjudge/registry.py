@@ -13,6 +13,7 @@ listed in :data:`BUILTIN_MODULES`; your own: :func:`register_metric`). See docs/
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 from collections.abc import Callable, Sequence
@@ -100,6 +101,10 @@ class MetricSpec:
         record: entries for the run's config record (``ragjudge/config.json``).
         params: extra MLflow params.
         description: one line for ``ragjudge metrics`` and the docs.
+        offline: how the offline judge (``offline:/lexical``, :mod:`mlflow_ragjudge.offline`) scores one row of a
+            judged metric: ``(OfflineJudge, row, ctx) -> JudgeResult | {output: JudgeResult}``; None when it
+            cannot (the metric is then skipped under the offline judge, with ``offline_unavailable`` as the reason).
+        offline_unavailable: why the offline judge cannot score this metric.
     """
 
     name: str
@@ -124,6 +129,8 @@ class MetricSpec:
     record: Callable[[Any, RunContext], dict[str, Any]] | None = None
     params: Callable[[Any, RunContext], dict[str, str]] | None = None
     description: str = ""
+    offline: Callable[[Any, Row, RunContext], dict[str, JudgeResult] | JudgeResult] | None = None
+    offline_unavailable: str = "it needs a language model"
 
     def __post_init__(self) -> None:
         if (self.score is None) == (self.score_batch is None):
@@ -145,6 +152,32 @@ class MetricSpec:
 
     def runs_by_default(self, cfg: RagJudgeConfig) -> bool:
         return self.default(cfg) if callable(self.default) else self.default
+
+    def offline_reason(self) -> str | None:
+        """Why the offline judge cannot score this metric, or None when it can (or the metric needs no judge)."""
+        if not self.judged or self.offline is not None:
+            return None
+        return (f"the offline judge (offline:/lexical, not an LLM) cannot score '{self.name}': "
+                f"{self.offline_unavailable}; set judge='openai:/gpt-4o-mini' (or any judge URI) to run it")
+
+    def for_offline_judge(self) -> MetricSpec:
+        """This metric as the offline judge runs it: its offline scorer, the run's one :class:`OfflineJudge` as
+        state, no judge calls (so a zero estimate) and the calibration as its prompt version. A metric that needs
+        no judge is returned as it is.
+
+        Raises:
+            ValueError: the offline judge cannot score this metric (:meth:`offline_reason`).
+        """
+        if not self.judged:
+            return self
+        reason = self.offline_reason()
+        if reason is not None:
+            raise ValueError(reason)
+        return dataclasses.replace(
+            self, setup=_offline_setup, score=self.offline, score_batch=None, needs_embeddings=False,
+            estimate=lambda state, row, ctx: {"calls": 0, "input_tokens": 0, "output_tokens": 0},
+            prompt_versions=lambda judge: {"offline_judge": judge.version},
+        )
 
     def produces(self, name: str) -> bool:
         """Whether a logged metric's first segment (``faithfulness`` of ``faithfulness/mean``) is one of its outputs."""
@@ -177,6 +210,12 @@ class RunContext:
         if self.client is None:
             raise RuntimeError("this metric needs a judge client")
         return self.client
+
+
+def _offline_setup(ctx: RunContext) -> Any:
+    from .offline import OfflineJudge
+
+    return ctx.shared("offline_judge", OfflineJudge)
 
 
 _REGISTRY: dict[str, MetricSpec] = {}

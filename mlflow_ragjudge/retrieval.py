@@ -988,7 +988,9 @@ def _score(state: _RetrievalState, r: Any, ctx: Any) -> dict[str, Any]:
         if r.contexts is None or not r.reference:
             out.update({n: JudgeResult.abstained("no_contexts_or_reference") for n in names})
         else:
-            s = lexical.context_rouge_l(r.contexts, r.reference)
+            # several acceptable answers: the one the contexts cover best (ROUGE-L recall) counts
+            s = max((lexical.context_rouge_l(r.contexts, a) for a in r.acceptable_answers),
+                    key=lambda x: -1.0 if x["recall"] is None else x["recall"])
             for n, key in zip(names, ("recall", "precision", "f1")):
                 v = s[key]
                 out[n] = JudgeResult.scored(v) if v is not None else JudgeResult.abstained("empty_reference")

@@ -39,11 +39,14 @@ from .inputs import (
     passages_from_retriever,
     question_of,
     reference_of,
+    references_of,
     resolve_context_modes,
     resolve_row_contexts,
     row_from_mlflow,
 )
 from .judged import resolve_embedder
+from .offline import is_offline_judge, resolve_offline
+from .prompts import reference_text
 from .registry import MetricSpec, RunContext, get_metric
 from .types import JudgeResult, Row, Status
 
@@ -65,15 +68,18 @@ FRAMEWORK = "mlflow-ragjudge"
 
 
 def to_feedback(name: str, result: JudgeResult, source_id: str, extra: dict[str, Any] | None = None) -> Feedback:
-    """Convert a :class:`JudgeResult` to MLflow ``Feedback`` (three states kept apart)."""
+    """Convert a :class:`JudgeResult` to MLflow ``Feedback`` (three states kept apart). The source is an LLM
+    judge named by its URI, or code (``"code"``, and the offline judge ``offline:/lexical``, which is not an
+    LLM)."""
+    is_code = source_id == "code" or is_offline_judge(source_id)
     source = AssessmentSource(
-        source_type=AssessmentSourceType.LLM_JUDGE if source_id != "code" else AssessmentSourceType.CODE,
+        source_type=AssessmentSourceType.CODE if is_code else AssessmentSourceType.LLM_JUDGE,
         source_id=source_id,
     )
     metadata: dict[str, Any] = {"framework": FRAMEWORK, "status": result.status.value}
     if result.reason:
         metadata["reason"] = result.reason
-    for k in ("level", "context_mode", "format"):
+    for k in ("level", "context_mode", "format", "probability", "matched_reference", "calibration"):
         if k in result.details:
             metadata[k] = result.details[k]
     if extra:
@@ -112,9 +118,12 @@ class MetricScorer(Scorer):
     A row the metric cannot score (a missing field, a retriever that raises) gets a failed Feedback with
     ``invalid_input`` and the message the evaluator would have refused the run with.
 
+    ``judge="offline:/lexical"`` runs a judged metric on the offline judge (no LLM, no call); a metric it
+    cannot score (answer relevancy) is refused when the scorer is built, with the reason.
+
     Args:
         metric: the registered metric's name.
-        judge: judge URI or Backend (for judged metrics).
+        judge: judge URI or Backend (for judged metrics), or ``offline:/lexical``.
         cache, max_concurrency: the judge client's settings.
         name: the Feedback name for a single-output metric (default: the metric's).
         **config: any evaluator setting (``language``, ``context_mode``, ``retriever``, ``embeddings`` ...).
@@ -136,9 +145,13 @@ class MetricScorer(Scorer):
         if reason:
             raise ValueError(reason)
         client = None
-        if spec.judged:
+        if spec.judged and is_offline_judge(judge):
+            spec = spec.for_offline_judge()  # raises ValueError with the reason when it cannot
+            self._source = resolve_offline(judge).uri
+        elif spec.judged:
             if judge is None:
-                raise ValueError(f"the {metric} scorer needs a judge, e.g. judge='openai:/gpt-4o-mini'")
+                raise ValueError(f"the {metric} scorer needs a judge, e.g. judge='openai:/gpt-4o-mini', or "
+                                 "judge='offline:/lexical' for the offline judge (no LLM)")
             client = JudgeClient(judge, cache=cache, max_concurrency=max_concurrency, dedupe=True)
             self._source = client.backend.uri
         embed = resolve_embedder(cfg.embeddings, client=client) if spec.needs_embeddings else None
@@ -355,14 +368,19 @@ class MultiTurnSession(Scorer):
             {"question": _text_of(t.data.request) or "", "answer": _text_of(t.data.response) or ""} for t in traces
         ]
         exp = expectations
-        if reference_of(exp) is None and traces:  # the gold answer logged as an expectation on the session
-            logged: dict[str, Any] = {}
-            for t in traces:
-                for a in t.search_assessments(type="expectation"):
-                    logged.setdefault(a.name, getattr(a, "value", None))
-            exp = {**logged, **(exp or {})}
-        reference = reference_of(exp)
         names = ("wscore", "lscore", "mscore")
+        try:
+            if references_of(exp) is None and traces:  # the gold answer logged as an expectation on the session
+                logged: dict[str, Any] = {}
+                for t in traces:
+                    for a in t.search_assessments(type="expectation"):
+                        logged.setdefault(a.name, getattr(a, "value", None))
+                exp = {**logged, **(exp or {})}
+            answers = references_of(exp)
+        except InputError as e:
+            return [to_feedback(n, JudgeResult.failed("invalid_input", str(e)), src) for n in names]
+        # several acceptable answers: shown to the agents as alternatives (and all in the E3 query)
+        reference = reference_text(answers, self._runner.language) if answers else None
         if not history or not history[0]["question"] or reference is None:
             why = (
                 "the session has no traces"
@@ -382,7 +400,8 @@ class MultiTurnSession(Scorer):
             return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
         try:
             contexts = list((exp or {}).get("reference_contexts") or []) or (
-                passages_from_retriever(self._retriever(e3_query(question, reference)), 0) if self._retriever else []
+                passages_from_retriever(self._retriever(e3_query(question, answers or [])), 0) if self._retriever
+                else []
             )
         except Exception as e:  # the evaluator refuses such a run; a scorer sees one session: it fails
             msg = str(e) if isinstance(e, InputError) else f"the retriever raised ({type(e).__name__}: {e})"

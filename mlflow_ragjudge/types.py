@@ -268,6 +268,11 @@ class Row:
     evaluator or the CLI, or a scorer's inputs / outputs / expectations / trace): the input layer
     (:mod:`mlflow_ragjudge.inputs`) builds and validates it, metrics only read it.
 
+    ``reference`` is the reference answer; when the data gives several acceptable answers (a list, as NQ and
+    TriviaQA do), ``references`` holds them all and ``reference`` is the first. :attr:`acceptable_answers` is
+    the list either way: every judge uses all of them (LLM judges see them all as acceptable, the lexical and
+    offline ones keep the best match).
+
     ``judge_contexts`` is what the six-level judge sees (resolved from the context mode: E3 passages
     retrieved with question + reference, E2 generation contexts, gold documents, or none), and
     ``context_mode`` the mode they came from.
@@ -277,6 +282,7 @@ class Row:
     question: str | None = None
     answer: str | None = None
     reference: str | None = None
+    references: list[str] | None = None
     contexts: list[str] | None = None
     retrieved_doc_ids: list[Any] | None = None
     relevant_doc_ids: Any = None
@@ -288,6 +294,13 @@ class Row:
     context_mode: str | None = None
     #: with several context modes: mode -> that mode's judge contexts (``judge_contexts`` is the primary mode's)
     judge_contexts_by_mode: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def acceptable_answers(self) -> list[str]:
+        """Every acceptable reference answer (one for a plain reference, none without a reference)."""
+        if self.references:
+            return list(self.references)
+        return [self.reference] if self.reference is not None else []
 
     @property
     def context_provenance(self) -> str | None:

@@ -4,7 +4,7 @@ Usage (needs Debian's chromium: `apt-get install chromium`):
 
     .venv/bin/python scripts/screenshot_ui.py [--out docs/img/mlflow-compare-runs.png]
 
-Everything runs on 127.0.0.1 with the offline demo judge; the server and its store live in a temp
+Everything runs on 127.0.0.1 with the offline judge (offline:/lexical); the server and its store live in a temp
 dir and are removed afterwards.
 """
 
@@ -39,7 +39,7 @@ def log_variants(url: str) -> tuple[str, list[str]]:
         with mlflow.start_run(run_name=name) as run:
             mlflow.models.evaluate(data=data, predictions="answer", targets="reference", model_type="rag",
                                    evaluators="ragjudge",
-                                   evaluator_config={"judge": "demo:/overlap", "cache": False, "bertscore": False,
+                                   evaluator_config={"judge": "offline:/lexical", "cache": False, "bertscore": False,
                                                      "metrics": ["correctness", "lexical"]})
             run_ids.append(run.info.run_id)
     return exp.experiment_id, run_ids

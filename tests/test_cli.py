@@ -83,4 +83,4 @@ def test_quickstart_subprocess(tmp_path):
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
     exp = mlflow.get_experiment_by_name("ragjudge-quickstart")
     runs = MlflowClient().search_runs([exp.experiment_id])
-    assert runs and runs[0].data.params["ragjudge.judge"] == "demo:/overlap"
+    assert runs and runs[0].data.params["ragjudge.judge"] == "offline:/lexical"

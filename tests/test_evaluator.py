@@ -353,7 +353,8 @@ def test_retriever_that_raises_is_a_clear_error_before_judge_calls(fake_llm, jud
                      id="unknown-key"),
         pytest.param({"ragjudge": {}}, "nested", id="nested-with-flat"),
         pytest.param({"metrics": ["correctnes"]}, r"Unknown metric\(s\) \['correctnes'\]", id="unknown-metric"),
-        pytest.param({"metrics": ["multiturn"], "judge": "demo:/x"}, "multiturn_system", id="multiturn-without-system"),
+        pytest.param({"metrics": ["multiturn"], "judge": "offline:/lexical"}, "multiturn_system",
+                     id="multiturn-without-system"),
         pytest.param({"context_mode": "E3"}, "context_mode='E3' is not one of", id="bad-mode"),
     ],
 )

@@ -164,7 +164,7 @@ def test_quick_sweep_logs_one_run_per_variant(tmp_tracking, capsys):
         seen.add((int(p["variant.chunk_size"]), int(p["variant.chunk_overlap"]), int(p["variant.top_k"]),
                   p["variant.reranker"] == "coverage"))
         assert p["variant.retriever"] == "bm25" and p["variant.generator"] == "extractive"
-        assert p["ragjudge.judge"] == "demo:/overlap" and p["ragjudge.context_mode"] == "reference"
+        assert p["ragjudge.judge"] == "offline:/lexical" and p["ragjudge.context_mode"] == "reference"
         for name in ("correctness/mean", "map/mean", "mrr/mean", "rougeL/mean", "rag/not_found_rate"):
             assert name in m, name
         assert 1 <= m["correctness/mean"] <= 5 and 0 <= m["map/mean"] <= 1

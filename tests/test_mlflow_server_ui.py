@@ -46,7 +46,7 @@ def test_runs_logged_over_http_and_compared_in_the_ui(server, monkeypatch):
         with mlflow.start_run(run_name=name) as run:
             mlflow.models.evaluate(data=_data(answers), predictions="answer", targets="reference", model_type="rag",
                                    evaluators="ragjudge",
-                                   evaluator_config={"judge": "demo:/overlap", "cache": False, "bertscore": False,
+                                   evaluator_config={"judge": "offline:/lexical", "cache": False, "bertscore": False,
                                                      "metrics": ["correctness", "lexical"]})
         run_ids[name] = run.info.run_id
     client = MlflowClient(server)

@@ -15,7 +15,7 @@ from .base import (
     JsonSchema,
     safe_url,
 )
-from .fake import DemoBackend, FakeBackend
+from .fake import FakeBackend
 
 __all__ = [
     "Backend",
@@ -24,7 +24,6 @@ __all__ = [
     "ChatResponse",
     "EmbedResponse",
     "ErrorKind",
-    "DemoBackend",
     "FakeBackend",
     "JsonSchema",
     "resolve_backend",
@@ -41,7 +40,7 @@ _COMPATIBLE_DEFAULTS = {
     "tgi": "http://localhost:8080/v1",
     "lmstudio": "http://localhost:1234/v1",
 }
-PROVIDERS = ("openai", "anthropic", *_COMPATIBLE_DEFAULTS, "demo")
+PROVIDERS = ("openai", "anthropic", *_COMPATIBLE_DEFAULTS)
 
 
 def safe_judge_uri(judge: str | Backend | None) -> str | None:
@@ -83,6 +82,15 @@ def resolve_backend(judge: str | Backend) -> Backend:
     """
     if isinstance(judge, Backend):
         return judge
+    if isinstance(judge, str) and judge.strip().lower().split(":/")[0] in ("offline", "demo"):
+        from ..offline import DEFAULT_OFFLINE_JUDGE
+
+        was = " (the demo:/overlap stand-in was replaced by it)" if judge.strip().lower().startswith("demo") else ""
+        raise ValueError(
+            f"{DEFAULT_OFFLINE_JUDGE!r} is the offline judge{was}: calibrated lexical evidence, not a language "
+            "model. It scores correctness, faithfulness and the context metrics in evaluate_frame, the ragjudge "
+            "evaluator, the CLI and the scorers; what you asked for here needs an LLM judge, e.g. "
+            "'openai:/gpt-4o-mini'.")
     if not isinstance(judge, str) or ":/" not in judge:
         shown = safe_judge_uri(judge) if isinstance(judge, str) else type(judge).__name__
         raise ValueError(
@@ -116,8 +124,6 @@ def resolve_backend(judge: str | Backend) -> Backend:
         from .anthropic import AnthropicBackend
 
         return AnthropicBackend(model, base_url=params.get("base_url"))
-    if provider == "demo":
-        return DemoBackend(model)
     raise ValueError(
         f"Judge URI {shown!r} names unknown provider {provider!r}. Known providers: {', '.join(PROVIDERS)}; "
         "any OpenAI-compatible server works as 'openai:/<model>?base_url=http://host:port/v1'."

@@ -36,10 +36,11 @@ from .. import claims as claim_math
 from ..backends import ChatRequest, ChatResponse, JsonSchema
 from ..client import JudgeClient
 from ..parsing import ParseError, reply_object, validate_schema
-from ..prompts import load_prompt
+from ..prompts import load_prompt, reference_text
 from ..text import split_sentences
 from ..types import FailureReason, JudgeResult
 from .statements import (
+    Extraction,
     NumberedVerdicts,
     StatementExtractor,
     add_estimates,
@@ -69,6 +70,43 @@ def _as_list(contexts: Sequence[str] | str | None) -> list[str]:
 
 def _nonblank(contexts: Sequence[str] | str | None) -> list[str]:
     return [c for c in _as_list(contexts) if c.strip()]
+
+
+def _answers(reference: str | Sequence[str] | None) -> list[str]:
+    """The acceptable answers of a reference given as one str or a list (blank ones dropped)."""
+    items = [reference] if isinstance(reference, str) or reference is None else list(reference)
+    return [a for a in items if a and a.strip()]
+
+
+@dataclasses.dataclass
+class AnswerStatements:
+    """The statements of every acceptable answer, in one list (``owner[i]`` is the answer index of statement
+    ``i``); ``failed`` is the first extraction that failed, if any."""
+
+    statements: list[str]
+    owner: list[int]
+    records: list[dict[str, Any]]
+    call_ids: list[str]
+    memo_hit: bool
+    failed: Extraction | None = None
+
+
+def answer_statements(extractor: StatementExtractor, answers: Sequence[str], question: str) -> AnswerStatements:
+    """Split each acceptable answer into statements (one extraction per answer; with one answer exactly the
+    single extraction context recall always made). Context precision's combined call and context recall build
+    the same list, so their combined request stays identical and is sent once."""
+    out = AnswerStatements([], [], [], [], True)
+    for i, answer in enumerate(answers):
+        ex = extractor.extract(answer, question=question)
+        out.records += list(ex.records)
+        out.call_ids += list(ex.call_ids)
+        out.memo_hit = out.memo_hit and ex.memo_hit
+        if not ex.ok:
+            out.failed = ex
+            return out
+        out.statements += list(ex.statements)
+        out.owner += [i] * len(ex.statements)
+    return out
 
 
 class ContextPrecisionJudge:
@@ -113,11 +151,11 @@ class ContextPrecisionJudge:
             max_tokens=self.max_tokens,
         )
 
-    def _via_combined(self, question: str, reference: str,
+    def _via_combined(self, question: str, answers: Sequence[str], reference: str,
                       chunks: Sequence[str]) -> tuple[NumberedVerdicts | None, list[dict[str, Any]]]:
         assert self.combined is not None and self.extractor is not None
-        extraction = self.extractor.extract(reference, question=question)
-        if not extraction.ok or not extraction.statements:  # nothing to combine with: the single call
+        extraction = answer_statements(self.extractor, answers, question)
+        if extraction.failed is not None or not extraction.statements:  # nothing to combine with: the single call
             return None, list(extraction.records)
         call = self.combined.ask(question, reference, chunks, extraction.statements)
         got = complete_from_combined(call, "passages", range(1, len(chunks) + 1),
@@ -134,19 +172,22 @@ class ContextPrecisionJudge:
         )
         return msgs, info
 
-    def judge(self, question: str, reference: str, contexts: Sequence[str] | None) -> JudgeResult:
-        """Judge the ranked ``contexts`` (rank 1 first) of one row. Never raises for model failures."""
+    def judge(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> JudgeResult:
+        """Judge the ranked ``contexts`` (rank 1 first) of one row against the reference answer (or a list of
+        acceptable answers, shown to the judge as alternatives). Never raises for model failures."""
         chunks = _as_list(contexts)
         details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_chunks": len(chunks)}
         if not any(c.strip() for c in chunks):
             return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
                                          details=details)
-        if not (reference or "").strip():
+        answers = _answers(reference)
+        if not answers:
             return JudgeResult.abstained("no_reference", "Context precision needs a reference answer; it is empty.",
                                          details=details)
+        reference = reference_text(answers, self.language)
         _, info = self._messages(question or "", reference, chunks)
         details["chunk_info"] = info
-        got, calls = (self._via_combined(question or "", reference, chunks) if self.combined is not None
+        got, calls = (self._via_combined(question or "", answers, reference, chunks) if self.combined is not None
                       else (None, []))
         if got is None:
             got = self._ask(question or "", reference, chunks, range(1, len(chunks) + 1))
@@ -174,13 +215,15 @@ class ContextPrecisionJudge:
             rationale = f"None of the {len(rels)} chunks is relevant to the reference answer; score 0."
         return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
-    def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
+    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> dict[str, int]:
         """Upper-bound cost of one row without calling the model: 1 call (0 with no contexts or reference).
         With context recall in the run it is the combined call, which carries recall's attributions too
         (the reference's statement extraction is counted by context recall)."""
         chunks = _as_list(contexts)
-        if not any(c.strip() for c in chunks) or not (reference or "").strip():
+        answers = _answers(reference)
+        if not any(c.strip() for c in chunks) or not answers:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        reference = reference_text(answers, self.language)
         if self.combined is not None:
             n = max(1, math.ceil(approx_tokens(reference) / 8))  # about one statement per 8 tokens
             est = estimate_messages(self.combined.messages(question or "", reference, chunks, []),
@@ -239,16 +282,19 @@ class ContextRecallJudge:
             "json", question=question.strip(), contexts=ctx_text, statements=st_text, n_statements=str(len(statements))
         )
 
-    def judge(self, question: str, reference: str, contexts: Sequence[str] | None) -> JudgeResult:
+    def judge(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> JudgeResult:
         """Judge one row. Never raises for model failures.
 
         An empty reference is ``abstained("no_reference")`` (no call); a reference with no
         statements is ``abstained("no_statements")``; no contexts at all scores 0 with no call
-        (nothing can be attributed to an empty retrieval).
+        (nothing can be attributed to an empty retrieval). With several acceptable answers, each is split into
+        statements, all statements are attributed in one call, and the answer the contexts support best counts
+        (recall is max over the answers of attributed / its statements).
         """
         passages = _nonblank(contexts)
         details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_contexts": len(passages)}
-        if not (reference or "").strip():
+        answers = _answers(reference)
+        if not answers:
             return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
                                          details=details)
         if not passages:
@@ -257,20 +303,22 @@ class ContextRecallJudge:
                 0.0, "No contexts were retrieved, so no statement of the reference can be attributed to them.",
                 details=details,
             )
-        extraction = self.extractor.extract(reference, question=question or "")
+        extraction = answer_statements(self.extractor, answers, question or "")
         calls: list[dict[str, Any]] = list(extraction.records)
         details["statements_memo_hit"] = extraction.memo_hit
         details["statements_call_ids"] = list(extraction.call_ids)
-        if not extraction.ok:
-            return failed_result(extraction, stage="reference statement extraction", details=details, calls=calls)
+        if extraction.failed is not None:
+            return failed_result(extraction.failed, stage="reference statement extraction", details=details,
+                                 calls=calls)
         statements = list(extraction.statements)
         details["n_statements"] = len(statements)
         if not statements:
             details["statements"] = []
             return JudgeResult.abstained(
                 "no_statements", "The reference answer makes no statement to look for in the contexts.",
-                raw=extraction.raw, details=details, calls=calls,
+                raw=None, details=details, calls=calls,
             )
+
         def ask(nums: Sequence[int]) -> NumberedVerdicts:
             return ask_numbered(
                 self.client,
@@ -283,7 +331,8 @@ class ContextRecallJudge:
 
         got = None
         if self.combined is not None:
-            call = self.combined.ask(question or "", reference, _as_list(contexts), statements)
+            call = self.combined.ask(question or "", reference_text(answers, self.language), _as_list(contexts),
+                                     statements)
             got = complete_from_combined(call, "statements", range(1, len(statements) + 1), ask)
             if got is None:
                 calls += call.records
@@ -293,47 +342,60 @@ class ContextRecallJudge:
             got = ask(range(1, len(statements) + 1))
         calls += got.records
         got.note(details)
+        several = len(answers) > 1
         if not got.ok:
             details["statements"] = [
                 {"statement": s, "attributed": bool(got.entries[i]["attributed"]) if i in got.entries else None,
-                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None}
+                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None,
+                 **({"answer": extraction.owner[i - 1] + 1} if several else {})}
                 for i, s in enumerate(statements, 1)
             ]
             return failed_result(got, stage="statement attribution", details=details, calls=calls)
         rows = [
             {"statement": s, "attributed": bool(got.entries[i]["attributed"]),
-             "reason": got.entries[i]["reason"].strip()}
+             "reason": got.entries[i]["reason"].strip(), **({"answer": extraction.owner[i - 1] + 1} if several else {})}
             for i, s in enumerate(statements, 1)
         ]
         details["statements"] = rows
-        flags = [r["attributed"] for r in rows]
+        # the best-supported acceptable answer counts
+        per_answer: dict[int, list[bool]] = {}
+        for owner, r in zip(extraction.owner, rows):
+            per_answer.setdefault(owner, []).append(r["attributed"])
+        best = max(per_answer, key=lambda a: (claim_math.context_recall(per_answer[a]) or 0.0, -a))
+        flags = per_answer[best]
         details["n_attributed"] = sum(flags)
+        if several:
+            details["answer_recalls"] = {str(a + 1): claim_math.context_recall(f) for a, f in per_answer.items()}
+            details["matched_reference"] = answers[best]
         score = claim_math.context_recall(flags)
         assert score is not None
-        missing = [r["statement"] for r in rows if not r["attributed"]]
-        rationale = f"{sum(flags)} of {len(rows)} reference statements are found in the contexts."
+        counted = [r for r, owner in zip(rows, extraction.owner) if owner == best]
+        missing = [r["statement"] for r in counted if not r["attributed"]]
+        rationale = f"{sum(flags)} of {len(counted)} reference statements are found in the contexts"
+        rationale += f" (best of {len(answers)} acceptable answers: #{best + 1})." if several else "."
         if missing:
             rationale += " Not found: " + "; ".join(f"\"{m}\"" for m in missing[:3])
             rationale += f"; and {len(missing) - 3} more." if len(missing) > 3 else "."
         return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
-    def estimate(self, question: str, reference: str, contexts: Sequence[str] | None) -> dict[str, int]:
+    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> dict[str, int]:
         """Upper-bound cost of one row: 2 calls (1 when the client already holds the reference's statements,
         0 without reference or contexts); with context precision in the run, only the extraction (the
         attributions ride in precision's combined call). Assumes about one statement per 8 tokens of
-        reference."""
+        reference. Several acceptable answers: one extraction each."""
         passages = _nonblank(contexts)
-        reference = (reference or "").strip()
-        if not reference or not passages:
+        answers = _answers(reference)
+        if not answers or not passages:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
-        extract = self.extractor.estimate(reference, question or "")
+        extract = add_estimates(*(self.extractor.estimate(a.strip(), question or "") for a in answers))
         if self.combined is not None:  # the attributions ride in context precision's combined call
             return extract
-        n = max(1, math.ceil(approx_tokens(reference) / 8))
+        text = " ".join(answers)
+        n = max(1, math.ceil(approx_tokens(text) / 8))
         attrib = estimate_messages(
             self._messages(question or "", [], passages), min(self.max_tokens, n * TOKENS_PER_VERDICT)
         )
-        attrib["input_tokens"] += math.ceil(1.5 * approx_tokens(reference)) + 16 + 4 * n
+        attrib["input_tokens"] += math.ceil(1.5 * approx_tokens(text)) + 16 + 4 * n
         return add_estimates(extract, attrib)
 
 
@@ -480,8 +542,8 @@ def _specs() -> tuple[Any, ...]:
     def q(r: Any) -> str:
         return r.question or ""
 
-    def ref(r: Any) -> str:
-        return r.reference or ""
+    def ref(r: Any) -> list[str]:
+        return r.acceptable_answers
 
     return (
         MetricSpec(
@@ -496,6 +558,7 @@ def _specs() -> tuple[Any, ...]:
             columns={"context_precision/chunks": _json_column("context_precision", "chunks")},
             prompt_versions=lambda j: j.prompt_versions,
             description="context precision: average precision of the chunks useful for the reference answer",
+            offline=lambda j, r, ctx: j.context_precision(q(r), ref(r), r.contexts),
         ),
         MetricSpec(
             "context_recall",
@@ -509,6 +572,7 @@ def _specs() -> tuple[Any, ...]:
             columns={"context_recall/statements": _json_column("context_recall", "statements")},
             prompt_versions=lambda j: j.prompt_versions,
             description="context recall: reference statements attributable to the contexts / all of them",
+            offline=lambda j, r, ctx: j.context_recall(ref(r), r.contexts),
         ),
         MetricSpec(
             "context_relevance",
@@ -520,6 +584,7 @@ def _specs() -> tuple[Any, ...]:
             columns={"context_relevance/selected": _json_column("context_relevance", "selected")},
             prompt_versions=lambda j: j.prompt_versions,
             description="context relevance: share of context sentences needed to answer the question (original RAGAS)",
+            offline=lambda j, r, ctx: j.context_relevance(q(r), ref(r), r.contexts),
         ),
     )
 

@@ -181,25 +181,46 @@ def shared_correctness_judge(ctx: Any) -> CorrectnessJudge:
         ctx.judge_client, language=cfg.language, output=cfg.judge_output, max_context_chars=cfg.max_context_chars))
 
 
-def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+def _reference(row: Any, ctx: Any) -> str:
+    """The prompt's reference: the answer, or every acceptable answer shown as alternatives."""
+    from ..prompts import reference_text
+
+    return reference_text(row.acceptable_answers, ctx.cfg.language)
+
+
+def _per_context_mode(row: Any, one: Any) -> JudgeResult | dict[str, JudgeResult]:
+    """``one(contexts)`` for the row's context mode, or for each of its modes (E2 vs E3 ...), with the mode and
+    its provenance recorded on each result."""
     from ..config import CONTEXT_PROVENANCE
 
-    if len(row.judge_contexts_by_mode) > 1:  # several context modes: one judgement per mode (E2 vs E3 ...)
+    if len(row.judge_contexts_by_mode) > 1:  # several context modes: one judgement per mode
         out = {}
         for mode, contexts in row.judge_contexts_by_mode.items():
-            res = judge.judge(row.question or "", row.answer or "", row.reference or "", contexts)
+            res = one(contexts)
             res.details.update(context_mode=mode, context_provenance=CONTEXT_PROVENANCE.get(mode))
             out[f"correctness_{mode}"] = res
         return out
-    res = judge.judge(row.question or "", row.answer or "", row.reference or "", row.judge_contexts)
+    res = one(row.judge_contexts)
     res.details["context_mode"] = row.context_mode
     res.details["context_provenance"] = row.context_provenance
     return res
 
 
+def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+    reference = _reference(row, ctx)
+    return _per_context_mode(row, lambda contexts: judge.judge(row.question or "", row.answer or "", reference,
+                                                               contexts))
+
+
+def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+    return _per_context_mode(row, lambda contexts: judge.correctness(row.question or "", row.answer or "",
+                                                                     row.acceptable_answers, contexts))
+
+
 def _estimate(judge: CorrectnessJudge, row: Any, ctx: Any) -> dict[str, int]:
     modes = row.judge_contexts_by_mode if len(row.judge_contexts_by_mode) > 1 else {None: row.judge_contexts}
-    parts = [judge.estimate(row.question or "", row.answer or "", row.reference or "", c) for c in modes.values()]
+    reference = _reference(row, ctx)
+    parts = [judge.estimate(row.question or "", row.answer or "", reference, c) for c in modes.values()]
     return {k: sum(p[k] for p in parts) for k in ("calls", "input_tokens", "output_tokens")}
 
 
@@ -234,6 +255,7 @@ def _spec() -> Any:
         levels=("correctness", "correctness_"),
         prompt_versions=lambda j: j.prompt_versions,
         description="context-aware six-level correctness (5..1, 0 = not sure), judged with the context mode's passages",
+        offline=_offline_score,
     )
 
 

@@ -297,14 +297,22 @@ def _evidence(row: Any, cfg: Any) -> list[str] | None:
     return row.gold_documents if cfg.faithfulness_evidence == "gold" else row.contexts
 
 
-def _score(judge: FaithfulnessJudge, row: Any, ctx: Any) -> JudgeResult:
+def _retrieval_miss(row: Any, ctx: Any) -> JudgeResult | None:
     if ctx.cfg.faithfulness_require_retrieval_hit and not row.retrieval_hit:
         return JudgeResult.abstained(
             "retrieval_miss",
             "No relevant document was retrieved, so this row is left out "
             "(faithfulness_require_retrieval_hit=True separates generation errors from retrieval misses).",
         )
-    return judge.judge(row.question or "", row.answer or "", _evidence(row, ctx.cfg))
+    return None
+
+
+def _score(judge: FaithfulnessJudge, row: Any, ctx: Any) -> JudgeResult:
+    return _retrieval_miss(row, ctx) or judge.judge(row.question or "", row.answer or "", _evidence(row, ctx.cfg))
+
+
+def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult:
+    return _retrieval_miss(row, ctx) or judge.faithfulness(row.answer or "", _evidence(row, ctx.cfg))
 
 
 def _claims_column(res: dict[str, JudgeResult]) -> Any:
@@ -328,6 +336,7 @@ def _spec() -> Any:
         prompt_versions=lambda j: j.prompt_versions,
         record=lambda j, ctx: {"faithfulness_evidence": ctx.cfg.faithfulness_evidence},
         description="claim-based faithfulness: supported claims of the response / all its claims",
+        offline=_offline_score,
     )
 
 

@@ -179,6 +179,7 @@ def _spec() -> Any:
         columns={"answer_relevancy/generated_questions": _questions_column},
         prompt_versions=lambda j: j.prompt_versions,
         description="answer relevancy: mean cosine similarity of questions generated from the response to the question",
+        offline_unavailable="it needs a language model to write the questions the response answers",
     )
 
 

@@ -1,0 +1,322 @@
+"""The offline judge (offline:/lexical): its text rules, its scorers, and how the engine, the scorers and the
+CLI run it -- skipping what it cannot score, never calling a model."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from mlflow_ragjudge import InputError, evaluate_frame
+from mlflow_ragjudge.cli import main
+from mlflow_ragjudge.offline import (
+    FEATURES,
+    Calibration,
+    OfflineJudge,
+    answer_features,
+    content_tokens,
+    declines_to_answer,
+    is_offline_judge,
+    match_tokens,
+)
+
+OFFLINE = "offline:/lexical"
+
+
+# ----------------------------------------------------------------------------- text rules
+
+
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        pytest.param("Dáin Ironfoot", ["dain", "ironfoot"], id="accents-folded"),
+        pytest.param("2,579 steps", ["2579", "step"], id="thousands-separator-and-plural"),
+        pytest.param("eight teams, the 14th season", ["8", "team", "the", "14", "season"], id="number-words"),
+        pytest.param("the fifteenth season", ["the", "15", "season"], id="ordinal-word"),
+        pytest.param("Sharecroppers, sharecropping", ["sharecrop", "sharecrop"], id="suffixes"),
+        pytest.param("東京", ["東", "京"], id="cjk-characters-kept"),
+        pytest.param("1, 200 and 3,5", ["1", "200", "and", "3", "5"], id="list-commas-are-not-thousands"),
+    ],
+)
+def test_match_tokens(text, tokens):
+    assert match_tokens(text) == tokens
+
+
+def test_content_tokens_drop_function_words():
+    assert content_tokens("The capital of France is Paris.") == ["capital", "france", "paris"]
+
+
+@pytest.mark.parametrize(
+    "response, declines",
+    [
+        pytest.param("I'm not sure; the documentation I found does not say.", True, id="not-sure-and-docs-silent"),
+        pytest.param("I do not have specific information about version 6.16.0.", True, id="no-information"),
+        pytest.param("Sorry, I don't know.", True, id="sorry-dont-know"),
+        pytest.param("I don't know. Feel free to ask anything else!", True, id="decline-plus-courtesy"),
+        pytest.param("The context does not mention the release date.", True, id="context-silent"),
+        pytest.param("わかりません。", True, id="japanese"),
+        pytest.param("The capital is Paris, but there is no information about its population.", False,
+                     id="partial-answer-keeps-its-answer"),
+        pytest.param("The policy does not cover flood damage.", False, id="negative-fact-is-an-answer"),
+        pytest.param("You cannot find duplicates with UNION ALL.", False, id="cannot-in-a-fact"),
+        pytest.param("You're welcome! If you have any more questions, feel free to ask.", False,
+                     id="courtesy-only-is-not-a-decline"),
+        pytest.param("", False, id="empty"),
+    ],
+)
+def test_declines_only_when_the_whole_response_declines(response, declines):
+    assert declines_to_answer(response) is declines
+
+
+def test_a_decline_about_the_question_itself_is_still_a_decline():
+    q = "What is the population of Paris?"
+    assert declines_to_answer("The population of Paris is not mentioned in the documents.", q)
+    assert not declines_to_answer("Paris has 2.1 million people; its suburbs are not mentioned in the documents.", q)
+
+
+def test_answer_features():
+    f = answer_features("who wrote it", "B. R. Ambedkar wrote it", "Bhimrao Ramji Ambedkar")
+    assert f is not None and f["recall"] == 1.0 and f["phrase"] == 0.0  # initials match their words
+    f = answer_features("when did it open", "It opened in 1850.", "18 January 1788")
+    assert f is not None and f["number_missing"] == 1.0 and f["number_conflict"] == 1.0
+    f = answer_features("q", "Paris is the capital of France.", "Paris")
+    assert f is not None and f["phrase"] == 1.0 and f["recall"] == 1.0
+    # the response's words backed by the contexts count as support; other words do not
+    assert answer_features("q", "Paris has the Louvre", "Paris", ["The Louvre is in Paris."])["support"] == 1.0
+    assert answer_features("q", "Paris has the Louvre", "Paris")["support"] == 0.5
+    assert set(f) == set(FEATURES)
+    assert answer_features("q", "anything", "   ") is None
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+def test_shipped_calibration_is_consistent():
+    cal = Calibration.shipped()
+    assert set(cal.features) <= set(FEATURES) and len(cal.weights) == len(cal.features)
+    assert 0 < cal.cuts["4"] <= cal.cuts["5"] <= 1.0 + 1e-9
+    assert 0 < cal.recall_cuts["2"] <= cal.recall_cuts["3"] <= 1
+    assert 0 < cal.support_threshold < 1
+    held = cal.fit["held_out"]  # the measured agreement travels with the numbers
+    assert held["nq301"]["rows"] > 700 and held["mtrag_rows"] > 100
+    grid = [(p / 100, r / 20) for p in range(101) for r in range(21)]
+    for p, r in grid:  # more probability or more recall never lowers the level
+        assert cal.level(p, r) <= cal.level(min(1.0, p + 0.01), r)
+        assert cal.level(p, r) <= cal.level(p, min(1.0, r + 0.05))
+    assert cal.level(0.0, 0.0) == 1 and cal.level(1.0, 1.0) == 5
+
+
+def test_calibration_refuses_bad_numbers():
+    good = Calibration.shipped().to_dict()
+    with pytest.raises(ValueError, match="not increasing"):
+        Calibration.from_dict({**good, "cuts": {"4": 0.6, "5": 0.5}})
+    with pytest.raises(ValueError, match="above 0"):
+        Calibration.from_dict({**good, "recall_cuts": {"2": 0.0, "3": 0.5}})
+    with pytest.raises(ValueError, match="unknown"):
+        Calibration.from_dict({**good, "features": ["recall", "vibes"], "weights": [1.0, 1.0]})
+
+
+# ----------------------------------------------------------------------------- the scorers
+
+
+@pytest.fixture(scope="module")
+def judge():
+    return OfflineJudge()
+
+
+def test_correctness_levels_follow_the_evidence(judge):
+    q = "Who wrote Hamlet?"
+    right = judge.correctness(q, "Hamlet was written by William Shakespeare.", ["William Shakespeare"])
+    wrong = judge.correctness(q, "Christopher Marlowe wrote it.", ["William Shakespeare"])
+    half = judge.correctness(q, "It was Edmund Shakespeare.", ["William Shakespeare"])
+    assert right.is_scored and right.value >= 4, right.rationale
+    assert wrong.is_scored and wrong.value == 1, wrong.rationale  # none of the answer: wrong outright
+    assert wrong.details["probability"] < half.details["probability"] < right.details["probability"]
+    assert "not an LLM" in right.rationale and right.details["judge"] == OFFLINE
+    assert 0 < wrong.details["probability"] < right.details["probability"] < 1
+
+
+def test_correctness_takes_the_best_acceptable_answer(judge):
+    res = judge.correctness("Who was the 4th US president?", "James Madison",
+                            ["Madison", "James Madison", "the fourth president"])
+    assert res.value == 5 and res.details["matched_reference"] == "James Madison"
+    alone = judge.correctness("Who was the 4th US president?", "James Madison", ["the fourth president"])
+    assert alone.value < res.value
+
+
+def test_correctness_abstains_only_on_a_whole_decline(judge):
+    q = "What is the capital and the population of France?"
+    res = judge.correctness(q, "I'm not sure.", ["Paris; 68 million"])
+    assert res.status.value == "abstained" and res.reason == "not_sure" and res.details["level"] == 0
+    partial = judge.correctness(q, "The capital is Paris, but there is no information about its population.",
+                                ["Paris; 68 million"])
+    assert partial.is_scored
+
+
+def test_correctness_sees_the_context_modes_passages(judge):
+    q = "What does RUNSTATS do?"
+    ref = ["RUNSTATS updates table statistics."]
+    extra = "RUNSTATS updates table statistics, which the optimizer reads to choose access plans."
+    without = judge.correctness(q, extra, ref)
+    with_ctx = judge.correctness(q, extra, ref, ["The optimizer reads statistics to choose access plans."])
+    assert with_ctx.details["features"]["support"] > without.details["features"]["support"]
+    assert with_ctx.details["probability"] > without.details["probability"]
+
+
+def test_faithfulness_lists_unsupported_sentences(judge):
+    passages = ["UNION removes duplicate rows. UNION ALL keeps every row."]
+    res = judge.faithfulness("UNION removes duplicate rows. It was invented by Oracle in 1979.", passages)
+    assert res.is_scored and 0 < res.value < 1
+    claims = res.details["claims"]
+    assert [c["supported"] for c in claims] == [True, False]
+    assert "oracle" in claims[1]["reason"] and "invented by Oracle" in res.rationale
+    assert res.value == pytest.approx(sum(c["support"] for c in claims) / 2, abs=1e-3)
+    assert judge.faithfulness("UNION ALL keeps every row.", passages).value == 1.0
+
+
+def test_faithfulness_abstains_without_claims_or_evidence(judge):
+    assert judge.faithfulness("I don't know.", ["some passage"]).reason == "no_claims"
+    assert judge.faithfulness("An answer.", []).reason == "no_evidence"
+    one_word = judge.faithfulness("Paris.", ["Paris is the capital."])
+    assert one_word.is_scored and one_word.value == 1.0  # a one-word answer is still a claim
+
+
+def test_context_metrics(judge):
+    q = "What does UNION ALL keep?"
+    refs = ["UNION ALL keeps duplicate rows."]
+    ctx = ["Tablespaces hold tables.", "UNION ALL keeps all rows, including duplicate rows.", "Other text."]
+    p = judge.context_precision(q, refs, ctx)
+    assert [c["relevant"] for c in p.details["chunks"]] == [False, True, False] and p.value == 0.5
+    assert judge.context_precision(q, refs, list(reversed(ctx))).value == 0.5
+    assert judge.context_precision(q, refs, [ctx[1], ctx[0]]).value == 1.0
+    r = judge.context_recall(["UNION ALL keeps duplicate rows. Oracle designed it in 1979."], ctx)
+    assert r.value == 0.5 and [s["attributed"] for s in r.details["statements"]] == [True, False]
+    best = judge.context_recall(["Tablespaces hold tables.", "Oracle designed it in 1979."], ctx)
+    assert best.value == 1.0 and best.details["matched_reference"] == "Tablespaces hold tables."
+    rel = judge.context_relevance(q, refs, ctx)
+    assert rel.details["selected"] == [2] and rel.value == pytest.approx(1 / 3)
+    assert judge.context_precision(q, refs, []).reason == "no_contexts"
+    assert judge.context_recall([], ctx).reason == "no_reference"
+
+
+# ----------------------------------------------------------------------------- the engine, scorers and CLI
+
+
+@pytest.fixture
+def data():
+    return pd.DataFrame({
+        "question": ["What does UNION ALL keep?", "Who wrote Hamlet?", "What is X?"],
+        "answer": ["UNION ALL keeps duplicate rows.", "Christopher Marlowe.", "I don't know."],
+        "reference": ["UNION ALL keeps all rows, duplicates included.", ["William Shakespeare", "Shakespeare"],
+                      "X is a letter."],
+        "contexts": [["UNION ALL keeps all rows, including duplicates."], ["Hamlet is a tragedy by Shakespeare."],
+                     ["Y is a letter."]],
+        "retrieved_doc_ids": [["d1"], ["d2"], ["d3"]],
+        "relevant_doc_ids": [["d1"], ["d2"], ["d9"]],
+    })
+
+
+def test_evaluate_frame_runs_what_it_can_and_skips_the_rest_with_the_reason(fake_llm, data):
+    out = evaluate_frame(data, judge=OFFLINE, bertscore=False, cache=False)
+    assert fake_llm.request_count == 0
+    assert out.config["metrics_run"] == ["correctness", "lexical", "retrieval", "faithfulness", "context_precision",
+                                         "context_recall", "context_relevance"]
+    assert "language model" in out.skipped["answer_relevancy"]
+    for name in ("correctness", "faithfulness", "context_precision", "context_recall", "context_relevance"):
+        assert out.metrics[f"{name}/error_rate"] == 0.0, name
+        assert all("offline" in (j or "") or s.startswith("abstained")
+                   for j, s in zip(out.table[f"{name}/justification"], out.table[f"{name}/status"]))
+    levels = out.table["correctness/score"].tolist()
+    assert levels[0] >= 4 and levels[1] <= 2 and levels[2] == 0.0  # level 0 shown as 0, left out of the mean
+    assert out.metrics["correctness/abstain_rate"] == pytest.approx(1 / 3)
+    assert out.params["ragjudge.judge"] == OFFLINE and out.params["ragjudge.judge.provider"] == "offline"
+    assert out.params["ragjudge.offline.calibration"] == Calibration.shipped().version
+    assert json.loads(out.params["ragjudge.prompt_versions"]) == {"offline_judge": "offline-lexical-1"}
+    assert out.config["judge"]["kind"].startswith("offline judge") and "judge/calls" not in out.metrics
+    claims = json.loads(out.table["faithfulness/claims"][0])
+    assert claims[0]["supported"] is True
+
+
+def test_a_metric_it_cannot_score_asked_by_name_is_an_input_error(fake_llm, data):
+    with pytest.raises(InputError, match="cannot score 'answer_relevancy'.*language model"):
+        evaluate_frame(data, judge=OFFLINE, metrics=["correctness", "answer_relevancy"])
+    assert fake_llm.request_count == 0
+
+
+def test_dry_run_counts_no_calls(data):
+    out = evaluate_frame(data, judge=OFFLINE, dry_run=True, bertscore=False)
+    assert out.metrics["estimate/total/calls"] == 0 and out.params["ragjudge.judge"] == OFFLINE
+
+
+def test_several_context_modes_each_judged_offline(data):
+    df = data.assign(reference_contexts=[["UNION ALL keeps duplicates."], ["Shakespeare wrote Hamlet."],
+                                         ["X is a letter."]])
+    out = evaluate_frame(df, judge=OFFLINE, metrics=["correctness"], context_mode=["generation", "reference"])
+    assert {"correctness_generation/mean", "correctness_reference/mean"} <= set(out.metrics)
+
+
+def test_scorers_on_the_offline_judge(fake_llm):
+    from mlflow.entities import AssessmentSourceType
+
+    from mlflow_ragjudge.scorers import AnswerRelevancy, Correctness, Faithfulness
+
+    fb = Correctness(judge=OFFLINE)(inputs={"question": "Who wrote Hamlet?"}, outputs="William Shakespeare",
+                                    expectations={"expected_response": ["Shakespeare", "William Shakespeare"]})
+    assert fb.value == 5 and fb.source.source_type == AssessmentSourceType.CODE and fb.source.source_id == OFFLINE
+    assert fb.metadata["matched_reference"] == "William Shakespeare"
+    fb = Faithfulness(judge=OFFLINE)(inputs={"question": "q"}, outputs={"answer": "Paris is big.",
+                                                                        "contexts": ["Paris is big."]})
+    assert fb.value == 1.0
+    with pytest.raises(ValueError, match="language model"):
+        AnswerRelevancy(judge=OFFLINE)
+    assert fake_llm.request_count == 0
+
+
+def test_cli_labels_offline_estimates_and_says_how_to_switch(tmp_path, tmp_tracking, data, capsys):
+    path = tmp_path / "d.jsonl"
+    data.to_json(path, orient="records", lines=True)
+    assert main(["evaluate", str(path), "--judge", OFFLINE, "--config", '{"bertscore": false}']) == 0
+    out = capsys.readouterr().out
+    assert "OFFLINE judge" in out and "offline estimates" in out and "held-out agreement" in out
+    assert "--judge openai:/gpt-4o-mini" in out
+    assert "skipped answer_relevancy" in out
+
+
+def test_the_replaced_demo_judge_names_its_successor(data):
+    with pytest.raises(ValueError, match="offline:/lexical.*replaced"):
+        evaluate_frame(data, judge="demo:/overlap", metrics=["correctness"])
+
+
+def test_offline_uri_forms():
+    assert is_offline_judge("offline:/lexical") and is_offline_judge("offline")
+    assert not is_offline_judge("openai:/gpt-4o-mini") and not is_offline_judge(None)
+    with pytest.raises(ValueError, match="Unknown offline judge"):
+        evaluate_frame(pd.DataFrame({"question": ["q"], "answer": ["a"], "reference": ["r"]}),
+                       judge="offline:/bert", metrics=["correctness"])
+
+
+def test_the_main_job_runs_without_torch(tmp_path):
+    """The quickstart with torch made unimportable: the offline judge and every metric but BERTScore run (it is
+    skipped with the install command), and nothing imports torch."""
+    code = f"""
+import sys, importlib.abc
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'transformers', 'sentence_transformers'):
+            raise ImportError('no ' + name + ' here')
+sys.meta_path.insert(0, NoTorch())
+from mlflow_ragjudge.cli import main
+rc = main(['quickstart', '--tracking-uri', 'sqlite:///{tmp_path / "qs.db"}'])
+assert 'torch' not in sys.modules
+sys.exit(rc)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "offline estimates" in proc.stdout and "skipped bertscore_f1" in proc.stdout
+    assert "correctness" in proc.stdout and "faithfulness" in proc.stdout
+    assert not math.isnan(float(next(line.split()[1] for line in proc.stdout.splitlines()
+                                     if line.strip().startswith("correctness "))))
