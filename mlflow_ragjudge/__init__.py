@@ -20,6 +20,7 @@ from .client import JudgeClient
 from .config import RagJudgeConfig
 from .evaluation import EvalOutput, InputError, evaluate_frame
 from .judges import CorrectnessJudge
+from .offline import DEFAULT_OFFLINE_JUDGE, OfflineJudge
 from .types import Aggregate, FailureReason, JudgeResult, Status, aggregate
 
 
@@ -38,12 +39,14 @@ __all__ = [
     "BackendError",
     "CallCache",
     "CorrectnessJudge",
+    "DEFAULT_OFFLINE_JUDGE",
     "EvalOutput",
     "FailureReason",
     "FakeBackend",
     "InputError",
     "JudgeClient",
     "JudgeResult",
+    "OfflineJudge",
     "RagJudgeConfig",
     "Status",
     "aggregate",
