@@ -447,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
             print(out.table.to_string(index=False))
             total = {k: int(out.metrics[f"estimate/total/{k}"]) for k in ("calls", "input_tokens", "output_tokens")}
             cost = out.metrics.get("estimate/total/cost_usd")
+            if is_offline_judge(cfg.get("judge")):
+                print("total: 0 calls -- the offline judge (offline:/lexical) sends nothing and costs nothing")
+                return 0
             print(
                 f"total: {total['calls']} calls, ~{total['input_tokens']} input and ~{total['output_tokens']} "
                 f"output tokens" + (f", ~${cost:.4f}" if cost is not None else " (no price known for this model)")

@@ -133,7 +133,8 @@ def _select(df: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[list[MetricSpec], di
             if not _has_columns(spec, df, cfg) or not spec.runs_by_default(cfg):
                 continue
             if spec.judged and cfg.judge is None:
-                skipped[spec.name] = "no judge configured (set judge='openai:/gpt-4o-mini' or similar)"
+                skipped[spec.name] = ("no judge configured (set judge='openai:/gpt-4o-mini' or similar, or "
+                                      "judge='offline:/lexical' for the offline judge, no LLM)")
                 continue
             if offline and spec.offline_reason():
                 skipped[spec.name] = str(spec.offline_reason())

@@ -138,3 +138,19 @@ def test_cli_reads_a_list_reference_from_csv(tmp_path, tmp_tracking, capsys):
                   "reference": ['["Madison", "James Madison"]']}).to_csv(path, index=False)
     assert main(["evaluate", str(path), "--judge", "offline:/lexical", "--metrics", "correctness,lexical"]) == 0
     assert "correctness" in capsys.readouterr().out
+
+
+def test_mlflow_evaluate_takes_list_targets(tmp_tracking):
+    import mlflow
+
+    import mlflow_ragjudge as rj
+
+    data = pd.DataFrame({"question": ["Who was the 4th US president?", "Capital?"],
+                         "answer": ["James Madison", "Paris"], "reference": [["Madison", "James Madison"], ["Paris"]]})
+    with mlflow.start_run() as run:
+        res = mlflow.models.evaluate(data=data, predictions="answer", targets="reference", model_type="rag",
+                                     evaluators="ragjudge",
+                                     evaluator_config={"judge": "offline:/lexical", "bertscore": False})
+    assert res.metrics["correctness/mean"] == 5.0 and res.metrics["rougeL/mean"] == 1.0
+    table = rj.load_output(run.info.run_id).table
+    assert json.loads(table["reference"][0]) == ["Madison", "James Madison"] and table["reference"][1] == "Paris"
