@@ -30,6 +30,8 @@ LOGICAL_COLUMNS: dict[str, str] = {
     "evidence_contexts": "evidence the test-set writer quoted for its answer (list of str; context_mode 'evidence')",
     "gold_documents": "gold document texts (list of str)",
     "group": "a group label for per-group breakdowns (str)",
+    "answerable": "whether the question can be answered from the corpus (bool; False rows must be refused)",
+    "citations": "ids of the documents the answer cites (list of str/int)",
 }
 
 CONTEXT_MODES = ("auto", "reference", "generation", "evidence", "gold", "none")
@@ -102,6 +104,10 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "dry_run": (lambda v: isinstance(v, bool), "True or False", "True"),
     "multiturn_turns": (lambda v: _is_int(v) and v >= 2, "a whole number >= 2", "5"),
     "multiturn_require_e3": (lambda v: isinstance(v, bool), "True or False", "False"),
+    "output_schema": (lambda v: v is None or isinstance(v, dict), "a JSON Schema (dict) the answers must follow",
+                      "{'type': 'object', 'required': ['answer']}"),
+    "refusal_phrases": (lambda v: v is None or (isinstance(v, str) and bool(v.strip())) or _is_str_list(v),
+                        "a refusal phrase or a list of them", "'The documents do not say.'"),
 }
 
 
@@ -166,6 +172,10 @@ class RagJudgeConfig:
         max_error_rate: a judged metric that fails on more than this share of its rows is reported
             loudly: a warning naming the failure reasons and the likely fix, a run tag, and a non-zero
             exit of ``ragjudge evaluate`` (docs/judge-client.md). Default 0.2.
+        output_schema: a JSON Schema the answers must follow (the ``output_contract`` check, seed 004); the answer
+            must be a JSON document valid against it.
+        refusal_phrases: the phrase(s) your system answers with when the context lacks the answer (the
+            ``refusal`` check); default: any answer that as a whole declines (the offline judge's rule).
         fail_under: ``{metric: threshold}`` quality gate, e.g. ``{"correctness": 3.5}`` (a bare name
             means ``<name>/mean``; a full metric name such as ``faithfulness/mean/<group>`` works too).
             The outcome is recorded on the run; ``ragjudge evaluate --fail-under`` exits non-zero when
@@ -206,6 +216,8 @@ class RagJudgeConfig:
     multiturn_final_score: str = "append"
     max_error_rate: float = 0.2
     fail_under: dict[str, float] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+    refusal_phrases: str | list[str] | None = None
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
@@ -288,6 +300,12 @@ class RagJudgeConfig:
                                  "'faithfulness/mean'.")
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold != threshold:
                 raise ValueError(f"fail_under[{name!r}]={threshold!r} must be a number, e.g. 3.5.")
+        if self.output_schema is not None:
+            from .checks import check_output_schema
+
+            check_output_schema(self.output_schema)
+        if isinstance(self.refusal_phrases, str):
+            self.refusal_phrases = [self.refusal_phrases]
         from .retrieval import validate_ks
 
         validate_ks(self.k)
@@ -331,4 +349,6 @@ class RagJudgeConfig:
             "multiturn_final_score": self.multiturn_final_score,
             "max_error_rate": self.max_error_rate,
             "fail_under": dict(self.fail_under),
+            "output_schema": self.output_schema,
+            "refusal_phrases": self.refusal_phrases,
         }

@@ -121,6 +121,24 @@ def as_list(value: Any, column: str, row: int, *, mapping_ok: bool = False) -> A
     return value
 
 
+_TRUE = {"true", "yes", "1", "y", "t"}
+_FALSE = {"false", "no", "0", "n", "f"}
+
+
+def as_flag(value: Any, column: str, row: int) -> bool | None:
+    """A yes/no cell: a bool, 0/1, or the text true/false/yes/no (any case); empty is unknown (None)."""
+    if _missing(value):
+        return None
+    if isinstance(value, bool) or (hasattr(value, "dtype") and str(getattr(value, "dtype", "")) == "bool"):
+        return bool(value)
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise InputError(f"Column '{column}' row {row} holds {value!r}; it must be true or false (a bool, 0/1, or the "
+                     "text true/false), or empty where unknown.")
+
+
 def as_text(value: Any, column: str, row: int, *, required: bool) -> str | None:
     if _missing(value):
         if required:
@@ -232,7 +250,9 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
         for logical in LIST_COLUMNS:
             if logical in present:
                 setattr(r, logical, _passages(rec[cfg.column(logical)], cfg.column(logical), pos, repairs))
-        for logical in ("retrieved_doc_ids", "relevant_doc_ids"):
+        if "answerable" in present:
+            r.answerable = as_flag(rec[cfg.column("answerable")], cfg.column("answerable"), pos)
+        for logical in ("retrieved_doc_ids", "relevant_doc_ids", "citations"):
             if logical in present:
                 col = cfg.column(logical)
                 setattr(r, logical, as_list(rec[col], col, pos, mapping_ok=logical == "relevant_doc_ids"))
@@ -460,6 +480,8 @@ SCORER_SOURCES = {
     "gold_documents": "expectations['gold_documents']",
     "retrieved_doc_ids": "outputs['retrieved_doc_ids'] or the RETRIEVER span's document ids",
     "relevant_doc_ids": "expectations['relevant_doc_ids']",
+    "citations": "outputs['citations']",
+    "answerable": "expectations['answerable']",
 }
 
 
@@ -488,6 +510,9 @@ def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[
     row.retrieved_doc_ids = as_list(retrieved, "outputs['retrieved_doc_ids']", 0)
     relevant = exp.get("relevant_doc_ids", exp.get("expected_document_ids"))
     row.relevant_doc_ids = as_list(relevant, "expectations['relevant_doc_ids']", 0, mapping_ok=True)
+    row.citations = as_list(out.get("citations"), "outputs['citations']", 0)
+    if exp.get("answerable") is not None:
+        row.answerable = as_flag(exp.get("answerable"), "expectations['answerable']", 0)
     return row
 
 

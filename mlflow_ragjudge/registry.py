@@ -46,6 +46,7 @@ BUILTIN_MODULES = (
     "mlflow_ragjudge.judges.faithfulness",
     "mlflow_ragjudge.judges.relevancy",
     "mlflow_ragjudge.judges.context",
+    "mlflow_ragjudge.checks",
     "mlflow_ragjudge.multiturn",
 )
 

@@ -290,6 +290,10 @@ class Row:
     evidence_contexts: list[str] | None = None
     gold_documents: list[str] | None = None
     group: str | None = None
+    #: whether the question can be answered from the corpus (seed 004's refusal check), when the data says
+    answerable: bool | None = None
+    #: ids of the documents the answer cites
+    citations: list[Any] | None = None
     judge_contexts: list[str] | None = None
     context_mode: str | None = None
     #: with several context modes: mode -> that mode's judge contexts (``judge_contexts`` is the primary mode's)
