@@ -12,6 +12,8 @@ model_type="rag", evaluators="ragjudge", evaluator_config={"judge": ...})``.
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 from .backends import Backend, BackendError, FakeBackend, resolve_backend
@@ -21,7 +23,15 @@ from .config import RagJudgeConfig
 from .evaluation import EvalOutput, InputError, evaluate_frame
 from .judges import CorrectnessJudge
 from .offline import DEFAULT_OFFLINE_JUDGE, OfflineJudge
+from .sweep import PromptTemplate, SweepResult, sweep
 from .types import Aggregate, FailureReason, JudgeResult, Status, aggregate
+
+
+def compare_runs(run_ids: Any, baseline: int | str = 0, **kwargs: Any) -> Any:
+    """The paired comparison of existing ragjudge runs (see :func:`mlflow_ragjudge.compare.compare_runs`)."""
+    from .compare import compare_runs as _compare
+
+    return _compare(run_ids, baseline, **kwargs)
 
 
 def load_output(run_id: str) -> EvalOutput:
@@ -47,10 +57,14 @@ __all__ = [
     "JudgeClient",
     "JudgeResult",
     "OfflineJudge",
+    "PromptTemplate",
     "RagJudgeConfig",
     "Status",
+    "SweepResult",
     "aggregate",
+    "compare_runs",
     "evaluate_frame",
     "load_output",
     "resolve_backend",
+    "sweep",
 ]

@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import warnings
-from importlib import resources
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,13 +198,36 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="also write the corpus to index: the positives mixed with this many distractors each")
     ts.add_argument("--corpus-out", help="where that corpus goes (.jsonl rows with 'id' and 'text'; needs "
                     "--distractors-per-positive)")
+    sw = sub.add_parser("sweep", help="run every variant of your RAG pipeline over a dataset, each as a child run, "
+                        "and compare them (parent run: ragjudge/comparison.json)")
+    sw.add_argument("data", help="questions (.jsonl, .csv, .parquet): question, and reference etc. for the metrics")
+    sw.add_argument("--pipeline", required=True, metavar="MODULE:FUNCTION",
+                    help="your RAG system, pipeline(question, **params) -> answer or dict (a module importable from "
+                         "the current directory, or path/to/file.py:function)")
+    sw.add_argument("--grid", required=True, metavar="FILE",
+                    help="the variants: JSON or YAML, a list of parameter dicts or a grid {param: [values]}; a prompt "
+                         "template is {\"name\": ..., \"template\": ...} or \"prompts:/name/version\"")
+    sw.add_argument("--retriever", metavar="MODULE:FUNCTION",
+                    help="the E3 retriever, retriever(query, **params) -> passages")
+    sw.add_argument("--judge", help="judge URI (default: offline:/lexical, the offline judge)")
+    sw.add_argument("--metrics", help="comma-separated metric names (default: all the data supports)")
+    sw.add_argument("--compare", help="comma-separated metrics to compare (default: all but near-duplicates)")
+    sw.add_argument("--baseline", default="0", help="the baseline variant: its index in the grid or its name")
+    sw.add_argument("--config", help="extra evaluator_config as a JSON object")
+    sw.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
+    sw.add_argument("--data-name", help="the dataset's name in MLflow")
+    sw.add_argument("--workers", type=int, default=1, help="questions answered in parallel (default 1)")
+    sw.add_argument("--experiment", help="MLflow experiment name (created if missing)")
+    sw.add_argument("--run-name", help="the parent run's name")
+    sw.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     sub.add_parser("metrics", help="list the registered metrics: columns they need, whether they call a judge")
-    qs = sub.add_parser("quickstart", help="evaluate the bundled sample with the offline judge (no LLM)")
+    qs = sub.add_parser("quickstart", help="a small sweep: three variants of the bundled example RAG system over the "
+                        "bundled questions, judged by the offline judge (no LLM), compared in MLflow")
     qs.add_argument("--experiment", default="ragjudge-quickstart")
     qs.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///ragjudge-quickstart.db)")
     qs.add_argument("--judge", default=DEFAULT_OFFLINE_JUDGE,
                     help=f"judge URI (default: {DEFAULT_OFFLINE_JUDGE}, the offline judge)")
-    qs.add_argument("--run-name", help="MLflow run name (default: quickstart-<judge>-<time>)")
+    qs.add_argument("--run-name", help="the parent run's name (default: quickstart-<judge>-<time>)")
     oj = sub.add_parser("offline-judge", add_help=False,
                         help="fit or measure the offline judge on public human labels (fit|report --data DIR)")
     oj.add_argument("rest", nargs=argparse.REMAINDER)
@@ -382,6 +405,193 @@ def _summary(run_id: str, out: Any) -> str:
     return "\n".join(lines)
 
 
+#: the quickstart's three variants of the bundled example RAG system (the first is the baseline)
+QUICKSTART_VARIANTS = ({"chunk_size": 64, "top_k": 3}, {"chunk_size": 16, "top_k": 1}, {"chunk_size": 8, "top_k": 1})
+
+
+def _quickstart(args: argparse.Namespace) -> int:
+    """The main job: a small sweep -- three variants of the bundled example RAG system over the bundled
+    questions, judged by the offline judge unless ``--judge`` says otherwise -- logged as a parent run with its
+    comparison and three child runs."""
+    import time
+
+    import mlflow
+
+    from . import example_rag
+    from .evaluation import JudgeFailureWarning
+    from .sweep import sweep
+
+    tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///ragjudge-quickstart.db"
+    judge_name = re.sub(r"[^\w.-]+", "-", args.judge.split("?", 1)[0]).strip("-")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JudgeFailureWarning)
+        result = sweep(example_rag.answer, list(QUICKSTART_VARIANTS), example_rag.sample_questions(),
+                       retriever=example_rag.retrieve, data_name="ragjudge-sample",
+                       evaluator_config={"judge": args.judge, "bertscore": "auto", "progress": False},
+                       experiment=args.experiment, tracking_uri=tracking,
+                       run_name=args.run_name or f"quickstart-{judge_name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                       verbose=True)
+    print("The bundled example RAG system (BM25 + an extractive generator, not an LLM), three variants, over the "
+          f"{len(example_rag.sample_questions())} bundled questions:")
+    print(sweep_summary(result))
+    uri = mlflow.get_tracking_uri()
+    exp = mlflow.get_run(result.parent_run_id).info.experiment_id
+    print(f"MLflow: parent run {result.parent_run_id} in experiment {exp} ({args.experiment}) at {uri}")
+    print(f"  open the UI with: .venv/bin/mlflow ui --backend-store-uri {uri}   (then http://127.0.0.1:5000, "
+          f"experiment {args.experiment!r}; the parent run's Artifacts tab holds ragjudge/comparison.json)")
+    failing = [n for n, out in result.outputs.items() if out is not None and out.failures]
+    return EXIT_JUDGE_FAILURES if failing else EXIT_OK
+
+
+def _import_callable(spec: str, what: str) -> Any:
+    """``module:function`` (importable from the current directory) or ``path/to/file.py:function``."""
+    import importlib
+    import importlib.util
+
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--{what} {spec!r}: give MODULE:FUNCTION, e.g. my_rag:answer")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise ValueError(f"--{what} {spec!r}: no such file {path}")
+        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ValueError(f"--{what} {spec!r}: cannot load {path}")
+        module = importlib.util.module_from_spec(loader_spec)
+        loader_spec.loader.exec_module(module)
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ValueError(f"--{what} {spec!r}: cannot import {module_name!r} ({e}); run from the directory that "
+                             "holds it, or give path/to/file.py:function") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"--{what} {spec!r}: {module_name} has no function {attr!r}")
+    return fn
+
+
+def read_grid(path: str | Path) -> Any:
+    """A grid file (JSON, or YAML for .yaml/.yml): a list of parameter dicts or ``{param: [values]}``; a value
+    ``{"name": ..., "template": ...}`` is a :class:`~mlflow_ragjudge.sweep.PromptTemplate`."""
+    from .sweep import PromptTemplate
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"No such grid file: {p}")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            grid = yaml.safe_load(text)
+        else:
+            grid = json.loads(text)
+    except Exception as e:
+        raise InputError(f"{p.name} could not be read ({type(e).__name__}: {e}).") from None
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, dict) and {"name", "template"} <= set(v) and set(v) <= {"name", "template", "commit_message"}:
+            return PromptTemplate(v["name"], v["template"], v.get("commit_message"))
+        return v
+
+    if isinstance(grid, dict):
+        return {k: [convert(x) for x in vals] if isinstance(vals, list) else vals for k, vals in grid.items()}
+    if isinstance(grid, list):
+        return [{k: convert(x) for k, x in v.items()} if isinstance(v, dict) else v for v in grid]
+    raise InputError(f"{p.name} must hold a list of parameter dicts or a grid {{param: [values]}}.")
+
+
+def _sweep_command(args: argparse.Namespace) -> int:
+    import mlflow
+
+    from .evaluation import JudgeFailureWarning
+    from .sweep import sweep
+
+    try:
+        config: dict[str, Any] = json.loads(args.config) if args.config else {}
+    except ValueError as e:
+        raise ValueError(f"--config is not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError("--config must be a JSON object")
+    config.setdefault("judge", args.judge or DEFAULT_OFFLINE_JUDGE)
+    if args.judge:
+        config["judge"] = args.judge
+    if args.metrics:
+        config["metrics"] = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    if args.col:
+        config["col_mapping"] = _kv(args.col, "--col")
+    config.setdefault("progress", False)
+    baseline: int | str = int(args.baseline) if args.baseline.isdigit() else args.baseline
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JudgeFailureWarning)
+        result = sweep(_import_callable(args.pipeline, "pipeline"), read_grid(args.grid), read_table(args.data),
+                       evaluator_config=config, experiment=args.experiment, baseline=baseline,
+                       run_name=args.run_name, data_name=args.data_name, workers=args.workers,
+                       retriever=_import_callable(args.retriever, "retriever") if args.retriever else None,
+                       compare=[m.strip() for m in args.compare.split(",")] if args.compare else None,
+                       tracking_uri=args.tracking_uri, verbose=True)
+    print(sweep_summary(result))
+    failing = [name for name, out in result.outputs.items() if out is not None and out.failures]
+    for name in failing:
+        for f in result.outputs[name].failures:  # type: ignore[union-attr]
+            print(f"WARNING: variant {name!r}: {f['message']}", file=sys.stderr)
+    print(f"  view it with: mlflow ui --backend-store-uri {mlflow.get_tracking_uri()}")
+    return EXIT_JUDGE_FAILURES if failing else EXIT_OK
+
+
+def sweep_summary(result: Any, *, headline: Sequence[str] = ("correctness", "faithfulness", "context_recall",
+                                                                "map")) -> str:
+    """A sweep's outcome as text: each variant's run and headline means, then the comparison (significant
+    differences first)."""
+    lines = [f"sweep: parent run {result.parent_run_id}, baseline {result.baseline!r}"]
+    offline = any(out is not None and is_offline_judge(out.params.get("ragjudge.judge"))
+                  for out in result.outputs.values())
+    shown = [h for h in headline if any(out is not None and f"{h}/mean" in out.metrics
+                                        for out in result.outputs.values())]
+    for name, run_id in result.run_ids.items():
+        out = result.outputs.get(name)
+        gen = result.generation.get(name, {})
+        means = "  ".join(f"{h}={out.metrics[f'{h}/mean']:.3f}" for h in shown
+                          if out is not None and f"{h}/mean" in out.metrics)
+        lines.append(f"  {name:<40} run {run_id[:8]}  {means}  (answers: {gen.get('generated', 0)} generated, "
+                     f"{gen.get('cached', 0)} cached, {gen.get('failed', 0)} failed)")
+    base_out = result.outputs.get(result.baseline)
+    for metric, reason in (base_out.skipped.items() if base_out is not None else ()):
+        lines.append(f"  skipped {metric}: {reason}")
+    table = result.comparison
+    if len(table):
+        lines.append(f"comparison against {result.baseline!r} (paired, per metric; Holm-corrected over "
+                     f"{len(table)} comparisons):")
+        moved = table[table["mean_diff"].map(lambda d: d is not None and d != 0)]
+        order = moved.assign(_p=moved["p_value"].map(lambda p: 2.0 if p is None else p),
+                             _d=moved["mean_diff"].map(lambda d: -abs(d))).sort_values(["_p", "_d"])
+        for _, r in order.head(12).iterrows():
+            ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] is not None else "[n/a]"
+            p = "n/a" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
+            mark = "  SIGNIFICANT" if r["significant"] else ""
+            lines.append(f"  {r['metric']:<22} {r['variant']:<36} diff {r['mean_diff']:+.3f} {ci}  p_holm {p}  "
+                         f"w/t/l {r['wins']}/{r['ties']}/{r['losses']}  n={r['n']}{mark}")
+        if len(moved) > 12:
+            lines.append(f"  ... {len(moved) - 12} more with a difference")
+        if len(table) > len(moved):
+            lines.append(f"  {len(table) - len(moved)} comparison(s) with no difference at all")
+        n_sig = int(sum(bool(v) for v in table["significant"]))
+        lines.append(f"  {n_sig} significant difference(s) at alpha 0.05 after Holm's correction; all rows in "
+                     "ragjudge/comparison.json on the parent run")
+        smallest = min((int(n) for n in table["n"]), default=0)
+        if n_sig == 0 and smallest < 30:
+            lines.append(f"  (with {smallest} paired rows per comparison only large, consistent differences can be "
+                         "significant: more questions give the test its power)")
+    if offline:
+        lines.append("judged numbers are offline estimates (offline:/lexical, not an LLM); for LLM judgements "
+                     "pass --judge openai:/gpt-4o-mini or any judge URI")
+    return "\n".join(lines)
+
+
 def _exit_code(out: Any) -> int:
     """3 when a judged metric failed on too many rows (each named on stderr), 4 when a gate failed, else 0."""
     for f in out.failures:
@@ -417,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
             run_id, out = run_evaluation(
                 df, cfg, experiment=args.experiment, run_name=args.run_name, tracking_uri=args.tracking_uri
             )
+        elif args.command == "sweep":
+            return _sweep_command(args)
         elif args.command == "testset":
             from .client import JudgeClient
             from .testset import generate_testset
@@ -457,20 +669,7 @@ def main(argv: list[str] | None = None) -> int:
             print("(rough estimate: tokens from text length; re-asks and cache hits are not counted)")
             return 0
         else:
-            data = resources.files("mlflow_ragjudge") / "data" / "sample_rag.jsonl"
-            with resources.as_file(data) as path:
-                df = read_table(path)
-            tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///ragjudge-quickstart.db"
-            import time
-
-            judge_name = re.sub(r"[^\w.-]+", "-", args.judge.split("?", 1)[0]).strip("-")
-            run_id, out = run_evaluation(
-                df,
-                {"judge": args.judge, "bertscore": "auto"},
-                experiment=args.experiment,
-                run_name=args.run_name or f"quickstart-{judge_name}-{time.strftime('%Y%m%d-%H%M%S')}",
-                tracking_uri=tracking,
-            )
+            return _quickstart(args)
     except (InputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -79,8 +79,9 @@ def test_quickstart_subprocess(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mlflow_ragjudge", "quickstart"], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert any(line.split()[:1] == ["correctness"] for line in proc.stdout.splitlines()) and "map/mean" in proc.stdout
+    assert "correctness=" in proc.stdout and "map=" in proc.stdout and "comparison against" in proc.stdout
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
     exp = mlflow.get_experiment_by_name("ragjudge-quickstart")
     runs = MlflowClient().search_runs([exp.experiment_id])
-    assert runs and runs[0].data.params["ragjudge.judge"] == "offline:/lexical"
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 3 and all(r.data.params["ragjudge.judge"] == "offline:/lexical" for r in children)
