@@ -1,12 +1,9 @@
-"""Experiments built on mlflow-ragjudge's public API (SPEC sections 1, 2.8).
+"""Examples built on mlflow-ragjudge's public API (see docs/experiments.md); copy them.
 
-* :mod:`experiments.toy_rag` - a small RAG system in pure Python (word chunking, BM25, an optional
-  query-coverage reranker, an LLM or an offline extractive generator).
-* :mod:`experiments.sweep_variants` - chunk size x top-k x reranker (x prompt style) sweep, one MLflow run
-  per variant, scored by the ``ragjudge`` evaluator.
-* :mod:`experiments.prompt_optimisation` - seed 004's prompt-optimisation loop: three prompt styles, the
-  input/output contract, a scenario set, one MLflow run per iteration.
+* ``retrieval_sweep.py`` - a variant sweep of a RAG system's chunking, top-k and reranker
+  (``mlflow_ragjudge.sweep`` over the bundled example system, ``mlflow_ragjudge.example_rag``).
+* ``prompt_iterations.py`` - seed 004's prompt-optimisation loop as a sweep over versions of one prompt in
+  MLflow's prompt registry, measured with the output-contract, refusal and citation checks.
 
-Run them from the repository root as ``python -m experiments.<name>`` (or ``python experiments/<name>.py``).
-See docs/experiments.md.
+Run them as ``python experiments/<name>.py``.
 """

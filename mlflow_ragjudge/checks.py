@@ -1,8 +1,9 @@
 """Seed 004's output checks on your own data, as metrics of any run (SPEC 2.8). No judge model; deterministic.
 
-* ``output_contract`` -- with ``output_schema`` set: 1 when the answer is a JSON document valid against that
-  JSON Schema (draft 2020-12, checked with ``jsonschema``), else 0 with the first violation
-  (``output_contract/violation`` in the per-row table). Format adherence, as the seed asks of the generator.
+* ``output_contract`` -- with ``output_schema`` set: 1 when the answer (or, when the data has one, the system's
+  ``raw_output`` the answer was extracted from) is a JSON document valid against that JSON Schema (draft
+  2020-12, checked with ``jsonschema``), else 0 with the first violation (``output_contract/violation`` in the
+  per-row table). Format adherence, as the seed asks of the generator.
 * ``refusal`` -- with an ``answerable`` column (False: the corpus does not hold the answer):
   ``refusal_correct`` on unanswerable rows (1 when the system refused, 0 when it answered anyway: the seed's
   "refusal failure") and ``false_refusal`` on answerable rows (1 when it refused what it could answer). A refusal
@@ -89,7 +90,8 @@ def is_refusal(answer: str, phrases: Sequence[str] | None = None) -> bool:
 
 def _contract(state: Any, row: Any, ctx: Any) -> JudgeResult:
     schema = ctx.cfg.output_schema
-    violation = contract_violation(row.answer or "", schema)
+    raw = row.raw_output if row.raw_output is not None else row.answer
+    violation = contract_violation(raw or "", schema)
     if violation is None:
         return JudgeResult.scored(1.0, "the answer follows the output contract")
     return JudgeResult.scored(0.0, violation, details={"violation": violation})

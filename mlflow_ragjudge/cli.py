@@ -25,7 +25,6 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -543,53 +542,9 @@ def _sweep_command(args: argparse.Namespace) -> int:
     return EXIT_JUDGE_FAILURES if failing else EXIT_OK
 
 
-def sweep_summary(result: Any, *, headline: Sequence[str] = ("correctness", "faithfulness", "context_recall",
-                                                                "map")) -> str:
-    """A sweep's outcome as text: each variant's run and headline means, then the comparison (significant
-    differences first)."""
-    lines = [f"sweep: parent run {result.parent_run_id}, baseline {result.baseline!r}"]
-    offline = any(out is not None and is_offline_judge(out.params.get("ragjudge.judge"))
-                  for out in result.outputs.values())
-    shown = [h for h in headline if any(out is not None and f"{h}/mean" in out.metrics
-                                        for out in result.outputs.values())]
-    for name, run_id in result.run_ids.items():
-        out = result.outputs.get(name)
-        gen = result.generation.get(name, {})
-        means = "  ".join(f"{h}={out.metrics[f'{h}/mean']:.3f}" for h in shown
-                          if out is not None and f"{h}/mean" in out.metrics)
-        lines.append(f"  {name:<40} run {run_id[:8]}  {means}  (answers: {gen.get('generated', 0)} generated, "
-                     f"{gen.get('cached', 0)} cached, {gen.get('failed', 0)} failed)")
-    base_out = result.outputs.get(result.baseline)
-    for metric, reason in (base_out.skipped.items() if base_out is not None else ()):
-        lines.append(f"  skipped {metric}: {reason}")
-    table = result.comparison
-    if len(table):
-        lines.append(f"comparison against {result.baseline!r} (paired, per metric; Holm-corrected over "
-                     f"{len(table)} comparisons):")
-        moved = table[table["mean_diff"].map(lambda d: d is not None and d != 0)]
-        order = moved.assign(_p=moved["p_value"].map(lambda p: 2.0 if p is None else p),
-                             _d=moved["mean_diff"].map(lambda d: -abs(d))).sort_values(["_p", "_d"])
-        for _, r in order.head(12).iterrows():
-            ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] is not None else "[n/a]"
-            p = "n/a" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
-            mark = "  SIGNIFICANT" if r["significant"] else ""
-            lines.append(f"  {r['metric']:<22} {r['variant']:<36} diff {r['mean_diff']:+.3f} {ci}  p_holm {p}  "
-                         f"w/t/l {r['wins']}/{r['ties']}/{r['losses']}  n={r['n']}{mark}")
-        if len(moved) > 12:
-            lines.append(f"  ... {len(moved) - 12} more with a difference")
-        if len(table) > len(moved):
-            lines.append(f"  {len(table) - len(moved)} comparison(s) with no difference at all")
-        n_sig = int(sum(bool(v) for v in table["significant"]))
-        lines.append(f"  {n_sig} significant difference(s) at alpha 0.05 after Holm's correction; all rows in "
-                     "ragjudge/comparison.json on the parent run")
-        smallest = min((int(n) for n in table["n"]), default=0)
-        if n_sig == 0 and smallest < 30:
-            lines.append(f"  (with {smallest} paired rows per comparison only large, consistent differences can be "
-                         "significant: more questions give the test its power)")
-    if offline:
-        lines.append("judged numbers are offline estimates (offline:/lexical, not an LLM); for LLM judgements "
-                     "pass --judge openai:/gpt-4o-mini or any judge URI")
-    return "\n".join(lines)
+def sweep_summary(result: Any) -> str:
+    """A sweep's outcome as text (:meth:`mlflow_ragjudge.SweepResult.summary`)."""
+    return str(result.summary())
 
 
 def _exit_code(out: Any) -> int:

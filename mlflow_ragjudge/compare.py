@@ -179,7 +179,7 @@ def comparison_figures(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], 
             means.append(vals.mean())
             lows.append(max(0.0, vals.mean() - lo))
             highs.append(max(0.0, hi - vals.mean()))
-            labels.append(v + (" (baseline)" if v == baseline else ""))
+            labels.append(_short(v) + (" (baseline)" if v == baseline else ""))
         ys = np.arange(len(labels))
         left.errorbar(means, ys, xerr=[lows, highs], fmt="o", capsize=4, color="#1f77b4")
         left.set_yticks(ys, labels, fontsize=8)
@@ -200,12 +200,18 @@ def comparison_figures(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], 
                                fmt="D", capsize=5, color=color)
         right.axvline(0, color="black", linewidth=0.8)
         right.set_yticks(np.arange(len(others)), [
-            f"{v}  p_holm={_fmt_p(sub[sub['variant'] == v].iloc[0]['p_holm'])}" for v in others], fontsize=8)
+            f"{_short(v)}  p_holm={_fmt_p(sub[sub['variant'] == v].iloc[0]['p_holm'])}" for v in others], fontsize=8)
         right.invert_yaxis()
         right.set_title(f"per-row difference from {baseline} (red: significant)", fontsize=9)
-        fig.tight_layout()
+        with warnings.catch_warnings():  # very long variant names: matplotlib keeps the layout it can
+            warnings.simplefilter("ignore")
+            fig.tight_layout()
         figures[f"ragjudge/plots/{_safe_file(metric)}.png"] = fig
     return figures
+
+
+def _short(name: str, limit: int = 48) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def _fmt_p(p: Any) -> str:

@@ -32,6 +32,7 @@ LOGICAL_COLUMNS: dict[str, str] = {
     "group": "a group label for per-group breakdowns (str)",
     "answerable": "whether the question can be answered from the corpus (bool; False rows must be refused)",
     "citations": "ids of the documents the answer cites (list of str/int)",
+    "raw_output": "the system's raw reply when 'answer' was extracted from it (str; output_contract reads it)",
 }
 
 CONTEXT_MODES = ("auto", "reference", "generation", "evidence", "gold", "none")

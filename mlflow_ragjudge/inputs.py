@@ -250,6 +250,9 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
         for logical in LIST_COLUMNS:
             if logical in present:
                 setattr(r, logical, _passages(rec[cfg.column(logical)], cfg.column(logical), pos, repairs))
+        if "raw_output" in present:
+            col = cfg.column("raw_output")
+            r.raw_output = repairs.text(as_text(rec[col], col, pos, required=False), col, pos)
         if "answerable" in present:
             r.answerable = as_flag(rec[cfg.column("answerable")], cfg.column("answerable"), pos)
         for logical in ("retrieved_doc_ids", "relevant_doc_ids", "citations"):
@@ -511,6 +514,8 @@ def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[
     relevant = exp.get("relevant_doc_ids", exp.get("expected_document_ids"))
     row.relevant_doc_ids = as_list(relevant, "expectations['relevant_doc_ids']", 0, mapping_ok=True)
     row.citations = as_list(out.get("citations"), "outputs['citations']", 0)
+    if isinstance(out.get("raw_output"), str):
+        row.raw_output = repairs.text(out["raw_output"], "outputs['raw_output']", 0)
     if exp.get("answerable") is not None:
         row.answerable = as_flag(exp.get("answerable"), "expectations['answerable']", 0)
     return row

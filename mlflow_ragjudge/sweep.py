@@ -19,10 +19,11 @@ What a sweep does, in this order:
    registry), then calls the pipeline once, on the first question of the first variant, and dry-runs the
    evaluation of that row: a bad setting or a pipeline that returns the wrong thing is an error before the
    sweep generates or judges anything more;
-2. opens a **parent run**, then for each variant a **nested child run** named from its parameters: the
+2. opens a **parent run**, then for each variant a **nested child run** named from the parameters that differ
+   between the variants (``chunk_size=64, top_k=3``; all of them are recorded as ``variant.<name>`` params): the
    pipeline answers every question (generations are **cached** like judge calls, keyed by the pipeline's code,
    the variant's parameters and the question), the ``ragjudge`` evaluator judges the answers (the judge-call
-   cache makes an unchanged variant free to re-judge), and the child logs the parameters (``variant.<name>``),
+   cache makes an unchanged variant free to re-judge), and the child logs the parameters,
    the dataset, the linked prompt versions, the generations (``ragjudge/generations.json``) and everything the
    evaluator logs. A question the pipeline fails on is recorded with its error and left out of that variant;
    the sweep goes on;
@@ -53,11 +54,12 @@ from .config import RagJudgeConfig
 from .evaluation import EvalOutput, InputError, LoggingFailed, evaluate_frame
 from .inputs import passages_from_retriever
 
-__all__ = ["sweep", "SweepResult", "PromptTemplate", "expand_variants", "variant_name", "GENERATIONS_FILE"]
+__all__ = ["sweep", "SweepResult", "PromptTemplate", "expand_variants", "variant_name", "variant_names",
+           "GENERATIONS_FILE"]
 
 GENERATIONS_FILE = "ragjudge/generations.json"
 #: pipeline output keys that become evaluator columns
-OUTPUT_KEYS = ("answer", "contexts", "retrieved_doc_ids", "citations")
+OUTPUT_KEYS = ("answer", "contexts", "retrieved_doc_ids", "citations", "raw_output")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,56 @@ class SweepResult:
     outputs: dict[str, EvalOutput | None] = field(default_factory=dict)
     generation: dict[str, dict[str, Any]] = field(default_factory=dict)
     prompts: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def summary(self, headline: Sequence[str] = ("correctness", "faithfulness", "context_recall", "map")) -> str:
+        """The sweep's outcome as text: each variant's run and headline means, the metrics skipped, then the
+        comparison (the smallest p-values first)."""
+        from .offline import is_offline_judge
+
+        result = self
+        lines = [f"sweep: parent run {result.parent_run_id}, baseline {result.baseline!r}"]
+        offline = any(out is not None and is_offline_judge(out.params.get("ragjudge.judge"))
+                      for out in result.outputs.values())
+        shown = [h for h in headline if any(out is not None and f"{h}/mean" in out.metrics
+                                            for out in result.outputs.values())]
+        for name, run_id in result.run_ids.items():
+            out = result.outputs.get(name)
+            gen = result.generation.get(name, {})
+            means = "  ".join(f"{h}={out.metrics[f'{h}/mean']:.3f}" for h in shown
+                              if out is not None and f"{h}/mean" in out.metrics)
+            lines.append(f"  {name:<40} run {run_id[:8]}  {means}  (answers: {gen.get('generated', 0)} generated, "
+                         f"{gen.get('cached', 0)} cached, {gen.get('failed', 0)} failed)")
+        base_out = result.outputs.get(result.baseline)
+        for metric, reason in (base_out.skipped.items() if base_out is not None else ()):
+            lines.append(f"  skipped {metric}: {reason}")
+        table = result.comparison
+        if len(table):
+            lines.append(f"comparison against {result.baseline!r} (paired, per metric; Holm-corrected over "
+                         f"{len(table)} comparisons):")
+            moved = table[table["mean_diff"].map(lambda d: d is not None and d != 0)]
+            order = moved.assign(_p=moved["p_value"].map(lambda p: 2.0 if p is None else p),
+                                 _d=moved["mean_diff"].map(lambda d: -abs(d))).sort_values(["_p", "_d"])
+            for _, r in order.head(12).iterrows():
+                ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] is not None else "[n/a]"
+                p = "n/a" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
+                mark = "  SIGNIFICANT" if r["significant"] else ""
+                lines.append(f"  {r['metric']:<22} {r['variant']:<36} diff {r['mean_diff']:+.3f} {ci}  p_holm {p} "
+                             f" w/t/l {r['wins']}/{r['ties']}/{r['losses']}  n={r['n']}{mark}")
+            if len(moved) > 12:
+                lines.append(f"  ... {len(moved) - 12} more with a difference")
+            if len(table) > len(moved):
+                lines.append(f"  {len(table) - len(moved)} comparison(s) with no difference at all")
+            n_sig = int(sum(bool(v) for v in table["significant"]))
+            lines.append(f"  {n_sig} significant difference(s) at alpha 0.05 after Holm's correction; all rows in "
+                         "ragjudge/comparison.json on the parent run")
+            smallest = min((int(n) for n in table["n"]), default=0)
+            if n_sig == 0 and smallest < 30:
+                lines.append(f"  (with {smallest} paired rows per comparison only large, consistent differences can "
+                             "be significant: more questions give the test its power)")
+        if offline:
+            lines.append("judged numbers are offline estimates (offline:/lexical, not an LLM); for LLM judgements "
+                         "pass --judge openai:/gpt-4o-mini or any judge URI")
+        return "\n".join(lines)
 
     def significant(self) -> pd.DataFrame:
         """The rows of the comparison whose difference is significant after Holm's correction."""
@@ -159,6 +211,18 @@ def variant_name(params: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={_shown(v)}" for k, v in params.items())[:240]
 
 
+def variant_names(param_list: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each variant's run name from the parameters that vary across the variants (one that every variant sets to
+    the same value is recorded as a param of each child run, not repeated in every name); with a single
+    variant, all of them."""
+    if len(param_list) < 2:
+        return [variant_name(p) for p in param_list]
+    keys = list(dict.fromkeys(k for p in param_list for k in p))
+    same = {k for k in keys if all(k in p for p in param_list)
+            and len({_shown(p[k]) for p in param_list}) == 1}
+    return [variant_name({k: v for k, v in p.items() if k not in same}) for p in param_list]
+
+
 # --------------------------------------------------------------------------- the pipeline and its cache
 
 
@@ -191,6 +255,8 @@ def _normalise(out: Any, where: str) -> dict[str, Any]:
         raise InputError(f"The pipeline's output for {where} has no text 'answer' (keys {list(out)[:6]}); return a "
                          "dict with 'answer': str.")
     got: dict[str, Any] = {"answer": out["answer"]}
+    if isinstance(out.get("raw_output"), str):
+        got["raw_output"] = out["raw_output"]
     if out.get("contexts") is not None:
         got["contexts"] = passages_from_retriever(out["contexts"], 0)
     for key in ("retrieved_doc_ids", "citations"):
@@ -389,7 +455,8 @@ def sweep(
 
     Args:
         pipeline: your RAG system, ``pipeline(question, **params)`` -> the answer (str), or a dict with
-            ``answer`` and optionally ``contexts``, ``retrieved_doc_ids``, ``citations``.
+            ``answer`` and optionally ``contexts``, ``retrieved_doc_ids``, ``citations`` and ``raw_output`` (the
+            raw reply the answer was extracted from, for the output-contract check).
         variants: a list of parameter dicts, or a grid ``{param: [values]}``. A value may be a
             :class:`PromptTemplate` or a ``prompts:/name/version`` URI (the pipeline receives the template text).
         data: the questions and whatever the metrics need besides the pipeline's outputs (``reference``,
@@ -433,7 +500,7 @@ def sweep(
     cfg = RagJudgeConfig.from_dict(config)
     data = _check_data(data, cfg)
     param_list = expand_variants(variants)
-    names = [variant_name(p) for p in param_list]
+    names = variant_names(param_list)
     keys = [_params_key({k: (v.name, v.template) if isinstance(v, PromptTemplate) else v for k, v in p.items()})
             for p in param_list]
     dupes = sorted({n for n, k in zip(names, keys) if keys.count(k) > 1})
@@ -465,7 +532,7 @@ def sweep(
     # the parameters as recorded: a prompt as <name>@v<version>; the run names show them that way
     recorded_list = [{k: (f"{pvs[k].name}@v{pvs[k].version}" if k in pvs else v) for k, v in p.items()}
                      for p, pvs in zip(param_list, prompt_versions)]
-    names = [variant_name(r) for r in recorded_list]
+    names = variant_names(recorded_list)
     if len(set(names)) < len(names):  # two templates that are one registered version
         raise ValueError(f"two variants are the same after resolving their prompts: {names}")
     if base_index is None:

@@ -294,6 +294,8 @@ class Row:
     answerable: bool | None = None
     #: ids of the documents the answer cites
     citations: list[Any] | None = None
+    #: the system's raw reply, when ``answer`` was extracted from it (a JSON contract object ...)
+    raw_output: str | None = None
     judge_contexts: list[str] | None = None
     context_mode: str | None = None
     #: with several context modes: mode -> that mode's judge contexts (``judge_contexts`` is the primary mode's)

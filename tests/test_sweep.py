@@ -15,7 +15,7 @@ import mlflow_ragjudge as rj
 from mlflow_ragjudge import InputError, PromptTemplate, example_rag
 from mlflow_ragjudge.cli import main
 from mlflow_ragjudge.compare import paired_comparison, scores_by_row
-from mlflow_ragjudge.sweep import expand_variants, variant_name
+from mlflow_ragjudge.sweep import expand_variants, variant_name, variant_names
 
 CORPUS = {
     "d1": "Paris is the capital of France.",
@@ -61,6 +61,8 @@ def test_expand_variants_and_names():
     assert expand_variants([{"k": 1}]) == [{"k": 1}]
     assert variant_name({"chunk_size": 64, "top_k": 3}) == "chunk_size=64, top_k=3"
     assert variant_name({}) == "baseline"
+    assert variant_names([{"k": 1, "gen": "x"}, {"k": 2, "gen": "x"}]) == ["k=1", "k=2"]  # constants are not names
+    assert variant_names([{"k": 1, "gen": "x"}]) == ["k=1, gen=x"]
     with pytest.raises(ValueError, match="non-empty list"):
         expand_variants({"a": 3})
     with pytest.raises(ValueError, match="identifier"):
@@ -226,7 +228,7 @@ def test_cli_sweep_with_a_grid_file(tmp_path, tmp_tracking, questions, monkeypat
                "mlflow_ragjudge.example_rag:retrieve", "--experiment", "cli-sweep", "--config", '{"bertscore": false}'])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "chunk_size=64, top_k=3" in out and "comparison against 'chunk_size=64, top_k=3'" in out
+    assert "chunk_size=8 " in out and "comparison against 'chunk_size=64'" in out  # top_k is the same in both
     assert "offline estimates" in out and "mlflow ui --backend-store-uri" in out
     exp = mlflow.get_experiment_by_name("cli-sweep")
     assert len(MlflowClient().search_runs([exp.experiment_id])) == 3  # the parent and two children
