@@ -1,11 +1,13 @@
-"""Log two RAG variants to a real local `mlflow server` and screenshot the UI's run comparison.
+"""Run the quickstart's sweep against a real local `mlflow server` and screenshot the MLflow UI (docs/img).
 
 Usage (needs Debian's chromium: `apt-get install chromium`):
 
-    .venv/bin/python scripts/screenshot_ui.py [--out docs/img/mlflow-compare-runs.png]
+    .venv/bin/python scripts/screenshot_ui.py [--out-dir docs/img]
 
-Everything runs on 127.0.0.1 with the offline judge (offline:/lexical); the server and its store live in a temp
-dir and are removed afterwards.
+Writes ``sweep-runs.png`` (the experiment's runs view, the parent run expanded to its three children, with their
+metrics), ``sweep-comparison.png`` (the parent run's ``ragjudge/comparison.json`` as the UI shows it) and
+``mlflow-compare-runs.png`` (the UI's run comparison of the three children). Everything runs on 127.0.0.1 with the
+offline judge (offline:/lexical); the server and its store live in a temp dir and are removed afterwards.
 """
 
 from __future__ import annotations
@@ -15,53 +17,48 @@ import json
 import os
 import sys
 import tempfile
-from importlib import resources
 from pathlib import Path
 
-import pandas as pd
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from mlflow_ui import chromium, start_server  # noqa: E402
+from mlflow_ui import CLOSE_ASSISTANT, EXPAND_PARENT_RUN, browse, start_server  # noqa: E402
 
 
-def log_variants(url: str) -> tuple[str, list[str]]:
+def run_sweep(url: str) -> tuple[str, str, list[str]]:
     import mlflow
 
-    mlflow.set_tracking_uri(url)
-    exp = mlflow.set_experiment("ragjudge-variants")
-    with resources.as_file(resources.files("mlflow_ragjudge") / "data" / "sample_rag.jsonl") as p:
-        df = pd.read_json(p, lines=True, dtype=False).drop(columns=["group"])
-    better = df.copy()
-    # variant B: a generator that follows the reference more closely (stands in for a better prompt)
-    better["answer"] = [r if i % 2 == 0 else a for i, (a, r) in enumerate(zip(df["answer"], df["reference"]))]
-    run_ids = []
-    for name, data in (("prompt=zero-shot", df), ("prompt=cot", better)):
-        with mlflow.start_run(run_name=name) as run:
-            mlflow.models.evaluate(data=data, predictions="answer", targets="reference", model_type="rag",
-                                   evaluators="ragjudge",
-                                   evaluator_config={"judge": "offline:/lexical", "cache": False, "bertscore": False,
-                                                     "metrics": ["correctness", "lexical"]})
-            run_ids.append(run.info.run_id)
-    return exp.experiment_id, run_ids
+    from mlflow_ragjudge import example_rag, sweep
+    from mlflow_ragjudge.cli import QUICKSTART_VARIANTS
+
+    result = sweep(example_rag.answer, list(QUICKSTART_VARIANTS), example_rag.sample_questions(),
+                   retriever=example_rag.retrieve, data_name="ragjudge-sample", experiment="ragjudge-quickstart",
+                   evaluator_config={"judge": "offline:/lexical", "bertscore": False, "progress": False},
+                   tracking_uri=url, run_name="quickstart-offline-lexical")
+    exp = mlflow.get_experiment_by_name("ragjudge-quickstart").experiment_id
+    return exp, result.parent_run_id, list(result.run_ids.values())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="docs/img/mlflow-compare-runs.png")
+    ap.add_argument("--out-dir", default="docs/img")
     args = ap.parse_args()
-    out = Path(args.out).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["RAGJUDGE_CACHE_DIR"] = str(Path(tmp) / "cache")
         proc, url = start_server(Path(tmp))
         try:
-            exp_id, run_ids = log_variants(url)
-            page = (f"{url}/#/compare-runs?runs={json.dumps(run_ids)}&experiments={json.dumps([exp_id])}")
-            chromium(page.replace(" ", ""), screenshot=out, height=2300)
+            exp, parent, children = run_sweep(url)
+            browse(f"{url}/#/experiments/{exp}/runs", clicks=(CLOSE_ASSISTANT, EXPAND_PARENT_RUN),
+                   screenshot=out / "sweep-runs.png", width=2100, height=520)
+            browse(f"{url}/#/experiments/{exp}/runs/{parent}/artifacts/ragjudge/comparison.json",
+                   clicks=(CLOSE_ASSISTANT,), screenshot=out / "sweep-comparison.png", width=2300, height=900)
+            page = f"{url}/#/compare-runs?runs={json.dumps(children)}&experiments={json.dumps([exp])}"
+            browse(page.replace(" ", ""), clicks=(CLOSE_ASSISTANT,), screenshot=out / "mlflow-compare-runs.png",
+                   width=1600, height=2300)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"wrote {out}")
+    print(f"wrote {out / 'sweep-runs.png'}, {out / 'sweep-comparison.png'}, {out / 'mlflow-compare-runs.png'}")
     return 0
 
 

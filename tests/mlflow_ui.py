@@ -71,3 +71,77 @@ def chromium(url: str, *, screenshot: Path | None = None, width: int = 1500, hei
         args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
         proc = subprocess.run([*args, url], check=True, capture_output=True, text=True, timeout=240)
     return proc.stdout
+
+
+def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = None, width: int = 1900,
+           height: int = 1000, settle: float = 8.0, timeout: float = 120.0) -> str:
+    """Open ``url`` in headless Chromium driven over the DevTools protocol, click each CSS selector of ``clicks``
+    that is on the page (in order, a second apart), optionally write a PNG, and return the DOM.
+
+    For pages whose interesting state needs a click (a parent run's children expanded, a panel closed), which
+    ``chromium --screenshot`` cannot do. Uses aiohttp's websocket client (an MLflow dependency)."""
+    import asyncio
+    import base64
+    import json
+    import urllib.request
+
+    import aiohttp
+
+    browser = chromium_path()
+    if browser is None:
+        raise FileNotFoundError("chromium not found: apt-get install chromium")
+
+    async def drive(port: int) -> str:
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=2) as r:
+                    targets = json.load(r)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+        page = next(t for t in targets if t["type"] == "page")
+        async with aiohttp.ClientSession() as session, session.ws_connect(page["webSocketDebuggerUrl"],
+                                                                           max_msg_size=0) as ws:
+            counter = 0
+
+            async def call(method: str, **params: object) -> dict:
+                nonlocal counter
+                counter += 1
+                mine = counter
+                await ws.send_json({"id": mine, "method": method, "params": params})
+                while True:
+                    msg = await asyncio.wait_for(ws.receive_json(), timeout)
+                    if msg.get("id") == mine:
+                        return msg.get("result") or {}
+
+            await call("Page.enable")
+            await call("Page.navigate", url=url)
+            await asyncio.sleep(settle)
+            for selector in clicks:
+                await call("Runtime.evaluate", expression=(
+                    f"(() => {{ const b = document.querySelector({json.dumps(selector)}); if (b) b.click(); }})()"))
+                await asyncio.sleep(1.5)
+            if screenshot is not None:
+                shot = await call("Page.captureScreenshot", format="png")
+                Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+            got = await call("Runtime.evaluate", expression="document.documentElement.outerHTML")
+            return str(got.get("result", {}).get("value", ""))
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.Popen([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                 f"--window-size={width},{height}", f"--remote-debugging-port={port}", "about:blank"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            return asyncio.run(drive(port))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+#: selectors of the MLflow 3.17 UI that the screenshots click
+EXPAND_PARENT_RUN = '[data-component-id$="runnamecellrenderer.tsx_46"]'
+CLOSE_ASSISTANT = '[data-component-id="mlflow.assistant.chat_panel.close"]'

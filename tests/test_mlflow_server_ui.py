@@ -64,3 +64,27 @@ def test_runs_logged_over_http_and_compared_in_the_ui(server, monkeypatch):
     # the React UI rendered both runs and our metrics into the page
     assert "variant-weak" in dom and "variant-strong" in dom
     assert "correctness/mean" in dom and "ragjudge.context_mode" in dom
+
+
+def test_a_sweep_over_http_and_its_parent_and_children_in_the_ui(server, monkeypatch, tmp_path):
+    from mlflow_ui import CLOSE_ASSISTANT, EXPAND_PARENT_RUN, browse
+
+    from mlflow_ragjudge import example_rag, sweep
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(tmp_path / "cache"))
+    result = sweep(example_rag.answer, [{"chunk_size": 64, "top_k": 3}, {"chunk_size": 8, "top_k": 1}],
+                   example_rag.sample_questions(), retriever=example_rag.retrieve, experiment="ui-sweep",
+                   evaluator_config={"judge": "offline:/lexical", "bertscore": False, "progress": False},
+                   tracking_uri=server, run_name="ui-sweep-parent")
+    client = MlflowClient(server)
+    files = {f.path for f in client.list_artifacts(result.parent_run_id, "ragjudge")}
+    assert "ragjudge/comparison.json" in files and "ragjudge/plots" in files
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): the UI half of this test needs it")
+    exp = mlflow.get_experiment_by_name("ui-sweep").experiment_id
+    runs = browse(f"{server}/#/experiments/{exp}/runs", clicks=(CLOSE_ASSISTANT, EXPAND_PARENT_RUN))
+    # the parent run, expanded, lists both children by name
+    assert "ui-sweep-parent" in runs and "chunk_size=64, top_k=3" in runs and "chunk_size=8, top_k=1" in runs
+    page = browse(f"{server}/#/experiments/{exp}/runs/{result.parent_run_id}/artifacts/ragjudge/comparison.json")
+    assert "mean_diff" in page and "p_holm" in page and "correctness" in page
