@@ -92,6 +92,8 @@ class SweepResult:
         outputs: variant name -> its evaluation (:class:`EvalOutput`), None for a variant with no answer at all.
         generation: variant name -> ``{"rows", "generated", "cached", "failed", "seconds"}``.
         prompts: variant name -> parameter -> ``prompts:/<name>/<version>``.
+        errors: variant name -> why its answers could not be evaluated (e.g. a metric asked for by name whose
+            column this variant's pipeline output lacks); the sweep goes on without it.
     """
 
     parent_run_id: str
@@ -102,6 +104,8 @@ class SweepResult:
     outputs: dict[str, EvalOutput | None] = field(default_factory=dict)
     generation: dict[str, dict[str, Any]] = field(default_factory=dict)
     prompts: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: variant name -> why its answers could not be evaluated (its child run says so too)
+    errors: dict[str, str] = field(default_factory=dict)
 
     def summary(self, headline: Sequence[str] = ("correctness", "faithfulness", "context_recall", "map")) -> str:
         """The sweep's outcome as text: each variant's run and headline means, the metrics skipped, then the
@@ -121,6 +125,8 @@ class SweepResult:
                               if out is not None and f"{h}/mean" in out.metrics)
             lines.append(f"  {name:<40} run {run_id[:8]}  {means}  (answers: {gen.get('generated', 0)} generated, "
                          f"{gen.get('cached', 0)} cached, {gen.get('failed', 0)} failed)")
+        for name, why in result.errors.items():
+            lines.append(f"  NOT EVALUATED {name}: {why[:300]}")
         base_out = result.outputs.get(result.baseline)
         for metric, reason in (base_out.skipped.items() if base_out is not None else ()):
             lines.append(f"  skipped {metric}: {reason}")
@@ -595,9 +601,13 @@ def sweep(
                 for key in OUTPUT_KEYS:
                     if any(key in (outs[j] or {}) for j in ok):
                         frame[cfg.column(key)] = [(outs[j] or {}).get(key) for j in ok]
-                out = evaluate_frame(frame, {**config, "retriever": _retriever_for(retriever, kwargs)
-                                             or config.get("retriever")})
-                scores[name] = scores_by_row(out.results, rows=ok)
+                try:
+                    out = evaluate_frame(frame, {**config, "retriever": _retriever_for(retriever, kwargs)
+                                                 or config.get("retriever")})
+                    scores[name] = scores_by_row(out.results, rows=ok)
+                except InputError as e:  # this variant's answers cannot be evaluated (the first variant's could)
+                    result.errors[name] = str(e)
+                    _log(f"    not evaluated: {e}", verbose)
             result.outputs[name] = out
             with mlflow.start_run(run_name=name, nested=True) as child:
                 run_id = child.info.run_id
@@ -634,7 +644,9 @@ def sweep(
                     except LoggingFailed:
                         raise
                 else:
-                    mlflow.set_tag("ragjudge.status", "no_answers")
+                    mlflow.set_tag("ragjudge.status", "evaluation_error" if name in result.errors else "no_answers")
+                    if name in result.errors:
+                        mlflow.set_tag("ragjudge.evaluation_error", result.errors[name][:5000])
             _log(f"    run {run_id}", verbose)
         comparison = paired_comparison(scores, base, metrics=compare, alpha=alpha, n_boot=n_boot, seed=seed) \
             if base in scores else pd.DataFrame(columns=_columns())

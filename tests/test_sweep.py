@@ -247,3 +247,16 @@ def test_quickstart_is_a_small_sweep(tmp_path, capsys):
     runs = MlflowClient().search_runs([exp.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(runs) == 4 and len(parents) == 1 and parents[0].info.run_name.startswith("quickstart-offline-lexical-")
+
+
+def test_a_variant_whose_answers_cannot_be_evaluated_is_recorded_and_the_sweep_goes_on(tmp_tracking, questions):
+    def pipeline(question, *, top_k=1):
+        out = Pipeline()(question, top_k=top_k)
+        return out if top_k == 1 else {"answer": out["answer"]}  # the second variant returns no contexts
+
+    res = rj.sweep(pipeline, {"top_k": [1, 2]}, questions,
+                   evaluator_config={"judge": "offline:/lexical", "metrics": ["faithfulness"]})
+    assert "needs column(s) ['contexts']" in res.errors["top_k=2"] and res.outputs["top_k=2"] is None
+    tags = MlflowClient().get_run(res.run_ids["top_k=2"]).data.tags
+    assert tags["ragjudge.status"] == "evaluation_error" and "contexts" in tags["ragjudge.evaluation_error"]
+    assert "NOT EVALUATED top_k=2" in res.summary() and len(res.comparison) == 0
