@@ -6,6 +6,11 @@ Plain Python::
     out = rj.evaluate_frame(df, judge="openai:/gpt-4o-mini")
     out.metrics["correctness/mean"]
 
+Variants of your RAG system, each an MLflow run, compared (docs/sweeps.md)::
+
+    result = rj.sweep(pipeline, {"top_k": [3, 5]}, questions_df, evaluator_config={"judge": "offline:/lexical"})
+    result.comparison
+
 MLflow: ``mlflow.models.evaluate(data=df, predictions="answer", targets="reference",
 model_type="rag", evaluators="ragjudge", evaluator_config={"judge": ...})``.
 """
