@@ -155,8 +155,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="evaluate a dataset file and log an MLflow run")
     ev.add_argument("data", help="dataset file (.jsonl, .csv, .parquet)")
-    ev.add_argument("--judge", help="judge model URI, e.g. openai:/gpt-4o-mini; offline:/lexical is the offline "
-                    "judge (calibrated lexical evidence, no LLM)")
+    ev.add_argument("--judge", help="judge model URI, e.g. openai:/gpt-4o-mini (default: offline:/lexical, the "
+                    "offline judge: calibrated lexical evidence, no LLM)")
     ev.add_argument("--metrics", help="comma-separated metric names (default: all the data supports); "
                     "`ragjudge metrics` lists them")
     ev.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
@@ -257,6 +257,8 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
     if args.judge:
         cfg["judge"] = args.judge
+    elif args.command == "evaluate":
+        cfg.setdefault("judge", DEFAULT_OFFLINE_JUDGE)  # no model configured: the offline judge, labelled as such
     if args.metrics:
         cfg["metrics"] = [m.strip() for m in args.metrics.split(",") if m.strip()]
     cfg["context_mode"] = args.context_mode

@@ -287,6 +287,14 @@ def test_cli_labels_offline_estimates_and_says_how_to_switch(tmp_path, tmp_track
     assert "skipped answer_relevancy" in out
 
 
+def test_cli_evaluate_without_a_judge_uses_the_offline_judge(tmp_path, tmp_tracking, data, capsys):
+    path = tmp_path / "d.jsonl"
+    data.to_json(path, orient="records", lines=True)
+    assert main(["evaluate", str(path), "--config", '{"bertscore": false}']) == 0
+    out = capsys.readouterr().out
+    assert "judge: offline:/lexical -- the OFFLINE judge" in out and "correctness " in out
+
+
 def test_the_replaced_demo_judge_names_its_successor(data):
     with pytest.raises(ValueError, match="offline:/lexical.*replaced"):
         evaluate_frame(data, judge="demo:/overlap", metrics=["correctness"])
