@@ -234,6 +234,19 @@ def test_cli_sweep_with_a_grid_file(tmp_path, tmp_tracking, questions, monkeypat
     assert len(MlflowClient().search_runs([exp.experiment_id])) == 3  # the parent and two children
     assert main(["sweep", "q.jsonl", "--pipeline", "my_rag:nope", "--grid", "grid.json"]) == 2
     assert "has no function 'nope'" in capsys.readouterr().err
+    # prompt templates in a YAML grid: registered, versioned, the runs named by version
+    (tmp_path / "prompts.yaml").write_text(
+        "prompt:\n"
+        "  - {name: cli-prompt, template: 'Short. {{question}}'}\n"
+        "  - {name: cli-prompt, template: 'Long. {{question}} {{contexts}}'}\n", encoding="utf-8")
+    (tmp_path / "my_llm_rag.py").write_text(
+        "def answer(question, *, prompt):\n    return {'answer': prompt.split('.')[0] + ': ' + question}\n",
+        encoding="utf-8")
+    assert main(["sweep", "q.jsonl", "--pipeline", "my_llm_rag.py:answer", "--grid", "prompts.yaml",
+                 "--experiment", "cli-prompts", "--metrics", "lexical"]) == 0
+    out = capsys.readouterr().out
+    assert "prompt=cli-prompt@v1" in out and "prompt=cli-prompt@v2" in out
+    assert mlflow.genai.load_prompt("prompts:/cli-prompt/2").template == "Long. {{question}} {{contexts}}"
 
 
 def test_quickstart_is_a_small_sweep(tmp_path, capsys):
