@@ -295,22 +295,10 @@ def run_evaluation(
     import mlflow
 
     from .evaluation import JudgeFailureWarning, evaluate_frame
-    from .evaluator import log_output, save_local
+    from .evaluator import check_tracking_store, log_output, save_local
 
-    try:  # the tracking store must answer before a judge call is paid for
-        if tracking_uri:
-            mlflow.set_tracking_uri(tracking_uri)
-        if experiment:
-            mlflow.set_experiment(experiment)
-        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):  # the experiment the run would go to must exist
-            mlflow.tracking.MlflowClient().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"])
-        else:
-            mlflow.tracking.MlflowClient().search_experiments(max_results=1)
-    except Exception as e:
-        raise InputError(
-            f"The MLflow tracking store at {mlflow.get_tracking_uri()} cannot be used ({type(e).__name__}: "
-            f"{str(e)[:300]}); fix --tracking-uri or MLFLOW_TRACKING_URI. Nothing was sent to the judge."
-        ) from None
+    # the tracking store must answer before a judge call is paid for
+    check_tracking_store(tracking_uri, experiment, nothing="Nothing was sent to the judge.")
     with warnings.catch_warnings():
         # the CLI names failing metrics itself, after the summary (see _exit_code)
         warnings.simplefilter("ignore", JudgeFailureWarning)

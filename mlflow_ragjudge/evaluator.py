@@ -141,6 +141,27 @@ def save_local(out: EvalOutput, label: str = "") -> Path | None:
     return None
 
 
+def check_tracking_store(tracking_uri: str | None, experiment: str | None, *, nothing: str) -> None:
+    """Make ``tracking_uri`` / ``experiment`` the active ones and check the store answers, before anything is paid
+    for; an :class:`InputError` naming the store, the fix and ``nothing`` (what was not done) otherwise."""
+    import mlflow
+
+    try:
+        if tracking_uri:
+            mlflow.set_tracking_uri(tracking_uri)
+        if experiment:
+            mlflow.set_experiment(experiment)
+        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):  # the experiment the run would go to must exist
+            MlflowClient().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"])
+        else:
+            MlflowClient().search_experiments(max_results=1)
+    except Exception as e:
+        raise InputError(
+            f"The MLflow tracking store at {mlflow.get_tracking_uri()} cannot be used ({type(e).__name__}: "
+            f"{str(e)[:300]}); fix the tracking URI (--tracking-uri, tracking_uri= or MLFLOW_TRACKING_URI). "
+            f"{nothing}") from None
+
+
 def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_local: bool = False) -> dict[str, Any]:
     """Log an evaluation's metrics, params, tags, table, transcripts and config into a run.
 

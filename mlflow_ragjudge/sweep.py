@@ -490,7 +490,7 @@ def sweep(
     import mlflow
 
     from .compare import comparison_figures, log_comparison, paired_comparison, scores_by_row
-    from .evaluator import log_output, save_local
+    from .evaluator import check_tracking_store, log_output, save_local
 
     if not callable(pipeline):
         raise InputError(f"pipeline must be callable: pipeline(question, **params) -> answer; got "
@@ -523,17 +523,7 @@ def sweep(
                  for p in param_list for v in p.values()):  # a prompt variant's name is known once registered
         raise ValueError(f"baseline {baseline!r} is not one of the variants {names}")
     # the tracking store must answer before the pipeline or the judge is paid for
-    try:
-        if tracking_uri:
-            mlflow.set_tracking_uri(tracking_uri)
-        if experiment:
-            mlflow.set_experiment(experiment)
-        else:
-            mlflow.tracking.MlflowClient().search_experiments(max_results=1)
-    except Exception as e:
-        raise InputError(f"The MLflow tracking store at {mlflow.get_tracking_uri()} cannot be used "
-                         f"({type(e).__name__}: {str(e)[:300]}); fix tracking_uri or MLFLOW_TRACKING_URI. Nothing "
-                         "was generated or judged.") from None
+    check_tracking_store(tracking_uri, experiment, nothing="Nothing was generated or judged.")
     kwargs_list, prompt_versions = _resolve_prompts(param_list)
     # the parameters as recorded: a prompt as <name>@v<version>; the run names show them that way
     recorded_list = [{k: (f"{pvs[k].name}@v{pvs[k].version}" if k in pvs else v) for k, v in p.items()}

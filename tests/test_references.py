@@ -71,7 +71,13 @@ def test_llm_judges_see_every_answer_as_acceptable(fake_llm, judge, df):
     assert single and not any("Any one of these answers" in t for t in single)  # one answer: the prompt as ever
 
 
-def test_llm_context_recall_counts_the_best_answer_in_one_attribution_call(fake_llm, judge, df):
+@pytest.mark.parametrize("mode", ["json_schema", "json_object", "text"])
+def test_llm_context_recall_counts_the_best_answer_in_one_attribution_call(fake_llm, monkeypatch, df, mode):
+    from compliant_model import CompliantModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    fake_llm.set_handler(CompliantModel(mode))  # servers that enforce a schema, take JSON mode only, or answer text
+    judge = f"openai:/m?base_url={fake_llm.openai_base_url}"
     out = evaluate_frame(df.iloc[:1], judge=judge, metrics=["context_recall"], cache=False)
     res = out.results["context_recall"][0]
     assert res.is_scored, res.rationale
