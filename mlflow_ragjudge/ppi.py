@@ -164,10 +164,11 @@ def _estimate(judge: np.ndarray, human: np.ndarray, *, alpha: float, lam: float 
     excluded_labelled = int((~scored & ~np.isnan(human)).sum())
     n, big_n = int(labelled.sum()), int(unlabelled.sum())
     if n < min_labelled:
+        lost = f" ({excluded_labelled} labelled row(s) had no judge score)" if excluded_labelled else ""
         raise TooFewLabels(
             f"{what}: {n} labelled row(s) with a judge score, fewer than the {min_labelled} a calibrated interval "
             "needs (the normal interval and the estimate of the judge's bias are not trustworthy below that). Label "
-            f"more randomly sampled rows{f' ({excluded_labelled} labelled row(s) had no judge score)' if excluded_labelled else ''}.")
+            f"more randomly sampled rows{lost}.")
     y, yhat, yhat_u = human[labelled], judge[labelled], judge[unlabelled]
     lam_used = _ppi_lambda(y, yhat, yhat_u) if lam is None else float(lam)
     if big_n == 0:
