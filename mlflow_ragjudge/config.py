@@ -32,6 +32,8 @@ LOGICAL_COLUMNS: dict[str, str] = {
     "group": "a group label for per-group breakdowns (str)",
     "answerable": "whether the question can be answered from the corpus (bool; False rows must be refused)",
     "citations": "ids of the documents the answer cites (list of str/int)",
+    "row_id": "a stable id of the row (str/int, unique); default: derived from the question and reference, so the "
+              "same question has the same id in every variant",
     "raw_output": "the system's raw reply when 'answer' was extracted from it (str; output_contract reads it)",
 }
 
@@ -81,6 +83,10 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
                     "a dict {logical column: your column name}", "{'question': 'query'}"),
     "group_column": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a column name", "'product'"),
     "human_columns": (lambda v: isinstance(v, str) or _is_str_list(v), "a list of column names", "['expert']"),
+    "human_labels": (lambda v: isinstance(v, dict) and all(isinstance(a, str) and a and isinstance(b, str) and b
+                                                           for a, b in v.items()),
+                     "a dict {metric: column of human labels on that metric's scale}",
+                     "{'correctness': 'human_correctness'}"),
     "human_not_sure": (lambda v: v is None or v == "auto" or (isinstance(v, (list, tuple)) and all(
         _is_number(x) for x in v)), "'auto', a list of numbers, or None", "[0]"),
     "language": (lambda v: isinstance(v, str) and bool(v), "a language code", "'en' or 'ja'"),
@@ -137,7 +143,13 @@ class RagJudgeConfig:
             with ``text`` and optional ``id``, or ``(id, text)`` pairs).
         col_mapping: logical column -> the data's column name.
         group_column: column for per-group metrics (default: ``group`` when present).
-        human_columns: columns with human scores for meta-evaluation.
+        human_columns: columns of human scores to correlate with every metric of the run (meta-evaluation), e.g.
+            one overall human rating.
+        human_labels: metric -> column of human labels of that metric, on its own scale, empty where a row is
+            unlabelled: gives human-calibrated estimates (``<metric>/ppi_mean`` and its interval, from a random
+            sample of labelled rows, :mod:`mlflow_ragjudge.ppi`) and the meta-evaluation of that metric against
+            that column. Use it when humans labelled the metric itself; ``human_columns`` for a rating that is
+            not one metric's.
         human_not_sure: human scores that mean "not sure", left out of meta-evaluation as the paper's expert
             mean leaves them out: ``"auto"`` (0 in a column on the six-level scale, i.e. whole numbers 0..5
             reaching 2 or more; nothing in a 0/1 or continuous column), a list of values, or ``None`` (keep all).
@@ -190,6 +202,7 @@ class RagJudgeConfig:
     col_mapping: dict[str, str] = field(default_factory=dict)
     group_column: str | None = None
     human_columns: list[str] = field(default_factory=list)
+    human_labels: dict[str, str] = field(default_factory=dict)
     human_not_sure: Any = "auto"
     language: str = "en"
     judge_output: str = "auto"
@@ -326,6 +339,7 @@ class RagJudgeConfig:
             "col_mapping": self.col_mapping,
             "group_column": self.group_column,
             "human_columns": self.human_columns,
+            "human_labels": dict(self.human_labels),
             "language": self.language,
             "judge_output": self.judge_output,
             "max_context_chars": self.max_context_chars,

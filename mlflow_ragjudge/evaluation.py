@@ -37,14 +37,17 @@ from .inputs import (
     InputError,
     InvalidTextWarning,
     Repairs,
+    check_human_labels,
     e3_query,
     primary_mode,
     read_rows,
     resolve_context_modes,
     resolve_row_contexts,
+    row_ids,
 )
 from .judged import EmbeddingsUnavailable, resolve_embedder
 from .offline import is_offline_judge, resolve_offline
+from .ppi import MIN_LABELS, TooFewLabels, ppi_mean
 from .registry import Finish, MetricSpec, MetricUnavailable, RunContext, all_specs, get_metric, metric_names
 from .types import JudgeResult, Row, Status, aggregate, metric_name_parts, metric_name_safe
 
@@ -206,13 +209,18 @@ def _check_metric_name_parts(rows: Sequence[Row], cfg: RagJudgeConfig) -> dict[s
     any call, and return the ones logged under a changed name (recorded in the run's config)."""
     renamed: dict[str, str] = {}
     for texts, what in (({r.group for r in rows if r.group is not None}, "group"),
-                        (set(cfg.human_columns), "human-score column")):
+                        (set(cfg.human_columns) | set(cfg.human_labels.values()), "human-score column")):
         try:
             names = metric_name_parts(sorted(texts), what)
         except ValueError as e:
             raise InputError(str(e)) from e
         renamed.update({k: v for k, v in names.items() if k != v})
     return renamed
+
+
+def labelled_outputs(specs: Sequence[MetricSpec]) -> dict[str, tuple[float, float] | None]:
+    """Output name -> its scale, for the outputs of ``specs`` that human labels can be given for."""
+    return {o: s.scale_of(o) for s in specs for o in s.output_names if not o.endswith("_")}
 
 
 # --------------------------------------------------------------------------- 2. prepare
@@ -500,19 +508,23 @@ def _build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict
                              for r in rows]
     if any(r.group is not None for r in rows):
         cols["group"] = [r.group for r in rows]
-    for hc in cfg.human_columns:
+    cols["row_id"] = row_ids(df, cfg, rows)
+    for hc in dict.fromkeys([*cfg.human_columns, *cfg.human_labels.values()]):
         cols[hc] = pd.to_numeric(df[hc], errors="coerce").tolist()
     return pd.DataFrame(cols)
 
 
 def _meta(table: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[pd.DataFrame | None, dict[str, float]]:
-    if not cfg.human_columns:
+    """Agreement with humans: every metric against every ``human_columns`` column, and each metric of
+    ``human_labels`` against its own label column."""
+    if not cfg.human_columns and not cfg.human_labels:
         return None, {}
     from . import meta
 
     names = [c[: -len("/score")] for c in table.columns if c.endswith("/score")]
     frame = pd.DataFrame({name: table[f"{name}/score"] for name in names})
-    for hc in cfg.human_columns:
+    humans = list(dict.fromkeys([*cfg.human_columns, *cfg.human_labels.values()]))
+    for hc in humans:
         frame[hc] = table[hc]
     # each metric's own abstentions (e.g. correctness level 0), for the "no_abstentions" subset
     masks = {
@@ -520,11 +532,68 @@ def _meta(table: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[pd.DataFrame | None
         for name in names
         if f"{name}/status" in table.columns
     }
-    result = meta.meta_evaluate(
-        frame, names, cfg.human_columns, abstain_mask=masks or None, n_boot=cfg.n_boot, seed=cfg.seed,
-        human_not_sure={hc: human_not_sure_values(cfg.human_not_sure, frame[hc]) for hc in cfg.human_columns},
-    )
+    pairs = [(names, list(cfg.human_columns))] if cfg.human_columns else []
+    pairs += [([m], [c]) for m, c in cfg.human_labels.items() if m in names and c not in cfg.human_columns]
+    parts = [
+        meta.meta_evaluate(
+            frame, ms, hs, abstain_mask=masks or None, n_boot=cfg.n_boot, seed=cfg.seed,
+            human_not_sure={hc: human_not_sure_values(cfg.human_not_sure, frame[hc]) for hc in hs},
+        )
+        for ms, hs in pairs
+    ]
+    if not parts:
+        return None, {}
+    result = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return result, meta.meta_metrics(result)
+
+
+def _calibrate(table: pd.DataFrame, specs: Sequence[MetricSpec], results: dict[str, list[JudgeResult]],
+               cfg: RagJudgeConfig) -> tuple[dict[str, float], dict[str, Any]]:
+    """The human-calibrated estimate of each metric of ``human_labels`` (PPI++, :func:`mlflow_ragjudge.ppi_mean`):
+    logged metrics and the run record's ``calibration`` entry. A metric whose labelled rows the judge did not score
+    enough of gets no estimate, with the reason recorded and warned about, never a NaN."""
+    out: dict[str, float] = {}
+    record: dict[str, Any] = {}
+    scales = labelled_outputs(specs)
+    for metric, col in cfg.human_labels.items():
+        if metric not in results:
+            continue
+        judge = [float(r.value) if r.is_scored and r.value is not None else float("nan") for r in results[metric]]
+        human = pd.to_numeric(table[col], errors="coerce").astype(float)
+        unsure = 0
+        if scales.get(metric) == (1.0, 5.0):  # a human "not sure" (0) on the six-level scale is no label
+            unsure = int((human == 0).sum())
+            human = human.where(human != 0)
+        try:
+            est = ppi_mean(judge, human.to_numpy(), alpha=CALIBRATION_ALPHA)
+        except TooFewLabels as e:
+            record[metric] = {"labels": col, "error": str(e), "n_human_not_sure": unsure}
+            warnings.warn(f"No calibrated estimate for {metric!r}: {e}", CalibrationWarning, stacklevel=4)
+            continue
+        out.update({f"{metric}/ppi_mean": est.mean, f"{metric}/ppi_ci_low": est.ci_low,
+                    f"{metric}/ppi_ci_high": est.ci_high, f"{metric}/n_labelled": float(est.n_labelled),
+                    f"{metric}/ppi_lam": est.lam, f"{metric}/labels_only_ci_low": est.classical_ci_low,
+                    f"{metric}/labels_only_ci_high": est.classical_ci_high})
+        record[metric] = {"labels": col, **est.as_dict(), "n_human_not_sure": unsure,
+                          "method": "PPI++ (mlflow_ragjudge.ppi.ppi_mean)"}
+        if est.selection_p is not None and est.selection_p < SELECTION_P:
+            message = (f"The labelled rows of {metric!r} do not look like a random sample: the judge's mean on them "
+                       f"({est.judge_mean_labelled:.3f}) differs from the rest's (p = {est.selection_p:.2g}). The "
+                       "calibrated interval is valid only for randomly chosen rows; draw them with "
+                       "`ragjudge label-sample`.")
+            record[metric]["warning"] = message
+            warnings.warn(message, CalibrationWarning, stacklevel=4)
+    return out, record
+
+
+#: the level of the calibrated intervals logged by a run
+CALIBRATION_ALPHA = 0.05
+#: below this p-value of the judge's scores on labelled vs unlabelled rows, the labels are said not to look random
+SELECTION_P = 0.01
+
+
+class CalibrationWarning(UserWarning):
+    """A calibrated estimate could not be given, or its labels do not look randomly drawn."""
 
 
 def human_not_sure_values(setting: Any, column: pd.Series) -> list[float]:
@@ -647,6 +716,8 @@ def evaluate_frame(
     # 1. validate: metrics, rows, each metric's own checks -- before any call
     specs, skipped = _select(data, cfg)
     _check_gate_names(cfg.fail_under, specs)
+    if cfg.human_labels:
+        check_human_labels(data, cfg, labelled_outputs(specs), min_labelled=MIN_LABELS)
     repairs = Repairs()
     required = {c for s in specs for c in s.text_columns(cfg)}
     rows = read_rows(data, cfg, required_text=required, repairs=repairs)
@@ -714,6 +785,8 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
     table = _build_table(rows, specs, results, per_row, finishes, data, cfg)
     meta_frame, meta_metrics = _meta(table, cfg)
     metrics_out.update(meta_metrics)
+    calibrated, calibration = _calibrate(table, specs, all_results, cfg) if cfg.human_labels else ({}, {})
+    metrics_out.update(calibrated)
     usage = client.summary() if client is not None else {}
     if client is not None:
         for k in ("input_tokens", "output_tokens", "calls", "cache_hits"):
@@ -742,6 +815,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
         "cache": (client.cache.status() if client.cache is not None else {"mode": "off"}) if client else None,
         "text_repairs": repairs.items,
         "metric_name_parts": renamed,
+        "calibration": calibration,
     }
     params = {
         "ragjudge.version": __version__,

@@ -15,10 +15,12 @@ No mlflow import at module level (the scorers' trace helper imports it when a tr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -224,6 +226,76 @@ def _check_human_columns(df: pd.DataFrame, cfg: RagJudgeConfig) -> None:
                 f"Human-score column {col!r} row {df.index.get_loc(inf.index[0])} holds {inf.iloc[0]}; human scores "
                 "must be finite numbers (leave the cell empty where a row has no human score)."
             )
+
+
+def row_ids(df: pd.DataFrame, cfg: RagJudgeConfig, rows: Sequence[Row]) -> list[str]:
+    """A stable id per row, carried by the per-row table and used to key human labels: the ``row_id`` column when
+    the data has one (unique, non-empty), else a hash of the question and the acceptable answers -- the same
+    question has the same id in every variant of a sweep -- with ``-2``, ``-3`` ... for repeats, in order; a row
+    with no question is ``row-<position>``."""
+    col = cfg.column("row_id")
+    if col in df.columns:
+        ids: list[str] = []
+        for pos, value in enumerate(df[col].tolist()):
+            if value is None or (isinstance(value, float) and value != value) or not str(value).strip():
+                raise InputError(f"Column '{col}' (row ids) row {pos} is empty; give every row an id, or drop the "
+                                 "column to have ids derived from the question and reference.")
+            ids.append(str(value).strip())
+        dup = [i for i, c in Counter(ids).items() if c > 1]
+        if dup:
+            raise InputError(f"Column '{col}' (row ids) repeats {dup[:3]}; row ids must be unique (they key human "
+                             "labels).")
+        return ids
+    out: list[str] = []
+    seen: Counter[str] = Counter()
+    for r in rows:
+        if r.question is None:
+            out.append(f"row-{r.index}")
+            continue
+        key = json.dumps([r.question, r.acceptable_answers or []], ensure_ascii=False)
+        base = hashlib.sha1(key.encode("utf-8", "backslashreplace")).hexdigest()[:12]
+        seen[base] += 1
+        out.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return out
+
+
+def check_human_labels(df: pd.DataFrame, cfg: RagJudgeConfig, outputs: Mapping[str, tuple[float, float] | None],
+                       *, min_labelled: int) -> None:
+    """``human_labels`` (metric -> column), checked before any call: every metric is one the run produces
+    (``outputs``: output name -> its scale), every column exists and holds finite numbers on the metric's scale
+    (0 also allowed on the six-level scale: "not sure"), and at least ``min_labelled`` rows are labelled."""
+    for metric, col in cfg.human_labels.items():
+        if metric not in outputs:
+            raise InputError(
+                f"human_labels names metric {metric!r}, which this run does not produce (it produces "
+                f"{', '.join(sorted(outputs)) or 'nothing judged'}); name one of those, or add the metric to "
+                "metrics=[...].")
+        if col not in df.columns:
+            raise InputError(f"human_labels maps {metric!r} to column {col!r}, which is not a column of the data "
+                             f"({list(df.columns)}).")
+        vals = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col][vals.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")]
+        if len(bad):
+            raise InputError(f"Human-label column {col!r} row {df.index.get_loc(bad.index[0])} holds "
+                             f"{bad.iloc[0]!r}; labels must be numbers on the {metric} scale (leave the cell empty "
+                             "where a row is unlabelled).")
+        scale = outputs[metric]
+        if scale is not None:
+            lo, hi = scale
+            six_level = scale == (1.0, 5.0)
+            off = vals[vals.notna() & ((vals < lo) | (vals > hi)) & ~(six_level & (vals == 0))]
+            if len(off):
+                raise InputError(
+                    f"Human-label column {col!r} row {df.index.get_loc(off.index[0])} holds {off.iloc[0]:g}, off the "
+                    f"{metric} scale {lo:g}..{hi:g}{' (0 = not sure)' if six_level else ''}: label on the metric's "
+                    "own scale (rescale yours), or leave the cell empty.")
+        n = int(vals.notna().sum())
+        if n < min_labelled:
+            raise InputError(
+                f"Human-label column {col!r} labels {n} row(s) of {len(df)}; a calibrated interval needs at least "
+                f"{min_labelled} randomly chosen labelled rows (fewer and the normal interval is not trustworthy). "
+                "Label more (ragjudge label-sample draws a random sample), or use human_columns for meta-evaluation "
+                "only.")
 
 
 def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[str] = (),

@@ -836,6 +836,7 @@ def _spec() -> Any:
         requires=(("question", "reference"),),
         outputs=MULTITURN_METRICS,
         judged=True,
+        scale=None,  # lscore counts turns
         needs_judge_contexts=True,
         default=lambda cfg: cfg.multiturn_system is not None,  # needs a live system: not a default without one
         check=lambda cfg: None if cfg.multiturn_system is not None else (

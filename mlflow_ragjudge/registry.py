@@ -106,6 +106,9 @@ class MetricSpec:
             judged metric: ``(OfflineJudge, row, ctx) -> JudgeResult | {output: JudgeResult}``; None when it
             cannot (the metric is then skipped under the offline judge, with ``offline_unavailable`` as the reason).
         offline_unavailable: why the offline judge cannot score this metric.
+        scale: the (lowest, highest) value of its outputs that are not on the six-level scale (human labels given
+            with ``human_labels`` must lie in it); None when it has no fixed range. Outputs in ``levels`` are on
+            1..5 (0 = "not sure").
     """
 
     name: str
@@ -132,6 +135,7 @@ class MetricSpec:
     description: str = ""
     offline: Callable[[Any, Row, RunContext], dict[str, JudgeResult] | JudgeResult] | None = None
     offline_unavailable: str = "it needs a language model"
+    scale: tuple[float, float] | None = (0.0, 1.0)
 
     def __post_init__(self) -> None:
         if (self.score is None) == (self.score_batch is None):
@@ -179,6 +183,12 @@ class MetricSpec:
             estimate=lambda state, row, ctx: {"calls": 0, "input_tokens": 0, "output_tokens": 0},
             prompt_versions=lambda judge: {"offline_judge": judge.version},
         )
+
+    def scale_of(self, output: str) -> tuple[float, float] | None:
+        """The range of one output's values: 1..5 on the six-level scale, else :attr:`scale`."""
+        if any(output == lv or (lv.endswith("_") and output.startswith(lv)) for lv in self.levels):
+            return (1.0, 5.0)
+        return self.scale
 
     def produces(self, name: str) -> bool:
         """Whether a logged metric's first segment (``faithfulness`` of ``faithfulness/mean``) is one of its outputs."""
