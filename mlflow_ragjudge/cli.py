@@ -161,7 +161,11 @@ def _build_parser() -> argparse.ArgumentParser:
                     "`ragjudge metrics` lists them")
     ev.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
     ev.add_argument("--group-column", help="column for per-group breakdowns")
-    ev.add_argument("--human-columns", help="comma-separated human-score columns for meta-evaluation")
+    ev.add_argument("--human-columns", help="comma-separated human-score columns to correlate with every metric "
+                    "(meta-evaluation), e.g. one overall rating")
+    ev.add_argument("--human-labels", action="append", metavar="METRIC=COLUMN",
+                    help="human labels of a metric on its own scale, empty where unlabelled (repeatable): logs the "
+                         "calibrated <metric>/ppi_mean with its 95%% interval from >= 30 random labels")
     ev.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
     ev.add_argument("--language", default="en", help="judge prompt language (en, ja)")
     ev.add_argument("--k", help="retrieval cut-offs, e.g. 1,3,5,10")
@@ -227,6 +231,25 @@ def _build_parser() -> argparse.ArgumentParser:
     qs.add_argument("--judge", default=DEFAULT_OFFLINE_JUDGE,
                     help=f"judge URI (default: {DEFAULT_OFFLINE_JUDGE}, the offline judge)")
     qs.add_argument("--run-name", help="the parent run's name (default: quickstart-<judge>-<time>)")
+    ls = sub.add_parser("label-sample", help="draw a seeded random sample of a run's (or a sweep's) rows to label "
+                        "blind, for calibrated estimates")
+    ls.add_argument("run_id", help="a ragjudge run, or a sweep's parent run (the same questions in every variant)")
+    ls.add_argument("--n", type=int, default=100, help="rows to draw (default 100; at least 30 labels per interval)")
+    ls.add_argument("--seed", type=int, default=0)
+    ls.add_argument("--metrics", help="comma-separated metrics to label (default: the run's judged metrics)")
+    ls.add_argument("--out", help="the file to label (.csv, .jsonl, .xlsx); not needed with --review-queue")
+    ls.add_argument("--review-queue", action="store_true",
+                    help="an mlflow.genai.evaluate run: put the sampled traces into an MLflow review queue instead")
+    ls.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    ca = sub.add_parser("calibrate", help="read human labels and log calibrated estimates (PPI) into the run(s)")
+    ca.add_argument("run_id", help="the run, or the sweep's parent run, that label-sample drew from")
+    ca.add_argument("--labels", help="the filled label file (without it: human feedback on the run's traces)")
+    ca.add_argument("--metrics", help="with traces: comma-separated metrics whose human feedback to read")
+    ca.add_argument("--alpha", type=float, default=0.05, help="error level of the intervals (default 0.05: 95%%)")
+    ca.add_argument("--ppi", action="store_true", help="plain PPI (lambda = 1) instead of PPI++")
+    ca.add_argument("--target-width", type=float,
+                    help="also say about how many random labels give an interval this wide")
+    ca.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     oj = sub.add_parser("offline-judge", add_help=False,
                         help="fit or measure the offline judge on public human labels (fit|report --data DIR)")
     oj.add_argument("rest", nargs=argparse.REMAINDER)
@@ -266,6 +289,8 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         cfg["group_column"] = args.group_column
     if getattr(args, "human_columns", None):
         cfg["human_columns"] = [c.strip() for c in args.human_columns.split(",") if c.strip()]
+    if getattr(args, "human_labels", None):
+        cfg["human_labels"] = _kv(args.human_labels, "--human-labels")
     if args.col:
         cfg["col_mapping"] = _kv(args.col, "--col")
     cfg["language"] = args.language
@@ -355,6 +380,14 @@ def _summary(run_id: str, out: Any) -> str:
                                                           and "multiturn" in failing) else ""
             lines.append(f"  {name:<22} {_fmt(m.get(f'{name}/mean')):>8} {int(m.get(f'{name}/count', 0)):>6} "
                          f"{m[f'{name}/error_rate']:>11.4f} {m.get(f'{name}/abstain_rate', 0.0):>13.4f}{flag}")
+    for name, cal in (out.config.get("calibration") or {}).items():
+        if "error" in cal:
+            lines.append(f"  {name}: no calibrated estimate -- {cal['error']}")
+        else:
+            alone = f"[{cal['classical_ci_low']:.3f}, {cal['classical_ci_high']:.3f}]"
+            lines.append(f"  {name}: calibrated by {cal['n_labelled']} human labels: {cal['mean']:.3f} "
+                         f"[{cal['ci_low']:.3f}, {cal['ci_high']:.3f}] (95%; labels alone {alone})"
+                         + (f"  warning: {cal['warning']}" if "warning" in cal else ""))
     ks = sorted({int(mt.group(1)) for k in m if (mt := _AT_K.search(k))})
     shown_k = ks[len(ks) // 2] if ks else None
     plain = []
@@ -553,6 +586,47 @@ def _exit_code(out: Any) -> int:
     return EXIT_GATE_FAILED if failed else EXIT_OK
 
 
+def _labels_command(args: argparse.Namespace) -> int:
+    """``ragjudge label-sample`` and ``ragjudge calibrate``."""
+    import mlflow
+
+    from . import calibration
+
+    if args.tracking_uri:
+        mlflow.set_tracking_uri(args.tracking_uri)
+    metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()] or None
+    if args.command == "label-sample":
+        if args.review_queue:
+            if not metrics:
+                raise InputError("--review-queue needs --metrics (the metrics people label, e.g. correctness)")
+            queue = calibration.queue_for_review(args.run_id, metrics, args.n, seed=args.seed)
+            print(f"review queue {queue.name} ({queue.queue_id}): sampled traces of run {args.run_id} to label "
+                  f"for {', '.join(metrics)} in the MLflow UI; then: ragjudge calibrate {args.run_id} --metrics "
+                  f"{','.join(metrics)}")
+            return 0
+        if not args.out:
+            raise InputError("label-sample needs --out FILE (.csv, .jsonl or .xlsx), or --review-queue")
+        frame = calibration.label_sample(args.run_id, args.n, seed=args.seed, metrics=metrics, path=args.out)
+        label_cols = [c for c in frame.columns if c not in calibration.INFO_COLUMNS]
+        print(f"{len(frame)} rows to label -> {args.out} ({frame['row_id'].nunique()} questions x "
+              f"{frame['run_id'].nunique()} run(s), shuffled, no judge verdicts). Fill {', '.join(label_cols)} on each "
+              f"metric's scale (leave blank what you skip), then: ragjudge calibrate {args.run_id} --labels {args.out}")
+        return 0
+    lam = 1.0 if args.ppi else None
+    if args.labels:
+        result = calibration.calibrate(args.run_id, args.labels, alpha=args.alpha, lam=lam,
+                                       target_width=args.target_width)
+        print(result.summary())
+        return 0
+    if not metrics:
+        raise InputError("calibrate needs --labels FILE, or --metrics to read human feedback on the run's traces")
+    estimates = calibration.calibrate_traces(args.run_id, metrics, alpha=args.alpha, lam=lam)
+    for m, e in estimates.items():
+        print(f"{m}: calibrated {e.mean:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] from {e.n_labelled} human labels "
+              f"(judge alone {e.judge_mean:.3f})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -574,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.command == "sweep":
             return _sweep_command(args)
+        elif args.command in ("label-sample", "calibrate"):
+            return _labels_command(args)
         elif args.command == "testset":
             from .client import JudgeClient
             from .testset import generate_testset
