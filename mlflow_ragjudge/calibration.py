@@ -548,6 +548,18 @@ def calibrated_figures(comparison: pd.DataFrame) -> dict[str, Any]:
 # --------------------------------------------------------------------------- mlflow.genai: traces
 
 
+def _millis(stamp: Any) -> float:
+    """An assessment's time in ms, whether MLflow gives milliseconds, a datetime or an ISO string."""
+    if stamp is None:
+        return 0.0
+    if isinstance(stamp, (int, float)):
+        return float(stamp)
+    try:
+        return float(pd.Timestamp(stamp).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _human_labels_on_traces(traces: pd.DataFrame, metric: str) -> tuple[pd.Series, pd.Series]:
     """Per trace id: the judge's latest score named ``metric`` (not HUMAN) and the latest valid HUMAN one."""
     judge: dict[str, float] = {}
@@ -564,16 +576,18 @@ def _human_labels_on_traces(traces: pd.DataFrame, metric: str) -> tuple[pd.Serie
             fb = get("feedback")
             value = fb.get("value") if isinstance(fb, dict) else getattr(fb, "value", None) if fb is not None else None
             err = fb.get("error") if isinstance(fb, dict) else getattr(fb, "error", None) if fb is not None else None
-            if get("valid") is False or err:
-                continue
+            meta = get("metadata") or {}
+            if get("valid") is False or err or (not str(stype).upper().endswith("HUMAN")
+                                                 and meta.get("status") in ("abstained", "failed")):
+                continue  # an invalid label, an error, or a judge that gave no score (correctness 0: not sure)
             try:
                 v = float(value)  # type: ignore[arg-type]  # None raises TypeError, caught
             except (TypeError, ValueError):
                 continue
             if v != v:
                 continue
-            stamp = get("last_update_time_ms") or get("create_time_ms") or 0
-            when = float(stamp.timestamp() * 1000 if hasattr(stamp, "timestamp") else stamp)
+            when = _millis(get("last_update_time_ms") or get("last_update_time") or get("create_time_ms")
+                           or get("create_time"))
             is_human = str(stype).upper().endswith("HUMAN")
             if is_human not in latest or when >= latest[is_human][0]:
                 latest[is_human] = (when, v)
@@ -600,7 +614,7 @@ def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05
     """
     import mlflow
 
-    traces = mlflow.search_traces(run_id=run_id, return_type="pandas")
+    traces = mlflow.search_traces(run_id=run_id, return_type="pandas", include_spans=False, flush=True)
     if traces is None or len(traces) == 0:
         raise InputError(f"Run {run_id} has no traces; calibrate_traces is for mlflow.genai.evaluate runs.")
     out: dict[str, CalibratedEstimate] = {}
@@ -644,7 +658,7 @@ def queue_for_review(run_id: str, metrics: Sequence[str], n: int = 100, *, seed:
     import mlflow
     from mlflow.genai import label_schemas, review_queues
 
-    traces = mlflow.search_traces(run_id=run_id, return_type="pandas")
+    traces = mlflow.search_traces(run_id=run_id, return_type="pandas", include_spans=False, flush=True)
     if traces is None or len(traces) == 0:
         raise InputError(f"Run {run_id} has no traces to queue for review.")
     run = mlflow.tracking.MlflowClient().get_run(run_id)

@@ -32,6 +32,7 @@ approximation -- this module refuses fewer than 30 (:class:`TooFewLabels`).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
@@ -156,7 +157,9 @@ def _estimate(judge: np.ndarray, human: np.ndarray, *, alpha: float, lam: float 
     if len(judge) != len(human):
         raise ValueError(f"judge and human scores must be aligned by row: {len(judge)} judge scores, "
                          f"{len(human)} human values (NaN where a row has no label)")
-    if lam is not None and not (isinstance(lam, (int, float)) and 0 <= lam <= 1):
+    if isinstance(min_labelled, bool) or not isinstance(min_labelled, numbers.Integral) or min_labelled < 2:
+        raise ValueError(f"min_labelled={min_labelled!r} must be a whole number >= 2 (default {MIN_LABELS})")
+    if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 <= lam <= 1):
         raise ValueError(f"lam={lam!r} must be None (PPI++: estimated) or a number in [0, 1] (1: plain PPI)")
     scored = ~np.isnan(judge)
     labelled = scored & ~np.isnan(human)
@@ -263,7 +266,8 @@ def labels_needed(estimate: CalibratedEstimate, target_width: float, *, n_rows: 
         if se2 <= h2:
             ppi = n
             break
-    classical = math.ceil(var_y / h2) if h2 > 0 else None
+    # the same floor for both: neither interval is given below MIN_LABELS labels
+    classical = max(MIN_LABELS, math.ceil(var_y / h2)) if h2 > 0 else None
     return {"target_width": target_width, "ppi": ppi, "classical": classical, "rows": total,
             "pilot_labels": n0, "lam": estimate.lam}
 
