@@ -159,6 +159,23 @@ class SweepResult:
                          "pass --judge openai:/gpt-4o-mini or any judge URI")
         return "\n".join(lines)
 
+    def label_sample(self, n: int = 100, **kwargs: Any) -> pd.DataFrame:
+        """A seeded random sample of the sweep's questions, in every variant, to label blind
+        (:func:`mlflow_ragjudge.calibration.label_sample` on the parent run)."""
+        from .calibration import label_sample
+
+        return label_sample(self.parent_run_id, n, **kwargs)
+
+    def calibrate(self, labels: Any, **kwargs: Any) -> Any:
+        """Calibrated estimates per variant and calibrated differences against the baseline, from filled labels
+        (:func:`mlflow_ragjudge.calibration.calibrate` on the parent run); ``self.comparison`` gains the columns."""
+        from .calibration import calibrate
+
+        result = calibrate(self.parent_run_id, labels, **kwargs)
+        if result.comparison is not None:
+            self.comparison = result.comparison
+        return result
+
     def significant(self) -> pd.DataFrame:
         """The rows of the comparison whose difference is significant after Holm's correction."""
         return self.comparison[self.comparison["significant"] == True]  # noqa: E712 (object column)

@@ -295,7 +295,7 @@ def test_bad_label_files_are_refused_and_nothing_is_logged(tmp_tracking, tmp_pat
 def test_labels_outside_the_drawn_sample_are_warned_about(tmp_tracking, tmp_path):
     result = _sweep(n=80)
     path = tmp_path / "labels.csv"
-    label_sample(result.parent_run_id, 35, seed=0, path=path)
+    result.label_sample(35, seed=0, path=path)
     frame = pd.read_csv(path, dtype=str)
     extra = []
     for _name, rid in result.run_ids.items():  # a few rows the labeller picked by hand
@@ -306,7 +306,8 @@ def test_labels_outside_the_drawn_sample_are_warned_about(tmp_tracking, tmp_path
     frame = pd.concat([frame, pd.DataFrame(extra)], ignore_index=True)
     frame["correctness"] = [_truth(a) for a in frame["answer"].fillna("")]
     with pytest.warns(CalibrationWarning, match="not in the random sample label-sample drew"):
-        calibrate(result.parent_run_id, frame)
+        result.calibrate(frame)
+    assert set(CALIBRATED_COLUMNS) <= set(result.comparison.columns)  # the sweep's result has them too
 
 
 # --------------------------------------------------------------------------- mlflow.genai: traces
