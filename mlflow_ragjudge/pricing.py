@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["PRICES", "register_price", "price_for", "cost_usd"]
+__all__ = ["PRICES", "BATCH_DISCOUNT", "register_price", "price_for", "cost_usd"]
 
 # model name (or prefix) -> (input $/Mtok, output $/Mtok)
 PRICES: dict[str, tuple[float, float]] = {
@@ -26,6 +26,9 @@ PRICES: dict[str, tuple[float, float]] = {
     "claude-sonnet-4": (3.00, 15.00),
     "claude-haiku-4-5": (1.00, 5.00),
 }
+#: what a request costs through the provider's batch API, as a share of its synchronous price: OpenAI's Batch API
+#: and Anthropic's Message Batches both charge half (their pricing pages, 2024-2026)
+BATCH_DISCOUNT: dict[str, float] = {"openai": 0.5, "anthropic": 0.5}
 _lock = threading.Lock()
 
 
@@ -45,8 +48,11 @@ def price_for(model: str, table: dict[str, tuple[float, float]] | None = None) -
 
 
 def cost_usd(model: str, input_tokens: int, output_tokens: int,
-             table: dict[str, tuple[float, float]] | None = None) -> float | None:
+             table: dict[str, tuple[float, float]] | None = None, *, batch_provider: str | None = None) -> float | None:
+    """The price of one request; ``batch_provider`` (``openai``, ``anthropic``): sent through that provider's batch
+    API, at :data:`BATCH_DISCOUNT` of the price."""
     price = price_for(model, table)
     if price is None:
         return None
-    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
+    cost = (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
+    return cost * BATCH_DISCOUNT.get(batch_provider, 1.0) if batch_provider else cost

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ._sdk import classify, missing_sdk
-from .base import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, url_credentials
+from .base import Backend, BackendError, BatchState, ChatRequest, ChatResponse, ErrorKind, url_credentials
 
 
 class AnthropicBackend(Backend):
@@ -78,35 +79,43 @@ class AnthropicBackend(Backend):
             self._takes_temperature = "temperature" in params
         return self._takes_temperature
 
-    def chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
-        anthropic = self._sdk()
+    def _params(self, request: ChatRequest) -> dict[str, Any]:
+        """The Messages API body for a request: what :meth:`chat` sends and what a batch line carries."""
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
         messages = [{"role": m["role"], "content": m["content"]} for m in request.messages if m["role"] != "system"]
-        kwargs: dict[str, Any] = {
+        params: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "max_tokens": request.max_tokens,
-            "timeout": timeout,
+            "temperature": request.temperature,
         }
-        # Newer SDKs dropped `temperature` from the signature; the API still reads it from the body.
-        if self._sdk_takes_temperature():
-            kwargs["temperature"] = request.temperature
-        else:
-            kwargs["extra_body"] = {"temperature": request.temperature}
         if system:
-            kwargs["system"] = system
+            params["system"] = system
         if request.stop:
-            kwargs["stop_sequences"] = list(request.stop)
+            params["stop_sequences"] = list(request.stop)
         schema = request.json_schema
         if schema is not None:
-            kwargs["tools"] = [
+            params["tools"] = [
                 {"name": schema.name, "description": "Record the verdict.", "input_schema": schema.schema}
             ]
-            kwargs["tool_choice"] = {"type": "tool", "name": schema.name}
+            params["tool_choice"] = {"type": "tool", "name": schema.name}
+        return params
+
+    def chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
+        anthropic = self._sdk()
+        kwargs = self._params(request)
+        kwargs["timeout"] = timeout
+        # Newer SDKs dropped `temperature` from the signature; the API still reads it from the body.
+        if not self._sdk_takes_temperature():
+            kwargs["extra_body"] = {"temperature": kwargs.pop("temperature")}
         try:
             msg = self._get_client().messages.create(**kwargs)
         except Exception as exc:
             raise classify(exc, anthropic) from exc
+        return self._response(msg, request)
+
+    def _response(self, msg: Any, request: ChatRequest) -> ChatResponse:
+        schema = request.json_schema
         texts: list[str] = []
         data: dict[str, Any] | None = None
         for block in getattr(msg, "content", None) or []:
@@ -132,3 +141,81 @@ class AnthropicBackend(Backend):
             finish_reason=stop_reason,
             structured_mode="tool_use" if schema is not None else "text",
         )
+
+    # ------------------------------------------------------------------ Message Batches (docs/batch.md)
+
+    #: Anthropic's documented limits per message batch: 100,000 requests or 256 MB
+    batch_max_requests = 100_000
+    batch_max_bytes = 256 * 1024 * 1024
+    supports_batch = True
+
+    def batch_line(self, request: ChatRequest) -> tuple[dict[str, Any], str]:
+        return self._params(request), "tool_use" if request.json_schema is not None else "text"
+
+    def batch_submit(self, lines: list[tuple[str, dict[str, Any]]], *, timeout: float,
+                     metadata: dict[str, str] | None = None) -> str:
+        anthropic = self._sdk()
+        try:
+            batch = self._get_client().messages.batches.create(
+                requests=[{"custom_id": cid, "params": params} for cid, params in lines], timeout=timeout)
+        except Exception as exc:
+            raise classify(exc, anthropic) from exc
+        return str(batch.id)
+
+    def batch_poll(self, batch_id: str, *, timeout: float) -> BatchState:
+        anthropic = self._sdk()
+        try:
+            b = self._get_client().messages.batches.retrieve(batch_id, timeout=timeout)
+        except Exception as exc:
+            raise classify(exc, anthropic) from exc
+        rc = getattr(b, "request_counts", None)
+        counts = {k: int(getattr(rc, k, 0) or 0) for k in ("processing", "succeeded", "errored", "canceled", "expired")}
+        return BatchState(batch_id, str(b.processing_status), b.processing_status == "ended", counts,
+                          expires_at=getattr(b, "expires_at", None))
+
+    def batch_results(self, state: BatchState, *, timeout: float) -> Iterator[tuple[str, dict[str, Any]]]:
+        anthropic = self._sdk()
+        try:
+            results = self._get_client().messages.batches.results(state.batch_id, timeout=timeout)
+            for item in results:
+                result = item.result
+                rtype = getattr(result, "type", None)
+                if rtype == "succeeded":
+                    yield str(item.custom_id), {"body": result.message.model_dump(mode="json")}
+                elif rtype == "errored":
+                    err = getattr(getattr(result, "error", None), "error", None)
+                    etype = str(getattr(err, "type", "") or "")
+                    yield str(item.custom_id), {"error": str(getattr(err, "message", "") or etype or "errored"),
+                                                "code": etype, "status": _ANTHROPIC_STATUS.get(etype)}
+                else:  # canceled, expired
+                    yield str(item.custom_id), {"error": f"the batch line was {rtype}", "code": f"batch_{rtype}",
+                                                "status": None}
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise classify(exc, anthropic) from exc
+
+    def batch_response(self, request: ChatRequest, mode: str, body: dict[str, Any]) -> ChatResponse:
+        from anthropic.types import Message
+
+        return self._response(Message.model_validate(body), request)
+
+    def batch_error(self, outcome: dict[str, Any], mode: str) -> BackendError:
+        status, code = outcome.get("status"), str(outcome.get("code") or "")
+        message = str(outcome.get("error") or code)
+        if code.startswith("batch_") or status is None or status >= 500:
+            return BackendError(ErrorKind.TRANSIENT, message, status)
+        return BackendError(ErrorKind.RATE_LIMITED if status == 429 else ErrorKind.PERMANENT, message, status)
+
+    def batch_cancel(self, batch_id: str, *, timeout: float) -> None:
+        anthropic = self._sdk()
+        try:
+            self._get_client().messages.batches.cancel(batch_id, timeout=timeout)
+        except Exception as exc:
+            raise classify(exc, anthropic) from exc
+
+
+#: HTTP status of an errored batch line's error type (Anthropic's error types)
+_ANTHROPIC_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                     "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+                     "overloaded_error": 529}

@@ -23,6 +23,7 @@ __all__ = [
     "ErrorKind",
     "BackendError",
     "Backend",
+    "BatchState",
     "JsonSchema",
     "SCHEMA_NOTE_VERSION",
     "CARRY_MODES",
@@ -218,6 +219,21 @@ class BackendError(Exception):
         return self.kind in RETRYABLE
 
 
+@dataclass
+class BatchState:
+    """A provider batch as last polled: ``status`` in the provider's words, ``ended`` once no line will change,
+    ``counts`` (e.g. ``completed`` / ``failed`` / ``total``, or ``succeeded`` / ``errored`` / ``processing``),
+    ``files`` where the provider keeps the results (OpenAI's output and error files)."""
+
+    batch_id: str
+    status: str
+    ended: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    expires_at: Any = None
+    message: str | None = None
+    files: tuple[str | None, ...] = ()
+
+
 class Backend(ABC):
     """A judge-model provider.
 
@@ -277,6 +293,37 @@ class Backend(ABC):
     def secrets(self) -> list[str]:
         """Secret strings this backend holds, so the client can scrub them from records."""
         return []
+
+    # ------------------------------------------------------------------ batch API (optional)
+
+    #: whether the provider has a batch API this backend speaks (OpenAI's Batch API, Anthropic's Message Batches)
+    supports_batch: bool = False
+    #: the provider's documented limits per batch (requests, bytes of request bodies)
+    batch_max_requests: int = 0
+    batch_max_bytes: int = 0
+
+    def batch_line(self, request: ChatRequest) -> tuple[dict[str, Any], str]:
+        """The request as one batch line's body (exactly what :meth:`chat` would send) and its structured mode."""
+        raise BackendError(ErrorKind.PERMANENT, f"{self.provider} backend has no batch API")
+
+    def batch_submit(self, lines: list[tuple[str, dict[str, Any]]], *, timeout: float,
+                     metadata: dict[str, str] | None = None) -> str:
+        raise BackendError(ErrorKind.PERMANENT, f"{self.provider} backend has no batch API")
+
+    def batch_poll(self, batch_id: str, *, timeout: float) -> BatchState:
+        raise BackendError(ErrorKind.PERMANENT, f"{self.provider} backend has no batch API")
+
+    def batch_results(self, state: BatchState, *, timeout: float) -> Any:
+        raise BackendError(ErrorKind.PERMANENT, f"{self.provider} backend has no batch API")
+
+    def batch_response(self, request: ChatRequest, mode: str, body: dict[str, Any]) -> ChatResponse:
+        raise BackendError(ErrorKind.PERMANENT, f"{self.provider} backend has no batch API")
+
+    def batch_error(self, outcome: dict[str, Any], mode: str) -> BackendError:
+        return BackendError(ErrorKind.PERMANENT, str(outcome.get("error")))
+
+    def batch_cancel(self, batch_id: str, *, timeout: float) -> None:
+        raise BackendError(ErrorKind.PERMANENT, f"{self.provider} backend has no batch API")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ._sdk import classify, missing_sdk
@@ -38,6 +39,7 @@ from .base import (
     CARRY_MODES,
     Backend,
     BackendError,
+    BatchState,
     ChatRequest,
     ChatResponse,
     EmbedResponse,
@@ -279,33 +281,41 @@ class OpenAIBackend(Backend):
                     return response
         return self._chat(request, timeout=timeout)
 
-    def _chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
-        openai = self._sdk()
+    def _body(self, request: ChatRequest) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
+        """The request body as sent (without the SDK's ``timeout``), the structured mode it uses and its
+        ``response_format``: the same for a synchronous request and a batch line."""
         mode = self.structured_mode if request.json_schema is not None else "text"
         messages = request.messages
         if request.json_schema is not None and mode in CARRY_MODES:
             messages = carry_schema(messages, request.json_schema)
-        kwargs: dict[str, Any] = {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": [dict(m) for m in messages],
             "temperature": request.temperature,
             "max_tokens": request.max_tokens,
-            "timeout": timeout,
         }
         if request.seed is not None:
-            kwargs["seed"] = request.seed
+            body["seed"] = request.seed
         if request.stop:
-            kwargs["stop"] = list(request.stop)
+            body["stop"] = list(request.stop)
         response_format = self._response_format(request, mode)
         if response_format is not None:
-            kwargs["response_format"] = response_format
+            body["response_format"] = response_format
+        return body, mode, response_format
+
+    def _chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
+        openai = self._sdk()
+        body, mode, response_format = self._body(request)
         try:
-            completion = self._get_client().chat.completions.create(**kwargs)
+            completion = self._get_client().chat.completions.create(**body, timeout=timeout)
         except Exception as exc:
             err = classify(exc, openai)
             if response_format is not None and _refuses_format(err):
                 raise self._format_refused(err, mode) from exc
             raise err from exc
+        return self._response(completion, mode, response_format is not None)
+
+    def _response(self, completion: Any, mode: str, structured: bool) -> ChatResponse:
         if not getattr(completion, "choices", None):
             raise BackendError(ErrorKind.TRANSIENT, "reply has no choices")
         choice = completion.choices[0]
@@ -314,7 +324,7 @@ class OpenAIBackend(Backend):
         text = message.content or ""
         usage = getattr(completion, "usage", None)
         data = None
-        if response_format is not None and text:
+        if structured and text:
             try:
                 parsed = json.loads(text)
                 data = parsed if isinstance(parsed, dict) else None
@@ -330,6 +340,100 @@ class OpenAIBackend(Backend):
             refusal=refusal,
             structured_mode=mode,
         )
+
+    # ------------------------------------------------------------------ Batch API (docs/batch.md)
+
+    #: OpenAI's documented limits per batch: 50,000 requests and a 200 MB input file
+    batch_max_requests = 50_000
+    batch_max_bytes = 200 * 1024 * 1024
+    supports_batch = True
+
+    def batch_line(self, request: ChatRequest) -> tuple[dict[str, Any], str]:
+        body, mode, _ = self._body(request)
+        return body, mode
+
+    def batch_submit(self, lines: list[tuple[str, dict[str, Any]]], *, timeout: float,
+                     metadata: dict[str, str] | None = None) -> str:
+        """Upload the lines as a JSONL file and create a batch for ``/v1/chat/completions``; the batch id."""
+        openai = self._sdk()
+        jsonl = "".join(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                                    "body": body}, ensure_ascii=False) + "\n" for cid, body in lines)
+        client = self._get_client()
+        try:
+            uploaded = client.files.create(file=("ragjudge-batch.jsonl", jsonl.encode("utf-8")), purpose="batch",
+                                           timeout=timeout)
+            batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                          completion_window="24h", metadata=metadata or None, timeout=timeout)
+        except Exception as exc:
+            raise classify(exc, openai) from exc
+        return str(batch.id)
+
+    def batch_poll(self, batch_id: str, *, timeout: float) -> BatchState:
+        openai = self._sdk()
+        try:
+            b = self._get_client().batches.retrieve(batch_id, timeout=timeout)
+        except Exception as exc:
+            raise classify(exc, openai) from exc
+        counts = getattr(b, "request_counts", None)
+        done = {k: int(getattr(counts, k, 0) or 0) for k in ("completed", "failed", "total")}
+        errors = getattr(b, "errors", None)
+        message = None
+        if errors is not None and getattr(errors, "data", None):
+            message = "; ".join(str(getattr(e, "message", e)) for e in errors.data)[:500]
+        return BatchState(batch_id, str(b.status), b.status in ("completed", "failed", "expired", "cancelled"),
+                          done, expires_at=getattr(b, "expires_at", None), message=message,
+                          files=(getattr(b, "output_file_id", None), getattr(b, "error_file_id", None)))
+
+    def batch_results(self, state: BatchState, *, timeout: float) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(custom_id, outcome)`` per line of an ended batch: ``{"body": ...}`` for a reply, ``{"error": ...}``
+        (with ``status``, ``kind``) for a line that failed, expired or was cancelled."""
+        openai = self._sdk()
+        client = self._get_client()
+        for file_id in state.files:
+            if not file_id:
+                continue
+            try:
+                text = client.files.content(file_id, timeout=timeout).text
+            except Exception as exc:
+                raise classify(exc, openai) from exc
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                cid = str(rec.get("custom_id"))
+                response = rec.get("response") or {}
+                status = int(response.get("status_code") or 0)
+                if rec.get("error") is None and status == 200 and isinstance(response.get("body"), dict):
+                    yield cid, {"body": response["body"]}
+                    continue
+                err = rec.get("error") or ((response.get("body") or {}).get("error")) or {}
+                code = str(err.get("code") or err.get("type") or "")
+                yield cid, {"error": str(err.get("message") or code or f"HTTP {status}"), "status": status or None,
+                            "code": code}
+
+    def batch_response(self, request: ChatRequest, mode: str, body: dict[str, Any]) -> ChatResponse:
+        from openai.types.chat import ChatCompletion
+
+        return self._response(ChatCompletion.model_validate(body), mode,
+                              request.json_schema is not None and mode != "text")
+
+    def batch_error(self, outcome: dict[str, Any], mode: str) -> BackendError:
+        status, code, message = outcome.get("status"), outcome.get("code") or "", outcome.get("error") or ""
+        if code in ("batch_expired", "batch_cancelled"):
+            return BackendError(ErrorKind.TRANSIENT, f"{code}: {message}", status)
+        kind = (ErrorKind.RATE_LIMITED if status == 429 else ErrorKind.TRANSIENT if status is None or status >= 500
+                else ErrorKind.PERMANENT)
+        err = BackendError(kind, message, status)
+        if mode != "text" and _refuses_format(err):
+            return self._format_refused(err, mode)
+        return err
+
+    def batch_cancel(self, batch_id: str, *, timeout: float) -> None:
+        openai = self._sdk()
+        try:
+            self._get_client().batches.cancel(batch_id, timeout=timeout)
+        except Exception as exc:
+            raise classify(exc, openai) from exc
 
     #: prose replies to json_schema requests on a connection before it moves to json_schema_basic, and only
     #: while they are at least as many as the replies that followed the schema: a server that ignores
