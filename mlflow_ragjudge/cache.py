@@ -38,6 +38,15 @@ __all__ = ["CallCache", "CacheWarning", "cache_key", "default_cache_dir"]
 ENV_CACHE_DIR = "RAGJUDGE_CACHE_DIR"
 _SCHEMA_VERSION = "1"
 _CREATE = "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)"
+# Provider batches submitted from this cache's runs, and the calls (cache keys) each carries: a killed process's
+# re-run re-attaches to its batches instead of paying for the same lines again (docs/batch.md).
+_CREATE_BATCHES = (
+    "CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, connection TEXT NOT NULL, state TEXT NOT NULL, "
+    "created REAL, updated REAL, info TEXT)",
+    "CREATE TABLE IF NOT EXISTS batch_lines (key TEXT NOT NULL, batch_id TEXT NOT NULL, mode TEXT, "
+    "PRIMARY KEY (key, batch_id))",
+    "CREATE INDEX IF NOT EXISTS batch_lines_key ON batch_lines (key)",
+)
 # files already checked for damage in this process (the check reads the whole file once)
 _CHECKED: set[str] = set()
 _CHECKED_LOCK = threading.Lock()
@@ -109,6 +118,8 @@ class CallCache:
         conn = self._conn()
         if not read_only:
             conn.execute(_CREATE)
+            for statement in _CREATE_BATCHES:
+                conn.execute(statement)
         key = str(p.resolve())
         with _CHECKED_LOCK:
             checked = key in _CHECKED
@@ -254,6 +265,62 @@ class CallCache:
             return False
         return True
 
+    # ------------------------------------------------------------------ provider batches
+
+    def record_batch(self, batch_id: str, connection: str, lines: list[tuple[str, str]], info: dict[str, Any]) -> bool:
+        """Remember a submitted batch and the ``(cache key, structured mode)`` of each line, in one transaction.
+        False when it could not be stored (read-only ...): the batch then cannot be re-attached after a crash."""
+        if self.read_only:
+            return False
+        try:
+            conn = self._conn()
+            now = time.time()
+            with _transaction(conn):
+                conn.execute("INSERT OR REPLACE INTO batches VALUES (?, ?, 'submitted', ?, ?, ?)",
+                             (batch_id, connection, now, now, json.dumps(info, default=str)))
+                conn.executemany("INSERT OR REPLACE INTO batch_lines VALUES (?, ?, ?)",
+                                 [(key, batch_id, mode) for key, mode in lines])
+        except sqlite3.Error as e:
+            self._note("skipped_writes", f"batch {batch_id} could not be recorded in {self.path} ({e}); a killed run "
+                                         "cannot re-attach to it")
+            return False
+        return True
+
+    def batch_for(self, key: str, connection: str) -> tuple[str, str | None] | None:
+        """The newest batch still pending (not ended, or ended and not yet read) that carries ``key`` on this
+        connection, with the line's structured mode; None when there is none."""
+        try:
+            row = self._conn().execute(
+                "SELECT b.batch_id, l.mode FROM batch_lines l JOIN batches b ON b.batch_id = l.batch_id "
+                "WHERE l.key = ? AND b.connection = ? AND b.state IN ('submitted', 'ended') "
+                "ORDER BY b.created DESC LIMIT 1", (key, connection)).fetchone()
+        except sqlite3.Error:
+            return None
+        return (str(row[0]), row[1]) if row else None
+
+    def set_batch_state(self, batch_id: str, state: str) -> None:
+        """``submitted`` -> ``ended`` (results available) -> ``read`` (every line delivered), or ``failed``."""
+        if self.read_only:
+            return
+        try:
+            self._conn().execute("UPDATE batches SET state = ?, updated = ? WHERE batch_id = ?",
+                                 (state, time.time(), batch_id))
+        except sqlite3.Error as e:
+            self._note("skipped_writes", f"the state of batch {batch_id} could not be stored in {self.path} ({e})")
+
+    def batches(self, state: str | None = None) -> list[dict[str, Any]]:
+        """The recorded batches (newest first), with their line counts."""
+        try:
+            rows = self._conn().execute(
+                "SELECT b.batch_id, b.connection, b.state, b.created, b.updated, b.info, COUNT(l.key) FROM batches b "
+                "LEFT JOIN batch_lines l ON l.batch_id = b.batch_id "
+                + ("WHERE b.state = ? " if state else "") + "GROUP BY b.batch_id ORDER BY b.created DESC",
+                (state,) if state else ()).fetchall()
+        except sqlite3.Error:
+            return []
+        return [{"batch_id": r[0], "connection": r[1], "state": r[2], "created": r[3], "updated": r[4],
+                 "info": json.loads(r[5] or "{}"), "lines": r[6]} for r in rows]
+
     def __len__(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
@@ -262,6 +329,20 @@ class CallCache:
 
     def __repr__(self) -> str:
         return f"CallCache({str(self.path)!r}{', read_only=True' if self.read_only else ''})"
+
+
+class _transaction:
+    """``BEGIN`` ... ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
 def _warn(message: str) -> None:

@@ -23,13 +23,16 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, resolve_backend
 from .backends.base import CARRY_MODES, SCHEMA_NOTE_VERSION, carry_schema, safe_url
 from .cache import CallCache, cache_key
 from .pricing import cost_usd
 from .types import FailureReason, ParseError
+
+if TYPE_CHECKING:
+    from .batch import BatchRunner
 
 __all__ = [
     "FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for",
@@ -240,6 +243,8 @@ class Usage:
     format_refusals: int = 0  # requests the server refused for their output format (negotiation)
     merged: int = 0  # calls answered by an identical call of this client (in flight or recent): nothing sent
     embedding_requests: int = 0
+    batches: int = 0  # provider batches submitted (batch mode)
+    batch_lines: int = 0  # calls sent as batch lines (not counted in ``requests``)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = 0.0
@@ -336,6 +341,8 @@ class JudgeClient:
             missing key is an error before any work; ``False`` for estimates, which send nothing.
         max_reasks: how many times an unreadable reply is asked again (default 2: a model that slips into
             prose on 5% of replies then loses about one call in 8,000).
+        batch: True or :class:`~mlflow_ragjudge.batch.BatchOptions` (or their dict): send calls through the
+            provider's batch API, round by round, at the batch price (:mod:`mlflow_ragjudge.batch`).
         dedupe: send identical requests once for this client's life: a request identical to one in flight
             waits for its reply, and one identical to a recent successful one (the last 4,096) reuses it, with
             no tokens counted (the transcript record says ``shared``). The evaluator and the scorers turn it
@@ -360,6 +367,7 @@ class JudgeClient:
         check_ready: bool = True,
         dedupe: bool = False,
         max_reasks: int = 2,
+        batch: Any = None,
     ) -> None:
         _check_settings(cache=cache, max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
                         timeout=timeout, max_attempts=max_attempts, max_retry_time=max_retry_time)
@@ -403,6 +411,12 @@ class JudgeClient:
         self._secrets += [
             v for k, v in os.environ.items() if k.endswith(_SECRET_ENV_SUFFIXES) and v and len(v) >= 6
         ]
+        #: with ``batch`` (True or options, docs/batch.md): calls go through the provider's batch API
+        self.batch: BatchRunner | None = None
+        if batch:
+            from .batch import BatchOptions, BatchRunner
+
+            self.batch = BatchRunner(self, BatchOptions.of(batch))
 
     # ------------------------------------------------------------------ public
 
@@ -554,8 +568,8 @@ class JudgeClient:
             with self._lock:
                 self.usage.failures += 1
 
-    def _add_cost(self, model: str, inp: int, outp: int) -> float | None:
-        c = cost_usd(model, inp, outp, self.prices)
+    def _add_cost(self, model: str, inp: int, outp: int, batch: bool = False) -> float | None:
+        c = cost_usd(model, inp, outp, self.prices, batch_provider=self.backend.provider if batch else None)
         if c is None:
             self.usage.cost_usd = None
         elif self.usage.cost_usd is not None:
@@ -688,7 +702,11 @@ class JudgeClient:
                 if pending is None:
                     owner = self._inflight[key] = Future()
             if pending is not None:
-                hit = pending.result()  # None when that call failed: then this one asks for itself
+                if self.batch is not None and self.batch.wants():
+                    with self.batch.idle():  # waiting on another task's batch line: this task is quiescent too
+                        hit = pending.result()
+                else:
+                    hit = pending.result()  # None when that call failed: then this one asks for itself
                 shared = "in_flight" if hit is not None else None
         stored: dict[str, Any] | None = None
         try:
@@ -719,7 +737,7 @@ class JudgeClient:
                         record["shared_from"] = hit.get("_call_id")
                     stored = hit
                     return self._finish(CallResult(True, parsed, response), record)
-            result = self._send(request, parse, record, t0)
+            result = self._send(request, parse, record, t0, key)
             if result.ok and result.response is not None:
                 stored = result.response.to_json()
                 if self.cache is not None:
@@ -735,10 +753,16 @@ class JudgeClient:
                 owner.set_result(stored)
 
     def _send(self, request: ChatRequest, parse: Callable[[ChatResponse], Any] | None, record: dict[str, Any],
-              t0: float) -> CallResult:
-        """The model call under the gate, with retries, then the parse."""
-        response, attempts, err, waited = self._with_retries(lambda t: self.backend.chat(request, timeout=t))
-        record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
+              t0: float, key: str = "") -> CallResult:
+        """The model call under the gate, with retries (or as a batch line), then the parse."""
+        batched = self.batch is not None and self.batch.wants()
+        if batched:
+            assert self.batch is not None
+            response, attempts, err, batch_id = self.batch.chat(request, key)
+            record.update(cache_hit=False, attempts=0, batch_rounds=attempts, batch_id=batch_id, via="batch")
+        else:
+            response, attempts, err, waited = self._with_retries(lambda t: self.backend.chat(request, timeout=t))
+            record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
         if response is not None and request.json_schema is not None and response.structured_mode:
             record["structured_mode"] = response.structured_mode
             if response.structured_mode in CARRY_MODES:  # the prompt as sent carried the schema
@@ -754,7 +778,8 @@ class JudgeClient:
         with self._lock:
             self.usage.input_tokens += response.input_tokens
             self.usage.output_tokens += response.output_tokens
-            cost = self._add_cost(response.model or self.model, response.input_tokens, response.output_tokens)
+            cost = self._add_cost(response.model or self.model, response.input_tokens, response.output_tokens,
+                                  batch=batched)
         record.update(
             raw_reply=response.text, structured=response.data, input_tokens=response.input_tokens,
             output_tokens=response.output_tokens, cost_usd=cost, finish_reason=response.finish_reason,

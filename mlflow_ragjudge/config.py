@@ -111,6 +111,8 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "dry_run": (lambda v: isinstance(v, bool), "True or False", "True"),
     "multiturn_turns": (lambda v: _is_int(v) and v >= 2, "a whole number >= 2", "5"),
     "multiturn_require_e3": (lambda v: isinstance(v, bool), "True or False", "False"),
+    "batch": (lambda v: isinstance(v, (bool, dict)), "True, False, or a dict of batch options",
+              "True or {'poll_interval': 30}"),
     "output_schema": (lambda v: v is None or isinstance(v, dict), "a JSON Schema (dict) the answers must follow",
                       "{'type': 'object', 'required': ['answer']}"),
     "refusal_phrases": (lambda v: v is None or (isinstance(v, str) and bool(v.strip())) or _is_str_list(v),
@@ -232,6 +234,7 @@ class RagJudgeConfig:
     fail_under: dict[str, float] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
     refusal_phrases: str | list[str] | None = None
+    batch: bool | dict[str, Any] = False
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
@@ -323,6 +326,10 @@ class RagJudgeConfig:
         from .retrieval import validate_ks
 
         validate_ks(self.k)
+        if self.batch:
+            from .batch import BatchOptions
+
+            BatchOptions.of(self.batch)  # unknown options are refused here
 
     def column(self, logical: str) -> str:
         return self.col_mapping.get(logical, logical)
@@ -366,4 +373,5 @@ class RagJudgeConfig:
             "fail_under": dict(self.fail_under),
             "output_schema": self.output_schema,
             "refusal_phrases": self.refusal_phrases,
+            "batch": self.batch,
         }

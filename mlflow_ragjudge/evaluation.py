@@ -256,6 +256,7 @@ def _build_client(cfg: RagJudgeConfig) -> JudgeClient:
         max_attempts=cfg.max_attempts,
         check_ready=not cfg.dry_run,  # an estimate sends nothing, so it needs no API key
         dedupe=True,  # metrics that need the same reply share it
+        batch=cfg.batch if cfg.batch and not cfg.dry_run else None,
     )
 
 
@@ -324,10 +325,13 @@ def _schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequenc
     names = ", ".join(s.name for s in specs)
     bar = _progress_bar(total, f"ragjudge ({names})" if len(names) <= 60 else "ragjudge", ctx.cfg.progress)
 
+    runner = ctx.client.batch if ctx.client is not None else None
+
     def one(spec: MetricSpec, i: int) -> None:
         try:
             assert spec.score is not None
-            out[spec.name][i] = _as_results(spec, spec.score(states[spec.name], rows[i], ctx))
+            with _task(runner, spec):
+                out[spec.name][i] = _as_results(spec, spec.score(states[spec.name], rows[i], ctx))
         except Exception as e:  # a bug must not lose the row or the run
             out[spec.name][i] = _crash(e)
         finally:
@@ -337,7 +341,8 @@ def _schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequenc
     def batch(spec: MetricSpec) -> None:
         try:
             assert spec.score_batch is not None
-            got = spec.score_batch(states[spec.name], rows, ctx)
+            with _task(runner, spec):
+                got = spec.score_batch(states[spec.name], rows, ctx)
             if len(got) != len(rows):
                 raise ValueError(f"metric {spec.name!r} returned {len(got)} results for {len(rows)} rows")
             out[spec.name] = [_as_results(spec, g) for g in got]
@@ -353,6 +358,8 @@ def _schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequenc
     jobs += [lambda s=s, i=i: one(s, i) for i in range(len(rows)) for s in per_row]  # type: ignore[misc]
     try:
         workers = _workers(ctx, len(jobs))
+        if runner is not None:  # every running task may add a line to the next batch: run them all at once
+            workers = max(1, min(len(jobs), runner.options.threads))
         if workers <= 1:
             for job in jobs:
                 job()
@@ -363,7 +370,18 @@ def _schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequenc
     finally:
         if bar is not None:
             bar.close()
+        if runner is not None:
+            runner.close()
     return out
+
+
+def _task(runner: Any, spec: MetricSpec) -> Any:
+    """The context a task runs in: inside the batch runner for a batchable metric, synchronous otherwise."""
+    import contextlib
+
+    if runner is None:
+        return contextlib.nullcontext()
+    return runner.task() if spec.batchable else runner.synchronous()
 
 
 def _by_output(spec: MetricSpec, per_row: list[dict[str, JudgeResult]]) -> dict[str, list[JudgeResult]]:
@@ -415,6 +433,10 @@ def _dry_run(rows: Sequence[Row], specs: Sequence[MetricSpec], states: dict[str,
     cost = cost_usd(model, int(out["estimate/total/input_tokens"]), int(out["estimate/total/output_tokens"]))
     if cost is not None and client is not None:
         out["estimate/total/cost_usd"] = cost
+        if client.backend.supports_batch:  # the same calls through the provider's batch API
+            out["estimate/total/batch_cost_usd"] = cost_usd(
+                model, int(out["estimate/total/input_tokens"]), int(out["estimate/total/output_tokens"]),
+                batch_provider=client.backend.provider) or 0.0
     names = [s.name for s in specs]
     record = {
         "package_version": __version__,
@@ -716,6 +738,10 @@ def evaluate_frame(
     # 1. validate: metrics, rows, each metric's own checks -- before any call
     specs, skipped = _select(data, cfg)
     _check_gate_names(cfg.fail_under, specs)
+    if cfg.batch and (cfg.judge is None or is_offline_judge(cfg.judge)):
+        raise InputError("batch=True sends judge calls through a provider's batch API, but this run has no LLM judge "
+                         f"({'the offline judge sends nothing' if cfg.judge else 'judge is not set'}); drop batch, or "
+                         "set judge='openai:/...' or 'anthropic:/...'.")
     if cfg.human_labels:
         check_human_labels(data, cfg, labelled_outputs(specs), min_labelled=MIN_LABELS)
     repairs = Repairs()
@@ -791,6 +817,9 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
     if client is not None:
         for k in ("input_tokens", "output_tokens", "calls", "cache_hits"):
             metrics_out[f"judge/{k}"] = float(usage[k])
+        if client.batch is not None:
+            for k in ("batches", "batch_lines"):
+                metrics_out[f"judge/{k}"] = float(usage[k])
         if usage.get("cost_usd") is not None:
             metrics_out["judge/cost_usd"] = float(usage["cost_usd"])
     prompt_versions: dict[str, str] = {}
@@ -938,6 +967,8 @@ def _usage_by_metric(transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict
                                            "output_tokens": 0.0})
         if rec.get("cache_hit"):
             u["cache_hits"] += 1
+        elif rec.get("via") == "batch":
+            u["batch_lines"] = u.get("batch_lines", 0.0) + float(rec.get("batch_rounds") or 0)
         else:
             u["requests"] += float(rec.get("attempts") or 0)
         u["input_tokens"] += float(rec.get("input_tokens") or 0)

@@ -837,6 +837,7 @@ def _spec() -> Any:
         outputs=MULTITURN_METRICS,
         judged=True,
         scale=None,  # lscore counts turns
+        batchable=False,  # each turn needs the last: synchronous even with batch on
         needs_judge_contexts=True,
         default=lambda cfg: cfg.multiturn_system is not None,  # needs a live system: not a default without one
         check=lambda cfg: None if cfg.multiturn_system is not None else (

@@ -109,6 +109,8 @@ class MetricSpec:
         scale: the (lowest, highest) value of its outputs that are not on the six-level scale (human labels given
             with ``human_labels`` must lie in it); None when it has no fixed range. Outputs in ``levels`` are on
             1..5 (0 = "not sure").
+        batchable: with ``batch`` on, its judge calls may go through the provider's batch API (False: they stay
+            synchronous, as multi-turn's, where each turn needs the last).
     """
 
     name: str
@@ -136,6 +138,7 @@ class MetricSpec:
     offline: Callable[[Any, Row, RunContext], dict[str, JudgeResult] | JudgeResult] | None = None
     offline_unavailable: str = "it needs a language model"
     scale: tuple[float, float] | None = (0.0, 1.0)
+    batchable: bool = True
 
     def __post_init__(self) -> None:
         if (self.score is None) == (self.score_batch is None):

@@ -13,6 +13,8 @@ Endpoints (the ``/v1`` prefix is optional):
 * ``POST /v1/embeddings``            -> ``api="openai_embeddings"`` (float or base64 encoding)
 * ``POST /v1/messages``              -> ``api="anthropic_messages"`` (JSON or SSE when ``stream=true``)
 * ``POST /v1/messages/count_tokens`` -> ``api="anthropic_count_tokens"``
+* ``/v1/files``, ``/v1/batches``             -> ``api="openai_batch"`` (OpenAI's Files and Batch APIs)
+* ``/v1/messages/batches``                 -> ``api="anthropic_batch"`` (Message Batches; see tests/fakebatch.py)
 
 Every reply is decided by, in order: the rate limiter (``rate_limit_per_minute``), the queue filled by
 :meth:`FakeLLMServer.script`, then the handler set with :meth:`FakeLLMServer.set_handler` (default:
@@ -47,6 +49,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Union
 from urllib.parse import parse_qs, urlsplit
+
+from fakebatch import BatchAPI
 
 __all__ = [
     "DEFAULT_EMBEDDING_DIM",
@@ -554,6 +558,8 @@ class FakeLLMServer:
         self.embedding_dim: int = DEFAULT_EMBEDDING_DIM
         """Default embedding size (the request's ``dimensions`` wins)."""
         self.requests: list[Request] = []
+        self.batches = BatchAPI(self)
+        """The batch endpoints (OpenAI Files + Batches, Anthropic Message Batches) and their settings."""
         self.errors: list[BaseException] = []
         """Exceptions raised by handlers or while building a reply (each was answered with a 500)."""
         self.request_count: int = 0
@@ -680,6 +686,7 @@ class FakeLLMServer:
             self.peak_in_flight = self.in_flight
             self.rate_limited_count = 0
             self.connection_count = 0
+            self.batches = BatchAPI(self)
 
     @staticmethod
     def default_handler(request: Request) -> ReplyLike:  # noqa: ARG004
@@ -745,6 +752,9 @@ class FakeLLMServer:
             id="req_" + secrets.token_hex(12),
             received_at=time.monotonic(),
         )
+        batch_api = BatchAPI.api_of(split.path)
+        if batch_api is not None:
+            request.api = batch_api
         with self._lock:
             self.requests.append(request)
             self.request_count += 1
@@ -752,7 +762,12 @@ class FakeLLMServer:
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             self._arrived.notify_all()
         try:
-            status, out_headers, payload, drop = self._respond(request, body_ok)
+            if batch_api is not None:  # files, batches, message batches (tests/fakebatch.py)
+                self._sleep(self.latency)
+                status, out_headers, payload = self.batches.handle(request)
+                drop = False
+            else:
+                status, out_headers, payload, drop = self._respond(request, body_ok)
         except Exception as exc:  # noqa: BLE001 - a bad Reply (e.g. not JSON-serialisable): answer 500
             with self._lock:
                 self.errors.append(exc)
