@@ -172,6 +172,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="extra evaluator_config as a JSON object")
     ev.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
     ev.add_argument("--max-concurrency", type=int)
+    ev.add_argument("--batch", action="store_true",
+                    help="send the judge calls through the provider's batch API (OpenAI, Anthropic): half the price, "
+                         "outside the synchronous rate limits, results usually within minutes (at most 24 h); a killed "
+                         "run re-attaches to its batches")
     ev.add_argument("--max-error-rate", type=float, metavar="SHARE",
                     help="exit 3 when a judged metric fails on more than this share of rows (default 0.2)")
     ev.add_argument("--fail-under", action="append", metavar="METRIC=VALUE",
@@ -220,6 +224,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
     sw.add_argument("--data-name", help="the dataset's name in MLflow")
     sw.add_argument("--workers", type=int, default=1, help="questions answered in parallel (default 1)")
+    sw.add_argument("--batch", action="store_true", help="judge calls through the provider's batch API (see evaluate)")
     sw.add_argument("--experiment", help="MLflow experiment name (created if missing)")
     sw.add_argument("--run-name", help="the parent run's name")
     sw.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
@@ -298,6 +303,8 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         cfg["k"] = [int(x) for x in args.k.split(",")]
     if getattr(args, "no_cache", False):
         cfg["cache"] = False
+    if getattr(args, "batch", False) and not cfg.get("batch"):
+        cfg["batch"] = True  # options given in --config stay
     if getattr(args, "max_concurrency", None) is not None:
         cfg["max_concurrency"] = args.max_concurrency  # 0 is refused by the config check, not ignored
     if getattr(args, "max_error_rate", None) is not None:
@@ -547,6 +554,8 @@ def _sweep_command(args: argparse.Namespace) -> int:
     if args.col:
         config["col_mapping"] = _kv(args.col, "--col")
     config.setdefault("progress", False)
+    if args.batch and not config.get("batch"):
+        config["batch"] = True
     baseline: int | str = int(args.baseline) if args.baseline.isdigit() else args.baseline
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JudgeFailureWarning)
@@ -683,9 +692,12 @@ def main(argv: list[str] | None = None) -> int:
             if is_offline_judge(cfg.get("judge")):
                 print("total: 0 calls -- the offline judge (offline:/lexical) sends nothing and costs nothing")
                 return 0
+            batch_cost = out.metrics.get("estimate/total/batch_cost_usd")
             print(
                 f"total: {total['calls']} calls, ~{total['input_tokens']} input and ~{total['output_tokens']} "
-                f"output tokens" + (f", ~${cost:.4f}" if cost is not None else " (no price known for this model)")
+                f"output tokens" + (f", ~${cost:.4f} synchronous" if cost is not None
+                                    else " (no price known for this model)")
+                + (f", ~${batch_cost:.4f} through the batch API (--batch)" if batch_cost is not None else "")
             )
             print("(rough estimate: tokens from text length; re-asks and cache hits are not counted)")
             return 0

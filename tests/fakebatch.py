@@ -10,7 +10,8 @@ Settings on :class:`BatchAPI` (``server.batches``):
 * ``delay``: seconds from creation until the batch has ended (``validating`` for the first tenth, OpenAI; then
   ``in_progress``; then ``completed`` / ``ended``);
 * ``expire_after``: a batch older than this ends as ``expired`` (OpenAI) / with ``expired`` lines (Anthropic),
-  only the first ``expire_fraction`` of its lines answered;
+  only the first ``expire_fraction`` of its lines answered; ``expire_batches``: the next this-many batches to end
+  expire that way;
 * ``fail_lines``: custom ids answered with a 500 line error the first time they appear (retryable);
 * ``lost_results``: batch ids whose results cannot be downloaded (404).
 
@@ -71,6 +72,7 @@ class BatchAPI:
         self.server = server
         self.delay = 0.2
         self.expire_after: float | None = None
+        self.expire_batches = 0  # the next this-many batches to end, end as expired
         self.expire_fraction = 0.5
         self.fail_lines: set[str] = set()
         self.lost_results: set[str] = set()
@@ -273,6 +275,10 @@ class BatchAPI:
             if b.cancel_at is not None:
                 self._end(b, answered=0, how="canceled")
                 return
+            if self.expire_batches > 0 and age >= self.delay:
+                self.expire_batches -= 1
+                self._end(b, answered=int(len(b.lines) * self.expire_fraction), how="expired")
+                return
             if self.expire_after is not None and age >= self.expire_after:
                 self._end(b, answered=int(len(b.lines) * self.expire_fraction), how="expired")
                 return
@@ -311,7 +317,7 @@ class BatchAPI:
             if reply.is_error:
                 status = reply.status if reply.status >= 400 else 500
                 results.append({"custom_id": cid, "state": "error", "status": status,
-                                "error": {"message": reply.text or "error", "type": "invalid_request_error"
+                                "error": {"message": reply.error_message or "error", "type": "invalid_request_error"
                                           if status < 500 else "api_error"}})
                 bad += 1
                 continue

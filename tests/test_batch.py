@@ -1,0 +1,239 @@
+"""Judge calls through the providers' batch APIs, end to end through the real ``openai`` and ``anthropic`` SDKs
+against the fake server's Files + Batches and Message Batches endpoints (tests/fakebatch.py), answered by the
+independent schema-following model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from compliant_model import CompliantModel
+from fakellm import Reply, embed_text
+
+from mlflow_ragjudge import FakeBackend, InputError, evaluate_frame
+from mlflow_ragjudge.batch import BatchOptions
+from mlflow_ragjudge.cache import CallCache
+from mlflow_ragjudge.cli import main
+
+METRICS = ["correctness", "faithfulness", "answer_relevancy", "context_precision", "context_recall"]
+FAST = {"poll_interval": 0.05, "max_poll_interval": 0.2, "progress": False}
+TESTS = Path(__file__).resolve().parent
+
+
+def _rows(n: int) -> pd.DataFrame:
+    return pd.DataFrame({
+        "question": [f"What does unit {i} do?" for i in range(n)],
+        "answer": [f"Unit {i} stores data and sends a report every {i % 7 + 1} days." for i in range(n)],
+        "reference": [f"Unit {i} stores data." for i in range(n)],
+        "contexts": [[f"Unit {i} stores data for the team.", f"A report is sent by unit {i}."] for i in range(n)],
+    })
+
+
+def _config(server, provider: str = "openai", **extra):
+    if provider == "openai":
+        judge = f"openai:/gpt-4o-mini?base_url={server.openai_base_url}"
+    else:
+        judge = f"anthropic:/claude-3-5-haiku-latest?base_url={server.anthropic_base_url}"
+    return {"judge": judge, "metrics": METRICS if provider == "openai" else ["correctness", "faithfulness"],
+            "embeddings": lambda texts: [embed_text(t) for t in texts],  # no HTTP: the rate limit is for chat
+            "context_mode": "generation", **extra}
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-batch-0001")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-batch-0001")
+
+
+@pytest.fixture
+def model(fake_llm):
+    fake_llm.set_handler(CompliantModel("json_schema"))
+    return fake_llm
+
+
+def _scores(out) -> pd.DataFrame:
+    cols = [c for c in out.table.columns if c.endswith("/score") or c.endswith("/status")]
+    return out.table[cols].astype(object).where(out.table[cols].notna(), None)
+
+
+def test_two_hundred_rows_go_through_the_batch_api_with_the_same_scores_at_half_the_price(model, tmp_path):
+    df = _rows(200)
+    sync = evaluate_frame(df, _config(model, cache=False))
+    sync_chat = len(model.requests_for("openai_chat"))
+    model.reset()
+    model.rate_limit_per_minute = 10  # the synchronous endpoint would take two hours for these calls
+    out = evaluate_frame(df, _config(model, cache=str(tmp_path / "cache"), batch=FAST))
+    assert model.requests_for("openai_chat") == []  # no synchronous chat request at all
+    assert model.rate_limited_count == 0
+    lines = model.batches.submitted
+    assert len(lines) == sync_chat and len(set(lines)) == len(lines)  # the same calls, each once
+    assert 2 <= len(model.batches.created) <= 4  # rounds: claims / statements first, then what needs them
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    assert out.metrics["judge/batch_lines"] == sync_chat
+    assert out.metrics["judge/cost_usd"] == pytest.approx(sync.metrics["judge/cost_usd"] / 2)
+    assert out.metrics["judge/input_tokens"] == sync.metrics["judge/input_tokens"]
+    records = [t for t in out.transcripts if not t.get("cache_hit") and not t.get("shared")]
+    assert records and all(t["via"] == "batch" and t["batch_id"] in model.batches.created for t in records)
+    # an identical re-run is answered by the cache: nothing is submitted
+    before = len(model.batches.created)
+    again = evaluate_frame(df, _config(model, cache=str(tmp_path / "cache"), batch=FAST))
+    assert len(model.batches.created) == before
+    pd.testing.assert_frame_equal(_scores(again), _scores(out))
+
+
+def test_anthropic_message_batches_through_the_real_sdk(model, tmp_path):
+    df = _rows(12)
+    sync = evaluate_frame(df, _config(model, "anthropic", cache=False))
+    sync_calls = len(model.requests_for("anthropic_messages"))
+    model.reset()
+    out = evaluate_frame(df, _config(model, "anthropic", cache=str(tmp_path / "c"), batch=FAST))
+    assert model.requests_for("anthropic_messages") == []
+    assert len(model.batches.submitted) == sync_calls
+    assert all(b.startswith("msgbatch_") for b in model.batches.created)
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    assert out.metrics["judge/cost_usd"] == pytest.approx(sync.metrics["judge/cost_usd"] / 2)
+
+
+def test_failed_and_expired_lines_go_into_the_next_round_and_no_row_is_lost(model, tmp_path):
+    df = _rows(10)
+    sync = evaluate_frame(df, _config(model, cache=False, metrics=["correctness"]))
+    model.reset()
+    model.batches.expire_batches = 1  # the first batch expires with half its lines answered
+    out = evaluate_frame(df, _config(model, cache=str(tmp_path / "c"), metrics=["correctness"], batch=FAST))
+    submitted = model.batches.submitted
+    assert len(submitted) == 15 and len(set(submitted)) == 10  # the five expired lines were sent again, once
+    assert len(model.batches.created) == 2
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    # a line error the server calls transient (500) is retried the same way
+    model.reset()
+    first = {json.loads(json.dumps(k)) for k in submitted[:3]}
+    model.batches.fail_lines = first
+    out = evaluate_frame(df, _config(model, cache=False, metrics=["correctness"], batch=FAST))
+    assert len(model.batches.submitted) == 13
+    assert (out.table["correctness/status"] == sync.table["correctness/status"]).all()
+
+
+def test_a_line_that_keeps_failing_fails_its_row_with_the_reason(model):
+    df = _rows(6)
+    compliant = CompliantModel("json_schema")
+
+    def handler(request):
+        text = json.dumps(request.body)
+        if "unit 3 " in text.lower() or "Unit 3 " in text:
+            return Reply.error(400, "This request violates the usage policy of this fake server.")
+        return compliant(request)
+
+    sync = evaluate_frame(df, _config(model, cache=False, metrics=["correctness"]))
+    model.set_handler(handler)
+    model.reset()
+    out = evaluate_frame(df, _config(model, cache=False, metrics=["correctness"], batch=FAST))
+    status = out.table["correctness/status"]
+    assert status[3] == "failed:provider_error" and "usage policy" in out.table["correctness/justification"][3]
+    assert status.drop(3).tolist() == sync.table["correctness/status"].drop(3).tolist()  # the other rows as ever
+    assert len(model.batches.submitted) == 6  # a permanent error is not retried
+    # always expiring: bounded by max_rounds, then the rows fail as timeouts, and the run completes
+    model.set_handler(compliant)
+    model.reset()
+    model.batches.expire_batches = 100
+    model.batches.expire_fraction = 0.0
+    out = evaluate_frame(df, _config(model, cache=False, metrics=["correctness"],
+                                     batch={**FAST, "max_rounds": 2}))
+    assert len(model.batches.created) == 2 and len(model.batches.submitted) == 12
+    assert set(out.table["correctness/status"]) == {"failed:provider_error"}
+    assert "batch_expired" in out.table["correctness/justification"][0]
+    assert out.failures and out.failures[0]["metric"] == "correctness"  # reported loudly, not a silent NaN
+
+
+def test_a_batch_that_does_not_end_in_time_is_cancelled(model):
+    model.batches.delay = 30.0
+    out = evaluate_frame(_rows(3), _config(model, cache=False, metrics=["correctness"],
+                                           batch={**FAST, "max_wait": 0.5, "max_rounds": 1}))
+    cancels = [r for r in model.requests_for("openai_batch") if r.path.endswith("/cancel")]
+    assert len(cancels) == 1
+    assert all(s == "failed:timeout" for s in out.table["correctness/status"])
+
+
+KILLED_RUN = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    import pandas as pd
+    from test_batch import _rows
+    from mlflow_ragjudge import evaluate_frame
+    evaluate_frame(_rows(20), {config!r})
+""")
+
+
+def test_a_killed_run_re_attaches_to_its_batches_instead_of_submitting_again(model, tmp_path):
+    df = _rows(20)
+    sync = evaluate_frame(df, _config(model, cache=False, metrics=["correctness", "faithfulness"]))
+    model.reset()
+    cache = str(tmp_path / "cache")
+    config = _config(model, cache=cache, metrics=["correctness", "faithfulness"], batch=FAST)
+    del config["embeddings"]  # (a function does not cross to the other process; these metrics need none)
+    model.batches.delay = 3600.0  # the first round will not end while the first process lives
+    env = {**os.environ, "RAGJUDGE_CACHE_DIR": str(tmp_path / "unused")}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN.format(tests=str(TESTS), config=config)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not model.batches.created and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)  # let it record the batch and start polling
+    proc.kill()
+    proc.wait()
+    assert len(model.batches.created) == 1, proc.stderr.read().decode()[-2000:]
+    first_round = list(model.batches.submitted)
+    recorded = CallCache(cache).batches()
+    assert recorded and recorded[0]["batch_id"] == model.batches.created[0] and recorded[0]["lines"] == len(first_round)
+    # the re-run: the batch has ended meanwhile; its lines are read from it, not submitted again
+    model.batches.delay = 0.0
+    out = evaluate_frame(df, config)
+    assert len(model.batches.submitted) == len(set(model.batches.submitted))  # no line submitted twice
+    assert not set(first_round) & set(model.batches.submitted[len(first_round):])
+    assert model.requests_for("openai_chat") == []
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    reattached = [t for t in out.transcripts if t.get("batch_id") == model.batches.created[0]]
+    assert len(reattached) == len(first_round)
+    assert CallCache(cache).batches(state="read")
+
+
+def test_batch_settings_are_checked_before_any_call(model):
+    with pytest.raises(InputError, match="offline judge sends nothing"):
+        evaluate_frame(_rows(2), judge="offline:/lexical", metrics=["correctness"], batch=True)
+    with pytest.raises(ValueError, match="batch has unknown option"):
+        evaluate_frame(_rows(2), _config(model, batch={"pol_interval": 1}))
+    with pytest.raises(ValueError, match="has no batch API"):
+        evaluate_frame(_rows(2), judge=FakeBackend(), metrics=["correctness"], context_mode="none", batch=True)
+    assert model.requests == []
+    assert BatchOptions.of(True).max_rounds == 3
+
+
+def test_estimate_shows_synchronous_and_batch_cost_side_by_side(model, tmp_path, capsys):
+    path = tmp_path / "data.jsonl"
+    _rows(5).to_json(path, orient="records", lines=True)
+    code = main(["estimate", str(path), "--judge", f"openai:/gpt-4o-mini?base_url={model.openai_base_url}",
+                 "--metrics", "correctness,faithfulness"])
+    text = capsys.readouterr().out
+    assert code == 0
+    sync = float(text.split("~$")[1].split()[0])
+    batch = float(text.split("~$")[2].split()[0])
+    assert "synchronous" in text and "through the batch API" in text
+    assert batch == pytest.approx(sync / 2, rel=0.02)
+    assert model.requests == []
+
+
+def test_cli_evaluate_with_batch(model, tmp_path, tmp_tracking, capsys, monkeypatch):
+    path = tmp_path / "data.jsonl"
+    _rows(4).to_json(path, orient="records", lines=True)
+    monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(tmp_path / "cache"))
+    code = main(["evaluate", str(path), "--judge", f"openai:/gpt-4o-mini?base_url={model.openai_base_url}",
+                 "--metrics", "correctness", "--batch", "--config", json.dumps({"batch": FAST})])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert model.requests_for("openai_chat") == [] and len(model.batches.created) == 1
