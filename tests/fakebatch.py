@@ -81,6 +81,7 @@ class BatchAPI:
         self.submitted: list[str] = []
         self.created: list[str] = []
         self.polls = 0
+        self.processing_s = 0.0  # seconds spent answering batch lines (the fake provider's own work)
         self._failed_once: set[str] = set()
         self._lock = threading.Lock()
 
@@ -291,6 +292,7 @@ class BatchAPI:
         from fakellm import ANTHROPIC_MESSAGES, OPENAI_CHAT, Request, _anthropic_message, _openai_chat
 
         b.ending = True  # another poll arriving while the lines are answered leaves them alone
+        started = time.perf_counter()
         results: list[dict[str, Any]] = []
         ok = bad = 0
         for i, (cid, body) in enumerate(b.lines):
@@ -325,6 +327,7 @@ class BatchAPI:
             results.append({"custom_id": cid, "state": "ok", "body": body_out})
             ok += 1
         b.ended_at = time.time()
+        self.processing_s += time.perf_counter() - started
         b.counts = {"total": len(b.lines), "completed": ok, "failed": bad}
         if b.kind == "openai":
             b.status = {"completed": "completed", "expired": "expired", "canceled": "cancelled"}[how]
