@@ -101,12 +101,14 @@ def test_anthropic_message_batches_through_the_real_sdk(model, tmp_path):
     assert out.metrics["judge/cost_usd"] == pytest.approx(sync.metrics["judge/cost_usd"] / 2)
 
 
-def test_failed_and_expired_lines_go_into_the_next_round_and_no_row_is_lost(model, tmp_path):
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_failed_and_expired_lines_go_into_the_next_round_and_no_row_is_lost(model, tmp_path, provider):
     df = _rows(10)
-    sync = evaluate_frame(df, _config(model, cache=False, metrics=["correctness"]))
+    sync = evaluate_frame(df, _config(model, provider, cache=False, metrics=["correctness"]))
     model.reset()
     model.batches.expire_batches = 1  # the first batch expires with half its lines answered
-    out = evaluate_frame(df, _config(model, cache=str(tmp_path / "c"), metrics=["correctness"], batch=FAST))
+    out = evaluate_frame(df, _config(model, provider, cache=str(tmp_path / "c"), metrics=["correctness"],
+                                     batch=FAST))
     submitted = model.batches.submitted
     assert len(submitted) == 15 and len(set(submitted)) == 10  # the five expired lines were sent again, once
     assert len(model.batches.created) == 2
@@ -115,7 +117,7 @@ def test_failed_and_expired_lines_go_into_the_next_round_and_no_row_is_lost(mode
     model.reset()
     first = {json.loads(json.dumps(k)) for k in submitted[:3]}
     model.batches.fail_lines = first
-    out = evaluate_frame(df, _config(model, cache=False, metrics=["correctness"], batch=FAST))
+    out = evaluate_frame(df, _config(model, provider, cache=False, metrics=["correctness"], batch=FAST))
     assert len(model.batches.submitted) == 13
     assert (out.table["correctness/status"] == sync.table["correctness/status"]).all()
 
