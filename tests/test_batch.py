@@ -239,3 +239,23 @@ def test_cli_evaluate_with_batch(model, tmp_path, tmp_tracking, capsys, monkeypa
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert model.requests_for("openai_chat") == [] and len(model.batches.created) == 1
+
+
+def test_a_sweep_judges_every_variant_through_batches(model, tmp_path, tmp_tracking):
+    import mlflow_ragjudge as rj
+
+    questions = _rows(6)[["question", "reference"]]
+
+    def pipeline(question: str, *, style: str) -> dict:
+        unit = question.split()[3]
+        return {"answer": f"Unit {unit} stores data." if style == "short" else f"Unit {unit} stores data daily.",
+                "contexts": [f"Unit {unit} stores data for the team."]}
+
+    result = rj.sweep(pipeline, {"style": ["short", "long"]}, questions, verbose=False,
+                      evaluator_config={**_config(model, cache=str(tmp_path / "c"), metrics=["correctness"]),
+                                        "batch": FAST})
+    assert model.requests_for("openai_chat") == []
+    assert len(model.batches.created) == 2 and len(model.batches.submitted) == 12  # one round per variant
+    assert set(result.run_ids) == {"style=short", "style=long"}
+    for out in result.outputs.values():
+        assert out.metrics["judge/batch_lines"] == 6
