@@ -259,3 +259,25 @@ def test_a_sweep_judges_every_variant_through_batches(model, tmp_path, tmp_track
     assert set(result.run_ids) == {"style=short", "style=long"}
     for out in result.outputs.values():
         assert out.metrics["judge/batch_lines"] == 6
+
+
+@pytest.mark.parametrize("mode", ["json_object", "text"])
+def test_servers_that_refuse_json_schema_are_negotiated_down_inside_batches(fake_llm, tmp_path, mode):
+    """A provider-compatible server whose batch lines refuse ``response_format`` json_schema (or any format): the
+    refusals move the connection to a weaker mode, as on the synchronous path, and the calls are sent again in it."""
+    from mlflow_ragjudge.backends.openai import forget_negotiations
+
+    fake_llm.set_handler(CompliantModel(mode))
+    df = _rows(8)
+    metrics = ["correctness", "faithfulness", "context_precision"]
+    forget_negotiations()
+    sync = evaluate_frame(df, _config(fake_llm, cache=False, metrics=metrics))
+    fake_llm.reset()
+    forget_negotiations()  # the batch run negotiates from scratch
+    out = evaluate_frame(df, _config(fake_llm, cache=str(tmp_path / "c"), metrics=metrics, batch=FAST))
+    assert fake_llm.requests_for("openai_chat") == []
+    assert out.params["ragjudge.judge.structured"] == mode
+    assert not any(s.startswith("failed") for c in out.table.columns if c.endswith("/status") for s in out.table[c])
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    refused = len(fake_llm.batches.submitted) - len(set(fake_llm.batches.submitted))
+    assert refused > 0  # the first lines were refused and sent again in the weaker mode
