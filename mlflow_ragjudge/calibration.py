@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .evaluation import CalibrationWarning
-from .inputs import InputError
+from .inputs import InputError, off_scale
 from .ppi import MIN_LABELS, CalibratedEstimate, TooFewLabels, labels_needed, ppi_mean, ppi_paired_diff
 
 __all__ = ["label_sample", "calibrate", "CalibrationResult", "calibrate_traces", "queue_for_review",
@@ -311,7 +311,7 @@ def _check_labels(frame: pd.DataFrame, runs: _Runs, outs: Mapping[str, Any]) -> 
         if scale is not None:
             lo, hi = scale
             six = scale == (1.0, 5.0)
-            off = frame[vals.notna() & ((vals < lo) | (vals > hi)) & ~(six & (vals == 0))]
+            off = frame[off_scale(vals, scale)]
             if len(off):
                 raise InputError(f"Label {vals[off.index[0]]:g} for {m!r} (row_id {off['row_id'].iloc[0]}) is off the "
                                  f"metric's scale {lo:g}..{hi:g}{' (0 = not sure)' if six else ''}.")
@@ -464,10 +464,7 @@ def _log(runs: _Runs, outs: Mapping[str, Any], frame: pd.DataFrame, metrics: lis
         values: dict[str, float] = {}
         record: dict[str, Any] = {}
         for m, e in per.items():
-            values.update({f"{m}/ppi_mean": e.mean, f"{m}/ppi_ci_low": e.ci_low, f"{m}/ppi_ci_high": e.ci_high,
-                           f"{m}/n_labelled": float(e.n_labelled), f"{m}/ppi_lam": e.lam,
-                           f"{m}/labels_only_ci_low": e.classical_ci_low,
-                           f"{m}/labels_only_ci_high": e.classical_ci_high})
+            values.update(e.as_metrics(m))
             record[m] = e.as_dict()
             judge = _judge_scores(outs[name], m)
             pair = pd.DataFrame({m: judge.to_numpy(), "human": human[name][m].reindex(judge.index).to_numpy()})
@@ -626,7 +623,7 @@ def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05
         scale = _scale(m)
         if scale is not None:
             lo, hi = scale
-            off = human[human.notna() & ((human < lo) | (human > hi)) & ~((scale == (1.0, 5.0)) & (human == 0))]
+            off = human[off_scale(human, scale)]
             if len(off):
                 raise InputError(f"Human feedback {off.iloc[0]:g} on trace {off.index[0]} for {m!r} is off the "
                                  f"metric's scale {lo:g}..{hi:g}.")
@@ -637,8 +634,7 @@ def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05
         except TooFewLabels as e:
             raise InputError(f"Run {run_id}, metric {m!r}: {e}") from None
         out[m] = est
-        values.update({f"{m}/ppi_mean": est.mean, f"{m}/ppi_ci_low": est.ci_low, f"{m}/ppi_ci_high": est.ci_high,
-                       f"{m}/n_labelled": float(est.n_labelled)})
+        values.update(est.as_metrics(m))
     if log:
         from mlflow.tracking import MlflowClient
 

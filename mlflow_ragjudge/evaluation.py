@@ -592,10 +592,7 @@ def _calibrate(table: pd.DataFrame, specs: Sequence[MetricSpec], results: dict[s
             record[metric] = {"labels": col, "error": str(e), "n_human_not_sure": unsure}
             warnings.warn(f"No calibrated estimate for {metric!r}: {e}", CalibrationWarning, stacklevel=4)
             continue
-        out.update({f"{metric}/ppi_mean": est.mean, f"{metric}/ppi_ci_low": est.ci_low,
-                    f"{metric}/ppi_ci_high": est.ci_high, f"{metric}/n_labelled": float(est.n_labelled),
-                    f"{metric}/ppi_lam": est.lam, f"{metric}/labels_only_ci_low": est.classical_ci_low,
-                    f"{metric}/labels_only_ci_high": est.classical_ci_high})
+        out.update(est.as_metrics(metric))
         record[metric] = {"labels": col, **est.as_dict(), "n_human_not_sure": unsure,
                           "method": "PPI++ (mlflow_ragjudge.ppi.ppi_mean)"}
         if est.selection_p is not None and est.selection_p < SELECTION_P:

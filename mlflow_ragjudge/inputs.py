@@ -259,6 +259,13 @@ def row_ids(df: pd.DataFrame, cfg: RagJudgeConfig, rows: Sequence[Row]) -> list[
     return out
 
 
+def off_scale(values: pd.Series, scale: tuple[float, float]) -> pd.Series:
+    """Which labels lie outside a metric's ``(low, high)`` scale; on the six-level scale (1..5) a 0 ("not sure") is
+    on it."""
+    lo, hi = scale
+    return values.notna() & ((values < lo) | (values > hi)) & ~((scale == (1.0, 5.0)) & (values == 0))
+
+
 def check_human_labels(df: pd.DataFrame, cfg: RagJudgeConfig, outputs: Mapping[str, tuple[float, float] | None],
                        *, min_labelled: int) -> None:
     """``human_labels`` (metric -> column), checked before any call: every metric is one the run produces
@@ -283,7 +290,7 @@ def check_human_labels(df: pd.DataFrame, cfg: RagJudgeConfig, outputs: Mapping[s
         if scale is not None:
             lo, hi = scale
             six_level = scale == (1.0, 5.0)
-            off = vals[vals.notna() & ((vals < lo) | (vals > hi)) & ~(six_level & (vals == 0))]
+            off = vals[off_scale(vals, scale)]
             if len(off):
                 raise InputError(
                     f"Human-label column {col!r} row {df.index.get_loc(off.index[0])} holds {off.iloc[0]:g}, off the "

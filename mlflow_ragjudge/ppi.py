@@ -106,6 +106,13 @@ class CalibratedEstimate:
     def classical_width(self) -> float:
         return self.classical_ci_high - self.classical_ci_low
 
+    def as_metrics(self, metric: str) -> dict[str, float]:
+        """The MLflow metrics a run logs for this estimate of ``metric``."""
+        return {f"{metric}/ppi_mean": self.mean, f"{metric}/ppi_ci_low": self.ci_low,
+                f"{metric}/ppi_ci_high": self.ci_high, f"{metric}/n_labelled": float(self.n_labelled),
+                f"{metric}/ppi_lam": self.lam, f"{metric}/labels_only_ci_low": self.classical_ci_low,
+                f"{metric}/labels_only_ci_high": self.classical_ci_high}
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "width": self.width, "classical_width": self.classical_width}
 
