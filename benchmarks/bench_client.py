@@ -51,7 +51,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -72,6 +71,7 @@ for _var in ("RAGJUDGE_MAX_CONCURRENCY", "RAGJUDGE_BACKOFF_SCALE"):  # defined c
 sys.path.insert(0, str(ROOT))
 
 import openai  # noqa: E402
+from _server_process import ServerProcess as _ServerProcess  # noqa: E402
 
 from mlflow_ragjudge.backends import ChatRequest  # noqa: E402
 from mlflow_ragjudge.backends.openai import OpenAIBackend  # noqa: E402
@@ -120,41 +120,11 @@ server.stop()
 """
 
 
-class ServerProcess:
+class ServerProcess(_ServerProcess):
     """``tests/fakellm.py``'s FakeLLMServer running in a child process."""
 
     def __init__(self, latency: float = 0.0, limit: int = 0, window: float = 60.0) -> None:
-        args = [sys.executable, "-c", SERVER_SCRIPT, str(ROOT / "tests"), str(latency), str(limit), str(window),
-                REPLY]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the fake server process exited before printing its URL")
-        self.url: str = json.loads(line)["url"]
-
-    def stats(self) -> dict[str, int]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("stats\n")
-        self.proc.stdin.flush()
-        return dict(json.loads(self.proc.stdout.readline()))
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            try:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(SERVER_SCRIPT, str(ROOT / "tests"), str(latency), str(limit), str(window), REPLY)
 
 
 class TaggedOpenAIBackend(OpenAIBackend):
