@@ -29,10 +29,11 @@ from mlflow.models.evaluation.artifacts import JsonEvaluationArtifact
 from mlflow.tracking import MlflowClient
 
 from .evaluation import EvalOutput, InputError, LoggingFailed, evaluate_frame, local_output_root
+from .tracking import load_run_table
 from .types import JudgeResult, Status
 
-__all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "save_local", "MODEL_TYPE", "TABLE_FILE",
-           "TRANSCRIPTS_FILE", "CONFIG_FILE"]
+__all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "load_local", "save_local", "MODEL_TYPE",
+           "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE"]
 
 MODEL_TYPE = "rag"
 TABLE_FILE = "ragjudge/eval_results_table.json"
@@ -139,27 +140,6 @@ def save_local(out: EvalOutput, label: str = "") -> Path | None:
     warnings.warn("the evaluation's results could not be saved locally before logging (no writable folder in "
                   f"{[str(c) for c in candidates]}); set RAGJUDGE_OUTPUT_DIR", RuntimeWarning, stacklevel=2)
     return None
-
-
-def check_tracking_store(tracking_uri: str | None, experiment: str | None, *, nothing: str) -> None:
-    """Make ``tracking_uri`` / ``experiment`` the active ones and check the store answers, before anything is paid
-    for; an :class:`InputError` naming the store, the fix and ``nothing`` (what was not done) otherwise."""
-    import mlflow
-
-    try:
-        if tracking_uri:
-            mlflow.set_tracking_uri(tracking_uri)
-        if experiment:
-            mlflow.set_experiment(experiment)
-        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):  # the experiment the run would go to must exist
-            MlflowClient().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"])
-        else:
-            MlflowClient().search_experiments(max_results=1)
-    except Exception as e:
-        raise InputError(
-            f"The MLflow tracking store at {mlflow.get_tracking_uri()} cannot be used ({type(e).__name__}: "
-            f"{str(e)[:300]}); fix the tracking URI (--tracking-uri, tracking_uri= or MLFLOW_TRACKING_URI). "
-            f"{nothing}") from None
 
 
 def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_local: bool = False) -> dict[str, Any]:
@@ -275,7 +255,6 @@ def load_output(run_id: str) -> EvalOutput:
         >>> out = mlflow_ragjudge.load_output(result.run_id)                     # doctest: +SKIP
         >>> out.table[["question", "correctness/score"]]                         # doctest: +SKIP
     """
-    import mlflow
 
     client = MlflowClient()
     run = client.get_run(run_id)
@@ -299,10 +278,20 @@ def load_output(run_id: str) -> EvalOutput:
         transcripts = read_jsonl("judge_transcripts.jsonl")
         artifacts = {name: read_jsonl(name) for name in files
                      if name.endswith(".jsonl") and name != "judge_transcripts.jsonl"}
-    table = mlflow.load_table(TABLE_FILE, run_ids=[run_id])
+    # read from the run itself: mlflow.load_table searches the active experiment only
+    table = load_run_table(run_id, TABLE_FILE, client)
     meta = None
     if any(a.path == META_FILE for a in client.list_artifacts(run_id, "ragjudge")):
-        meta = mlflow.load_table(META_FILE, run_ids=[run_id])
+        meta = load_run_table(run_id, META_FILE, client)
+    params = {k: v for k, v in run.data.params.items() if k.startswith("ragjudge.")}
+    return _output(dict(run.data.metrics), params, config, table, transcripts, meta, artifacts)
+
+
+def _output(metrics: dict[str, float], params: dict[str, str], config: dict[str, Any], table: pd.DataFrame,
+            transcripts: list[dict[str, Any]], meta: pd.DataFrame | None,
+            artifacts: dict[str, list[dict[str, Any]]]) -> EvalOutput:
+    """An :class:`EvalOutput` rebuilt from what a run (or a local save) holds: one :class:`JudgeResult` per row and
+    metric from the table's score / status / justification columns, each with its judge calls attached."""
     calls: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rec in transcripts:
         calls.setdefault((rec.get("metric", ""), int(rec.get("row", -1))), []).append(rec)
@@ -318,12 +307,46 @@ def load_output(run_id: str) -> EvalOutput:
                                      table[f"{name}/justification"].iloc[i] if judged else None, judged)
             res.calls = calls.get(("multiturn" if name == "wscore" else name, i), [])
             results[name].append(res)
-    params = {k: v for k, v in run.data.params.items() if k.startswith("ragjudge.")}
     return EvalOutput(
-        metrics=dict(run.data.metrics), table=table, results=results, transcripts=transcripts, params=params,
+        metrics=metrics, table=table, results=results, transcripts=transcripts, params=params,
         config=config, meta=meta, skipped=dict(config.get("skipped") or {}), artifacts=artifacts,
         failures=list(config.get("failures") or []), gate=list(config.get("gate") or []),
     )
+
+
+def load_local(folder: str | os.PathLike[str]) -> EvalOutput:
+    """An evaluation saved by :func:`save_local` (the folder a failed logging named, exit 5), read back to log it
+    later with :func:`log_output` (``ragjudge log-saved FOLDER``).
+
+    Raises:
+        InputError: the folder is missing or is not such a save.
+    """
+    path = Path(folder).expanduser()
+    needed = ("eval_results_table.json", "metrics.json", "params.json", "config.json")
+    missing = [n for n in needed if not (path / n).is_file()]
+    if not path.is_dir() or missing:
+        raise InputError(f"{str(path)!r} is not a saved ragjudge evaluation (missing {missing or 'the folder'}); give "
+                         "the folder the failed run named (under RAGJUDGE_OUTPUT_DIR).")
+
+    def read(name: str) -> Any:
+        with open(path / name, encoding="utf-8") as fh:
+            return json.load(fh)
+
+    def read_jsonl(name: str) -> list[dict[str, Any]]:
+        with open(path / name, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    split = read("eval_results_table.json")
+    table = pd.DataFrame(split["data"], columns=split["columns"])
+    meta = None
+    if (path / "meta_evaluation.json").is_file():
+        m = read("meta_evaluation.json")
+        meta = pd.DataFrame(m["data"], columns=m["columns"])
+    transcripts = read_jsonl("judge_transcripts.jsonl") if (path / "judge_transcripts.jsonl").is_file() else []
+    artifacts = {f.name: read_jsonl(f.name) for f in sorted(path.glob("*.jsonl"))
+                 if f.name != "judge_transcripts.jsonl"}
+    return _output({k: float(v) for k, v in read("metrics.json").items()}, dict(read("params.json")),
+                   read("config.json"), table, transcripts, meta, artifacts)
 
 
 class RagJudgeEvaluator(ModelEvaluator):
