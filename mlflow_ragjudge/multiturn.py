@@ -720,10 +720,12 @@ def summarize(results: Sequence[MultiTurnResult], groups: Sequence[str | None] |
     """Data-set metrics, named as the evaluator logs them (SPEC 3.2).
 
     For each of ``wscore``, ``lscore``, ``mscore``: ``<m>/mean`` (over scored items; left out, not NaN,
-    when none scored), ``<m>/count`` (all items), ``<m>/error_rate`` (share of failed items) and
+    when none scored), ``<m>/count`` (all items), ``<m>/n_scored`` / ``<m>/n_failed`` / ``<m>/n_abstained`` (what
+    became of them), ``<m>/error_rate`` (share of failed items) and
     ``<m>/abstain_rate`` (always 0: a conversation never abstains; kept for the common layout). With
-    ``groups`` (one label per result, ``None`` = no group): ``<m>/mean/<group>``, ``<m>/count/<group>``
-    and ``<m>/error_rate/<group>`` per label, the group name made MLflow-safe as the evaluator does.
+    ``groups`` (one label per result, ``None`` = no group): ``<m>/mean/<group>``, ``<m>/count/<group>``,
+    ``<m>/n_scored/<group>`` and ``<m>/error_rate/<group>`` per label, the group name made MLflow-safe as the
+    evaluator does.
     This per-group breakdown is how the paper compares a single-turn system (QA) with a history-aware one
     (MQA) on each of its 10 product subsets.
     """
@@ -743,6 +745,7 @@ def summarize(results: Sequence[MultiTurnResult], groups: Sequence[str | None] |
                 if agg.mean is not None:
                     out[f"{name}/mean/{gname}"] = agg.mean
                 out[f"{name}/count/{gname}"] = float(agg.count)
+                out[f"{name}/n_scored/{gname}"] = float(agg.n_scored)
                 out[f"{name}/error_rate/{gname}"] = agg.error_rate
     return out
 

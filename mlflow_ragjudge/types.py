@@ -139,7 +139,8 @@ class Aggregate:
 
     ``mean`` is over scored values only (``None`` when there are none, never NaN);
     ``abstain_rate`` and ``error_rate`` are shares of all rows; ``count`` is the
-    number of rows, ``n_scored`` the number behind the mean.
+    number of rows the metric was asked to score, ``n_scored`` the number behind the mean
+    (``count == n_scored + n_abstained + n_failed``).
     """
 
     mean: float | None
@@ -160,10 +161,15 @@ class Aggregate:
     def as_metrics(self, name: str) -> dict[str, float]:
         """Metric dict as the evaluator logs it: ``<name>/mean`` etc.
 
+        ``<name>/count`` is the number of rows (SPEC 3.2's name, kept); ``<name>/n_scored``, ``<name>/n_abstained``
+        and ``<name>/n_failed`` say what became of them, ``n_scored`` being the number of rows behind the mean.
         ``<name>/mean`` is left out (not NaN) when nothing was scored.
         """
         out: dict[str, float] = {
             f"{name}/count": float(self.count),
+            f"{name}/n_scored": float(self.n_scored),
+            f"{name}/n_abstained": float(self.n_abstained),
+            f"{name}/n_failed": float(self.n_failed),
             f"{name}/abstain_rate": self.abstain_rate,
             f"{name}/error_rate": self.error_rate,
         }

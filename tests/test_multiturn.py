@@ -439,7 +439,8 @@ def test_summarize_edge_cases(make_client):
     assert g.startswith("a_b c___") and "/" not in g
     assert out[f"wscore/count/{g}"] == 1 and f"wscore/mean/{g}" not in out
     assert summarize([]) == {f"{m}/{k}": 0.0 for m in ("wscore", "lscore", "mscore")
-                             for k in ("count", "abstain_rate", "error_rate")}
+                             for k in ("count", "n_scored", "n_abstained", "n_failed", "abstain_rate",
+                                       "error_rate")}
     with pytest.raises(ValueError, match="one per result"):
         summarize([failed], groups=[])
 
