@@ -39,7 +39,16 @@ import pandas as pd
 
 from .evaluation import CalibrationWarning
 from .inputs import InputError, off_scale
-from .ppi import MIN_LABELS, CalibratedEstimate, TooFewLabels, labels_needed, ppi_mean, ppi_paired_diff
+from .ppi import (
+    MIN_LABELS,
+    CalibratedEstimate,
+    LabelsOnlyEstimate,
+    TooFewLabels,
+    labels_needed,
+    labels_only_mean,
+    ppi_mean,
+    ppi_paired_diff,
+)
 
 __all__ = ["label_sample", "calibrate", "CalibrationResult", "calibrate_traces", "queue_for_review",
            "SAMPLE_FILE", "LABELS_FILE", "CALIBRATION_FILE", "CALIBRATED_COLUMNS"]
@@ -51,7 +60,8 @@ CALIBRATION_FILE = "ragjudge/calibration.json"
 INFO_COLUMNS = ("item_id", "run_id", "row_id", "question", "answer", "reference", "contexts", "notes", "labeller")
 #: what :func:`calibrate` adds to a sweep's comparison table
 CALIBRATED_COLUMNS = ["ppi_diff", "ppi_ci_low", "ppi_ci_high", "n_labelled", "labels_only_diff",
-                      "judge_conclusion", "calibrated_conclusion", "conclusions_agree"]
+                      "labels_only_ci_low", "labels_only_ci_high", "judge_conclusion", "calibrated_conclusion",
+                      "conclusions_agree"]
 
 
 # --------------------------------------------------------------------------- runs
@@ -207,33 +217,44 @@ class CalibrationResult:
     """What :func:`calibrate` found and logged.
 
     Attributes:
-        estimates: run name -> metric -> :class:`~mlflow_ragjudge.ppi.CalibratedEstimate`.
+        estimates: run name -> metric -> :class:`~mlflow_ragjudge.ppi.CalibratedEstimate` (with ``labels_only``:
+            :class:`~mlflow_ragjudge.ppi.LabelsOnlyEstimate`).
+        method: ``"ppi++"``, ``"ppi"`` (``lam=1``), ``"fixed lambda"`` or ``"labels_only"``.
         comparison: for a sweep, the parent's comparison with :data:`CALIBRATED_COLUMNS` added; else None.
         plans: with ``target_width``: run name -> metric -> :func:`~mlflow_ragjudge.ppi.labels_needed`'s answer.
         warnings: what the user should know (labels not from the recorded sample, not random-looking ...).
     """
 
-    estimates: dict[str, dict[str, CalibratedEstimate]] = field(default_factory=dict)
+    estimates: dict[str, dict[str, Any]] = field(default_factory=dict)
     comparison: pd.DataFrame | None = None
     plans: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     run_ids: dict[str, str] = field(default_factory=dict)
+    method: str = "ppi++"
 
     def summary(self) -> str:
         lines = []
         for name, per in self.estimates.items():
             for metric, e in per.items():
+                if isinstance(e, LabelsOnlyEstimate):
+                    lines.append(f"{name} {metric}: labels alone {e.mean:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] from "
+                                 f"{e.n_labelled} labels (no judge score used)")
+                    continue
                 lines.append(f"{name} {metric}: calibrated {e.mean:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] from "
                              f"{e.n_labelled} labels (judge alone {e.judge_mean:.3f}; labels alone "
                              f"[{e.classical_ci_low:.3f}, {e.classical_ci_high:.3f}], worth "
                              f"{e.effective_labels or 0:.0f} labels with the judge)")
         if self.comparison is not None and len(self.comparison):
             for _, r in self.comparison.iterrows():
-                if r["ppi_diff"] is None:
+                if r["ppi_diff"] is not None:
+                    what, d, lo, hi = "calibrated difference", r["ppi_diff"], r["ppi_ci_low"], r["ppi_ci_high"]
+                elif self.method == "labels_only" and r["labels_only_diff"] is not None:
+                    what, d, lo, hi = ("labels-only difference", r["labels_only_diff"], r["labels_only_ci_low"],
+                                       r["labels_only_ci_high"])
+                else:
                     continue
-                lines.append(f"{r['variant']} vs {r['baseline']} {r['metric']}: calibrated difference "
-                             f"{r['ppi_diff']:+.3f} [{r['ppi_ci_low']:+.3f}, {r['ppi_ci_high']:+.3f}] "
-                             f"(n_labelled {r['n_labelled']}); judge alone {r['judge_conclusion']}, calibrated "
+                lines.append(f"{r['variant']} vs {r['baseline']} {r['metric']}: {what} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                             f"(n_labelled {int(r['n_labelled'])}); judge alone {r['judge_conclusion']}, with labels "
                              f"{r['calibrated_conclusion']}" + ("" if r["conclusions_agree"] else "  <- DISAGREE"))
         for name, plans in self.plans.items():
             for metric, p in plans.items():
@@ -319,13 +340,53 @@ def _check_labels(frame: pd.DataFrame, runs: _Runs, outs: Mapping[str, Any]) -> 
     return frame, metrics
 
 
+def _too_few(e: TooFewLabels, *, run_id: str, name: str, rid: str, metric: str, out: Any, aligned: pd.Series,
+             labels: Any, labels_only: bool) -> str:
+    """What happened when an interval cannot be given, and what the user can do about it."""
+    status = out.table.assign(row_id=out.table["row_id"].astype(str)).set_index("row_id")[f"{metric}/status"]
+    labelled = aligned.dropna().index
+    states = status.reindex(labelled).astype(str).str.partition(":")[0]
+    abstained, failed = int((states == "abstained").sum()), int((states == "failed").sum())
+    n_rows = len(out.table)
+    file = str(labels) if isinstance(labels, (str, os.PathLike)) else "FILE"
+    head = f"Run {rid} ({name}), metric {metric!r}: "
+    if labels_only:
+        return head + (f"{len(labelled)} label(s), fewer than the {e.min_labelled} the labels' own interval needs. "
+                       + (f"Label more of the run's {n_rows - len(labelled)} unlabelled rows, drawn at random."
+                          if len(labelled) < n_rows else
+                          f"All {n_rows} rows of the run are labelled: a larger evaluation is needed."))
+    lines = [head + f"{e.n_usable} labelled row(s) have a judge score, fewer than the {e.min_labelled} a calibrated "
+             f"interval needs. {len(labelled)} row(s) are labelled; the judge abstained on {abstained} and failed on "
+             f"{failed} of them, and a calibrated estimate leaves such rows out (it estimates the mean over the rows "
+             "the judge scored). What you can do:"]
+    if e.n_unlabelled > 0:
+        lines.append(f"  - label more rows drawn at random: {e.n_unlabelled} row(s) the judge scored have no "
+                     "label yet;")
+    else:
+        lines.append(f"  - evaluate more questions: every one of the run's {n_rows} rows that the judge scored is "
+                     "labelled already;")
+    lines.append("  - calibrate another metric, one the judge scores on more of these rows;")
+    if len(labelled) >= e.min_labelled:
+        lines.append(f"  - use the labels alone, which need no judge score ({len(labelled)} labels): ragjudge "
+                     f"calibrate {run_id} --labels {file} --labels-only (Python: calibrate(..., labels_only=True)).")
+    else:
+        lines.append(f"  - the labels alone need {e.min_labelled} labels too ({len(labelled)} now).")
+    return "\n".join(lines)
+
+
 def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | None = None,
-              target_width: float | None = None, log: bool = True) -> CalibrationResult:
+              target_width: float | None = None, labels_only: bool = False, log: bool = True) -> CalibrationResult:
     """Human-calibrated estimates for a ``ragjudge`` run or sweep from a filled label file (or DataFrame).
 
-    Every (run, metric) with labels needs at least 30 of them (:class:`~mlflow_ragjudge.ppi.TooFewLabels`, as an
-    input error). See the module docstring for what is logged. ``target_width`` also plans how many labels an
-    interval that wide would take (:func:`~mlflow_ragjudge.ppi.labels_needed`).
+    Every (run, metric) with labels needs at least 30 labelled rows that the judge scored
+    (:class:`~mlflow_ragjudge.ppi.TooFewLabels`, as an input error that says how many rows were labelled, how many
+    of them the judge gave no score, and what to do). See the module docstring for what is logged. ``target_width``
+    also plans how many labels an interval that wide would take (:func:`~mlflow_ragjudge.ppi.labels_needed`).
+
+    ``labels_only=True`` gives the classical interval of the labels alone instead
+    (:func:`~mlflow_ragjudge.ppi.labels_only_mean`: every labelled row counts, whatever the judge said; logged as
+    ``<metric>/labels_only_mean``, ``_ci_low``, ``_ci_high``, ``labels_only_n``; for a sweep, the paired
+    difference of the labels in the comparison's ``labels_only_*`` columns). It needs no judge score, and is wider.
 
     Raises:
         InputError: an unknown run or row id, a label off the metric's scale, too few labels; nothing is logged.
@@ -333,7 +394,8 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
     runs = _runs_of(run_id)
     outs = _outputs(runs)
     frame, metrics = _check_labels(_read(labels), runs, outs)
-    result = CalibrationResult(run_ids=dict(runs.runs))
+    method = "labels_only" if labels_only else ("ppi++" if lam is None else "ppi" if lam == 1 else "fixed lambda")
+    result = CalibrationResult(run_ids=dict(runs.runs), method=method)
     human: dict[str, dict[str, pd.Series]] = {}
     for name, out in outs.items():
         sub = frame[frame["run"] == name].set_index("row_id")
@@ -344,12 +406,19 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
                 continue
             judge = _judge_scores(out, m)
             aligned = series.reindex(judge.index)
+            est: Any
             try:
-                est = ppi_mean(judge.to_numpy(), aligned.to_numpy(dtype=float), alpha=alpha, lam=lam)
+                if labels_only:
+                    est = labels_only_mean(aligned.to_numpy(dtype=float), alpha=alpha)
+                else:
+                    est = ppi_mean(judge.to_numpy(), aligned.to_numpy(dtype=float), alpha=alpha, lam=lam)
             except TooFewLabels as e:
-                raise InputError(f"Run {runs.runs[name]} ({name}), metric {m!r}: {e}") from None
+                raise InputError(_too_few(e, run_id=run_id, name=name, rid=runs.runs[name], metric=m, out=out,
+                                          aligned=aligned, labels=labels, labels_only=labels_only)) from None
             human[name][m] = aligned
             result.estimates.setdefault(name, {})[m] = est
+            if labels_only:
+                continue
             if target_width is not None:
                 result.plans.setdefault(name, {})[m] = labels_needed(est, target_width)
             if est.selection_p is not None and est.selection_p < 0.01:
@@ -360,7 +429,7 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
     for w in result.warnings:
         warnings.warn(w, CalibrationWarning, stacklevel=2)
     if runs.parent is not None and runs.baseline is not None:
-        result.comparison = _calibrated_comparison(runs, outs, human, alpha, lam)
+        result.comparison = _calibrated_comparison(runs, outs, human, alpha, lam, labels_only=labels_only)
     if log:
         _log(runs, outs, frame, metrics, result, human)
     return result
@@ -403,7 +472,7 @@ def _conclusion(low: Any, high: Any, diff: Any, significant: Any = None) -> str:
 
 
 def _calibrated_comparison(runs: _Runs, outs: Mapping[str, Any], human: Mapping[str, Mapping[str, pd.Series]],
-                           alpha: float, lam: float | None) -> pd.DataFrame:
+                           alpha: float, lam: float | None, *, labels_only: bool = False) -> pd.DataFrame:
     from mlflow.tracking import MlflowClient
 
     from .compare import COMPARISON_FILE, LOWER_IS_BETTER
@@ -428,19 +497,28 @@ def _calibrated_comparison(runs: _Runs, outs: Mapping[str, Any], human: Mapping[
         if ha is not None and hb is not None:
             ja, jb = _judge_scores(outs[variant], metric), _judge_scores(outs[base], metric)
             ids = [i for i in ja.index if i in set(jb.index)]
+            sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+            mean = low = high = None
             try:
-                est = ppi_paired_diff(ja.reindex(ids).to_numpy(), jb.reindex(ids).to_numpy(),
-                                      ha.reindex(ids).to_numpy(dtype=float), hb.reindex(ids).to_numpy(dtype=float),
-                                      alpha=alpha, lam=lam)
+                if labels_only:
+                    diff = ha.reindex(ids).to_numpy(dtype=float) - hb.reindex(ids).to_numpy(dtype=float)
+                    only = labels_only_mean(diff, alpha=alpha)
+                    entry.update(labels_only_diff=only.mean, labels_only_ci_low=only.ci_low,
+                                 labels_only_ci_high=only.ci_high, n_labelled=only.n_labelled)
+                    mean, low, high = only.mean, only.ci_low, only.ci_high
+                else:
+                    est = ppi_paired_diff(ja.reindex(ids).to_numpy(), jb.reindex(ids).to_numpy(),
+                                          ha.reindex(ids).to_numpy(dtype=float),
+                                          hb.reindex(ids).to_numpy(dtype=float), alpha=alpha, lam=lam)
+                    entry.update(ppi_diff=est.mean, ppi_ci_low=est.ci_low, ppi_ci_high=est.ci_high,
+                                 n_labelled=est.n_labelled, labels_only_diff=est.classical_mean,
+                                 labels_only_ci_low=est.classical_ci_low, labels_only_ci_high=est.classical_ci_high)
+                    mean, low, high = est.mean, est.ci_low, est.ci_high
             except TooFewLabels as e:
                 entry["calibrated_conclusion"] = f"n/a: {e}"
-            else:
-                sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-                entry.update(ppi_diff=est.mean, ppi_ci_low=est.ci_low, ppi_ci_high=est.ci_high,
-                             n_labelled=est.n_labelled, labels_only_diff=est.classical_mean)
-                entry["calibrated_conclusion"] = _conclusion(sign * est.ci_low if sign > 0 else -est.ci_high,
-                                                             sign * est.ci_high if sign > 0 else -est.ci_low,
-                                                             sign * est.mean)
+            if mean is not None and low is not None and high is not None:
+                entry["calibrated_conclusion"] = _conclusion(sign * low if sign > 0 else -high,
+                                                             sign * high if sign > 0 else -low, sign * mean)
                 judge_diff = row.get("mean_diff")
                 entry["judge_conclusion"] = _conclusion(row.get("ci_low"), row.get("ci_high"),
                                                         None if judge_diff is None else sign * judge_diff,
@@ -597,6 +675,19 @@ def _human_labels_on_traces(traces: pd.DataFrame, metric: str) -> tuple[pd.Serie
             pd.Series([human.get(i, np.nan) for i in ids], index=ids, dtype=float))
 
 
+def _traces(run_id: str) -> pd.DataFrame:
+    """The run's traces, wherever its experiment is; an unknown run is an input error."""
+    from .tracking import run_traces
+
+    try:
+        return run_traces(run_id)
+    except Exception as e:
+        if "RESOURCE_DOES_NOT_EXIST" in str(e) or "not found" in str(e).lower():
+            raise InputError(f"No MLflow run {run_id!r} in the tracking store ({str(e)[:200]}); check the run id and "
+                             "the tracking URI.") from None
+        raise
+
+
 def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05, lam: float | None = None,
                      log: bool = True) -> dict[str, CalibratedEstimate]:
     """Calibrated estimates for an ``mlflow.genai.evaluate`` run from human feedback on its traces.
@@ -609,9 +700,7 @@ def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05
     Raises:
         InputError: a run with no traces, a metric with no judge scores, or fewer than 30 human labels.
     """
-    import mlflow
-
-    traces = mlflow.search_traces(run_id=run_id, return_type="pandas", include_spans=False, flush=True)
+    traces = _traces(run_id)
     if traces is None or len(traces) == 0:
         raise InputError(f"Run {run_id} has no traces; calibrate_traces is for mlflow.genai.evaluate runs.")
     out: dict[str, CalibratedEstimate] = {}
@@ -654,7 +743,7 @@ def queue_for_review(run_id: str, metrics: Sequence[str], n: int = 100, *, seed:
     import mlflow
     from mlflow.genai import label_schemas, review_queues
 
-    traces = mlflow.search_traces(run_id=run_id, return_type="pandas", include_spans=False, flush=True)
+    traces = _traces(run_id)
     if traces is None or len(traces) == 0:
         raise InputError(f"Run {run_id} has no traces to queue for review.")
     run = mlflow.tracking.MlflowClient().get_run(run_id)

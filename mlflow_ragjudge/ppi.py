@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CalibratedEstimate", "TooFewLabels", "ppi_mean", "ppi_paired_diff", "labels_needed", "MIN_LABELS"]
+__all__ = ["CalibratedEstimate", "LabelsOnlyEstimate", "TooFewLabels", "ppi_mean", "ppi_paired_diff",
+           "labels_only_mean", "labels_needed", "MIN_LABELS"]
 
 #: fewer labelled rows than this and no interval is given: the normal approximation the interval rests on (and the
 #: estimate of λ) is not trustworthy with so few labels
@@ -48,7 +49,21 @@ MIN_LABELS = 30
 
 
 class TooFewLabels(ValueError):
-    """Fewer labelled rows than the interval needs."""
+    """Fewer labelled rows than the interval needs.
+
+    Attributes (when raised by :func:`ppi_mean` / :func:`ppi_paired_diff`): ``n_usable`` labelled rows with a judge
+    score, ``n_labels`` labelled rows in all, ``n_excluded_labelled`` labelled rows the judge gave no score,
+    ``n_unlabelled`` scored rows still without a label, ``min_labelled`` the floor.
+    """
+
+    def __init__(self, message: str, *, n_usable: int = 0, n_labels: int = 0, n_excluded_labelled: int = 0,
+                 n_unlabelled: int = 0, min_labelled: int = MIN_LABELS) -> None:
+        super().__init__(message)
+        self.n_usable = n_usable
+        self.n_labels = n_labels
+        self.n_excluded_labelled = n_excluded_labelled
+        self.n_unlabelled = n_unlabelled
+        self.min_labelled = min_labelled
 
 
 @dataclass(frozen=True)
@@ -178,7 +193,8 @@ def _estimate(judge: np.ndarray, human: np.ndarray, *, alpha: float, lam: float 
         raise TooFewLabels(
             f"{what}: {n} labelled row(s) with a judge score, fewer than the {min_labelled} a calibrated interval "
             "needs (the normal interval and the estimate of the judge's bias are not trustworthy below that). Label "
-            f"more randomly sampled rows{lost}.")
+            f"more randomly sampled rows{lost}.", n_usable=n, n_labels=n + excluded_labelled,
+            n_excluded_labelled=excluded_labelled, n_unlabelled=big_n, min_labelled=min_labelled)
     y, yhat, yhat_u = human[labelled], judge[labelled], judge[unlabelled]
     lam_used = _ppi_lambda(y, yhat, yhat_u) if lam is None else float(lam)
     if big_n == 0:
@@ -247,6 +263,49 @@ def ppi_paired_diff(judge_a: Sequence[float] | np.ndarray, judge_b: Sequence[flo
     if not len(ja) == len(jb) == len(ha) == len(hb):
         raise ValueError(f"the four arrays must be aligned by row; lengths {len(ja)}, {len(jb)}, {len(ha)}, {len(hb)}")
     return _estimate(ja - jb, ha - hb, alpha=alpha, lam=lam, min_labelled=min_labelled, what="ppi_paired_diff")
+
+
+@dataclass(frozen=True)
+class LabelsOnlyEstimate:
+    """The mean of human labels alone with its normal interval (no judge involved): ``mean ± z · sd₀ / √n``.
+
+    What to report when a calibrated interval cannot be had -- every row labelled but the judge abstained on too
+    many, or no judge score at all. It estimates the mean over the rows the labels are a random sample of, judge
+    abstentions included (a calibrated estimate leaves those rows out).
+    """
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    se: float
+    alpha: float
+    n_labelled: int
+
+    def as_metrics(self, metric: str) -> dict[str, float]:
+        return {f"{metric}/labels_only_mean": self.mean, f"{metric}/labels_only_ci_low": self.ci_low,
+                f"{metric}/labels_only_ci_high": self.ci_high, f"{metric}/labels_only_n": float(self.n_labelled)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "method": "labels_only"}
+
+
+def labels_only_mean(human: Sequence[float] | np.ndarray, *, alpha: float = 0.05,
+                     min_labelled: int = MIN_LABELS) -> LabelsOnlyEstimate:
+    """The mean of the labels (NaN: unlabelled) and its classical normal interval, the same interval
+    :class:`CalibratedEstimate` reports as ``classical_*`` (population variance, ``z_{1−α/2}``).
+
+    Raises:
+        TooFewLabels: fewer than ``min_labelled`` labels.
+    """
+    z = _z(alpha)
+    y = _array(human, "human")
+    y = y[~np.isnan(y)]
+    if len(y) < min_labelled:
+        raise TooFewLabels(f"labels_only_mean: {len(y)} label(s), fewer than the {min_labelled} a normal interval "
+                           "needs; label more randomly sampled rows.", n_usable=len(y), n_labels=len(y),
+                           min_labelled=min_labelled)
+    mean, se = float(y.mean()), math.sqrt(float(np.var(y)) / len(y))
+    return LabelsOnlyEstimate(mean, mean - z * se, mean + z * se, se, alpha, int(len(y)))
 
 
 def labels_needed(estimate: CalibratedEstimate, target_width: float, *, n_rows: int | None = None) -> dict[str, Any]:
