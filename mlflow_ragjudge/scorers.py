@@ -44,7 +44,7 @@ from .inputs import (
     resolve_row_contexts,
     row_from_mlflow,
 )
-from .judged import resolve_embedder
+from .judged import EmbeddingsUnavailable, embeddings_fix, resolve_embedder
 from .offline import is_offline_judge, resolve_offline
 from .prompts import reference_text
 from .registry import MetricSpec, RunContext, get_metric
@@ -154,7 +154,12 @@ class MetricScorer(Scorer):
                                  "judge='offline:/lexical' for the offline judge (no LLM)")
             client = JudgeClient(judge, cache=cache, max_concurrency=max_concurrency, dedupe=True)
             self._source = client.backend.uri
-        embed = resolve_embedder(cfg.embeddings, client=client) if spec.needs_embeddings else None
+        embed = None
+        if spec.needs_embeddings:
+            try:
+                embed = resolve_embedder(cfg.embeddings, client=client)
+            except EmbeddingsUnavailable as e:
+                raise ValueError(f"the {metric} scorer needs embeddings ({e.reason}); {embeddings_fix(judge)}") from e
         self._spec = spec
         self._ctx = RunContext(client, cfg, embed, metrics=(metric,))
         if spec.judged:  # a judge object per scorer; deterministic metrics are set up per row (they are cheap)
