@@ -169,6 +169,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
     ev.add_argument("--language", default="en", help="judge prompt language (en, ja)")
     ev.add_argument("--k", help="retrieval cut-offs, e.g. 1,3,5,10")
+    _model_options(ev)
     ev.add_argument("--config", help="extra evaluator_config as a JSON object")
     ev.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
     ev.add_argument("--max-concurrency", type=int)
@@ -191,6 +192,7 @@ def _build_parser() -> argparse.ArgumentParser:
     es.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
     es.add_argument("--col", action="append", metavar="LOGICAL=COLUMN")
     es.add_argument("--language", default="en")
+    _model_options(es)
     es.add_argument("--config")
     ts = sub.add_parser("testset", help="generate (question, answer, gold document) rows from a corpus")
     ts.add_argument("corpus", help="a JSON object {doc_id: text}, or JSONL rows with 'id' and 'text'")
@@ -220,9 +222,10 @@ def _build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--metrics", help="comma-separated metric names (default: all the data supports)")
     sw.add_argument("--compare", help="comma-separated metrics to compare (default: all but near-duplicates)")
     sw.add_argument("--baseline", default="0", help="the baseline variant: its index in the grid or its name")
+    _model_options(sw)
     sw.add_argument("--config", help="extra evaluator_config as a JSON object")
     sw.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
-    sw.add_argument("--data-name", help="the dataset's name in MLflow")
+    sw.add_argument("--data-name", help="the dataset's name in MLflow (default: the data file's name)")
     sw.add_argument("--workers", type=int, default=1, help="questions answered in parallel (default 1)")
     sw.add_argument("--batch", action="store_true", help="judge calls through the provider's batch API (see evaluate)")
     sw.add_argument("--experiment", help="MLflow experiment name (created if missing)")
@@ -252,13 +255,34 @@ def _build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--metrics", help="with traces: comma-separated metrics whose human feedback to read")
     ca.add_argument("--alpha", type=float, default=0.05, help="error level of the intervals (default 0.05: 95%%)")
     ca.add_argument("--ppi", action="store_true", help="plain PPI (lambda = 1) instead of PPI++")
+    ca.add_argument("--labels-only", action="store_true",
+                    help="the classical interval of the labels alone (no judge score needed: rows the judge "
+                         "abstained on or failed count too), logged as <metric>/labels_only_*")
     ca.add_argument("--target-width", type=float,
                     help="also say about how many random labels give an interval this wide")
     ca.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    lg = sub.add_parser("log-saved", help="log an evaluation saved locally (after exit 5: the tracking store was "
+                        "unavailable) into MLflow, now that the store answers")
+    lg.add_argument("folder", help="the folder the failed run named (under RAGJUDGE_OUTPUT_DIR)")
+    lg.add_argument("--run-id", help="log into this existing run (e.g. the sweep child that could not be logged); "
+                    "default: a new run")
+    lg.add_argument("--experiment", help="MLflow experiment name for the new run (created if missing)")
+    lg.add_argument("--run-name", help="the new run's name")
+    lg.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     oj = sub.add_parser("offline-judge", add_help=False,
                         help="fit or measure the offline judge on public human labels (fit|report --data DIR)")
     oj.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    """The options that pick models besides the judge."""
+    p.add_argument("--embeddings", metavar="URI",
+                   help="embedding model for answer relevancy, e.g. openai:/text-embedding-3-small or "
+                        "'openai:/<embedding model>?base_url=http://host:port/v1' (default: the local MiniLM when "
+                        "the 'local' extra is installed, else answer relevancy is skipped, saying so)")
+    p.add_argument("--bertscore", action="store_true",
+                   help="also compute BERTScore F1 (a local transformer over every row; needs the 'local' extra)")
 
 
 def metrics_table() -> str:
@@ -299,6 +323,7 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.col:
         cfg["col_mapping"] = _kv(args.col, "--col")
     cfg["language"] = args.language
+    _model_config(args, cfg)
     if getattr(args, "k", None):
         cfg["k"] = [int(x) for x in args.k.split(",")]
     if getattr(args, "no_cache", False):
@@ -321,19 +346,29 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
+def _model_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    if getattr(args, "embeddings", None):
+        cfg["embeddings"] = args.embeddings
+    if getattr(args, "bertscore", False):
+        cfg["bertscore"] = True
+
+
 def run_evaluation(
     df: pd.DataFrame, cfg: dict[str, Any], *, experiment: str | None, run_name: str | None, tracking_uri: str | None
 ) -> tuple[str, Any]:
     import mlflow
 
-    from .evaluation import JudgeFailureWarning, evaluate_frame
-    from .evaluator import check_tracking_store, log_output, save_local
+    from .evaluation import CalibrationWarning, JudgeFailureWarning, evaluate_frame
+    from .evaluator import log_output, save_local
+    from .tracking import check_tracking_store
 
     # the tracking store must answer before a judge call is paid for
     check_tracking_store(tracking_uri, experiment, nothing="Nothing was sent to the judge.")
     with warnings.catch_warnings():
-        # the CLI names failing metrics itself, after the summary (see _exit_code)
+        # the CLI names failing metrics itself, after the summary (see _exit_code), and the summary says what
+        # became of each calibrated estimate
         warnings.simplefilter("ignore", JudgeFailureWarning)
+        warnings.simplefilter("ignore", CalibrationWarning)
         out = evaluate_frame(df, cfg)  # validates before starting a run: bad input leaves no empty run
     saved = save_local(out, run_name or "cli")  # before MLflow sees anything: a failing store cannot lose it
     try:
@@ -380,19 +415,26 @@ def _summary(run_id: str, out: Any) -> str:
         lines.append(judge)
     judged = [name for name in out.results if f"{name}/error_rate" in m]
     if judged:
-        lines.append(f"  {'metric':<22} {'mean':>8} {'count':>6} {'error_rate':>11} {'abstain_rate':>13}")
+        # counts, not rates: the mean is over the scored rows; abstained and failed rows are not in it
+        lines.append(f"  {'metric':<22} {'mean':>8} {'scored':>7} {'abstained':>10} {'failed':>7}   (of rows)")
         for name in judged:
             failing = {f["metric"] for f in out.failures}
             flag = "   <-- FAILING" if name in failing or (name in ("wscore", "lscore", "mscore")
                                                           and "multiturn" in failing) else ""
-            lines.append(f"  {name:<22} {_fmt(m.get(f'{name}/mean')):>8} {int(m.get(f'{name}/count', 0)):>6} "
-                         f"{m[f'{name}/error_rate']:>11.4f} {m.get(f'{name}/abstain_rate', 0.0):>13.4f}{flag}")
+            rows = int(m.get(f"{name}/count", 0))
+            counts = [int(m.get(f"{name}/{k}", 0)) for k in ("n_scored", "n_abstained", "n_failed")]
+            lines.append(f"  {name:<22} {_fmt(m.get(f'{name}/mean')):>8} {counts[0]:>7} {counts[1]:>10} "
+                         f"{counts[2]:>7}   ({rows}){flag}")
+    if out.skipped:
+        lines.append("skipped (not in this run):")
+        for name, reason in out.skipped.items():
+            lines.append(f"  {name}: {reason}")
     for name, cal in (out.config.get("calibration") or {}).items():
         if "error" in cal:
             lines.append(f"  {name}: no calibrated estimate -- {cal['error']}")
         else:
             alone = f"[{cal['classical_ci_low']:.3f}, {cal['classical_ci_high']:.3f}]"
-            lines.append(f"  {name}: calibrated by {cal['n_labelled']} human labels: {cal['mean']:.3f} "
+            lines.append(f"  {name}: calibrated by {int(cal['n_labelled'])} human labels: {cal['mean']:.3f} "
                          f"[{cal['ci_low']:.3f}, {cal['ci_high']:.3f}] (95%; labels alone {alone})"
                          + (f"  warning: {cal['warning']}" if "warning" in cal else ""))
     ks = sorted({int(mt.group(1)) for k in m if (mt := _AT_K.search(k))})
@@ -410,14 +452,14 @@ def _summary(run_id: str, out: Any) -> str:
         lines += plain
         if shown_k is not None and len(ks) > 1:
             lines.append(f"  (retrieval shown at k={shown_k}; k={ks} are all logged)")
-    for name, reason in out.skipped.items():
-        lines.append(f"  skipped {name}: {reason}")
     if "judge/calls" in m:
         cost = m.get("judge/cost_usd")
         usage = out.config.get("usage") or {}
+        shared = int(m.get("judge/shared", 0))
         lines.append(
-            f"judge usage: {int(usage.get('requests', 0))} requests, {int(m['judge/cache_hits'])} cache hits, "
-            f"{int(m['judge/input_tokens'])} input / {int(m['judge/output_tokens'])} output tokens"
+            f"judge usage: {int(usage.get('requests', 0))} requests sent, {int(m['judge/cache_hits'])} answered from "
+            f"the cache" + (f", {shared} shared by identical calls of this run" if shared else "")
+            + f", {int(m['judge/input_tokens'])} input / {int(m['judge/output_tokens'])} output tokens"
             + (f", ${cost:.4f}" if cost is not None else "")
         )
     for g in out.gate:
@@ -427,10 +469,12 @@ def _summary(run_id: str, out: Any) -> str:
     if offline:
         lines.append("For LLM judgements: --judge openai:/gpt-4o-mini (OPENAI_API_KEY set), or any OpenAI-compatible "
                      "server: --judge 'openai:/<model>?base_url=http://host:port/v1'.")
-    uri = mlflow.get_tracking_uri()
+    from .tracking import safe_tracking_uri, ui_hint
+
     run = mlflow.get_run(run_id)
-    lines.append(f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at {uri}")
-    lines.append(f"  view it with: mlflow ui --backend-store-uri {uri}")
+    lines.append(f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at "
+                 f"{safe_tracking_uri(mlflow.get_tracking_uri())}")
+    lines.append(f"  {ui_hint(run_id, experiment_id=run.info.experiment_id)}")
     return "\n".join(lines)
 
 
@@ -449,54 +493,91 @@ def _quickstart(args: argparse.Namespace) -> int:
     from . import example_rag
     from .evaluation import JudgeFailureWarning
     from .sweep import sweep
+    from .tracking import absolute_store_uri, env_command, safe_tracking_uri, ui_hint
 
     tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///ragjudge-quickstart.db"
     judge_name = re.sub(r"[^\w.-]+", "-", args.judge.split("?", 1)[0]).strip("-")
+    questions = example_rag.sample_questions()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JudgeFailureWarning)
-        result = sweep(example_rag.answer, list(QUICKSTART_VARIANTS), example_rag.sample_questions(),
+        result = sweep(example_rag.answer, list(QUICKSTART_VARIANTS), questions,
                        retriever=example_rag.retrieve, data_name="ragjudge-sample",
-                       evaluator_config={"judge": args.judge, "bertscore": "auto", "progress": False},
+                       evaluator_config={"judge": args.judge, "progress": False},
                        experiment=args.experiment, tracking_uri=tracking,
                        run_name=args.run_name or f"quickstart-{judge_name}-{time.strftime('%Y%m%d-%H%M%S')}",
                        verbose=True)
     print("The bundled example RAG system (BM25 + an extractive generator, not an LLM), three variants, over the "
-          f"{len(example_rag.sample_questions())} bundled questions:")
+          f"{len(questions)} bundled questions:")
     print(sweep_summary(result))
     uri = mlflow.get_tracking_uri()
     exp = mlflow.get_run(result.parent_run_id).info.experiment_id
-    print(f"MLflow: parent run {result.parent_run_id} in experiment {exp} ({args.experiment}) at {uri}")
-    print(f"  open the UI with: .venv/bin/mlflow ui --backend-store-uri {uri}   (then http://127.0.0.1:5000, "
-          f"experiment {args.experiment!r}; the parent run's Artifacts tab holds ragjudge/comparison.json)")
+    print(f"MLflow: parent run {result.parent_run_id} in experiment {exp} ({args.experiment}) at "
+          f"{safe_tracking_uri(uri)}")
+    print(f"  {ui_hint(result.parent_run_id, experiment_id=exp)}; the parent run's Artifacts tab holds "
+          "ragjudge/comparison.json")
+    store = f" --tracking-uri {absolute_store_uri(safe_tracking_uri(uri))}"
+    print(f"  next, calibrate the judge with your own labels (docs/calibration.md): {env_command('ragjudge')} "
+          f"label-sample {result.parent_run_id} --n {len(questions)} --metrics correctness --out labels.csv{store}")
     failing = [n for n, out in result.outputs.items() if out is not None and out.failures]
     return EXIT_JUDGE_FAILURES if failing else EXIT_OK
 
 
 def _import_callable(spec: str, what: str) -> Any:
-    """``module:function`` (importable from the current directory) or ``path/to/file.py:function``."""
+    """``module:function`` (importable from the current directory) or ``path/to/file.py:function``.
+
+    A file is loaded as Python runs a script: its own directory goes first on the import path, so it can import
+    the modules beside it. Any failure to import it (a missing module, a syntax error, an exception at import) is
+    a :class:`ValueError` naming the file or module and the error, which the CLI turns into exit 2.
+    """
     import importlib
     import importlib.util
+    import traceback
 
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--{what} {spec!r}: give MODULE:FUNCTION, e.g. my_rag:answer")
+
+    def failed(where: str, e: BaseException) -> ValueError:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
+        at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        if isinstance(e, SyntaxError) and e.filename:
+            at = f" at {Path(e.filename).name}:{e.lineno}"
+        hint = ""
+        if isinstance(e, ModuleNotFoundError):
+            hint = (f"; install {e.name!r} in this environment ({sys.executable} -m pip install ...) or put the module "
+                    "beside the pipeline file")
+        return ValueError(f"--{what} {spec!r}: importing {where} failed{at}: {type(e).__name__}: {e}{hint}")
+
     if module_name.endswith(".py"):
-        path = Path(module_name)
+        path = Path(module_name).expanduser()
         if not path.is_file():
             raise ValueError(f"--{what} {spec!r}: no such file {path}")
-        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # as `python path/to/file.py` does: the modules beside it import
+        name = f"_ragjudge_{what}_{path.stem}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
         if loader_spec is None or loader_spec.loader is None:
             raise ValueError(f"--{what} {spec!r}: cannot load {path}")
         module = importlib.util.module_from_spec(loader_spec)
-        loader_spec.loader.exec_module(module)
+        sys.modules[name] = module  # pickling, dataclasses and typing look the module up by name
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as e:
+            sys.modules.pop(name, None)
+            raise failed(str(path), e) from None
     else:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ValueError(f"--{what} {spec!r}: cannot import {module_name!r} ({e}); run from the directory that "
-                             "holds it, or give path/to/file.py:function") from None
+        except ModuleNotFoundError as e:
+            if e.name and module_name.split(".")[0] == e.name.split(".")[0]:
+                raise ValueError(f"--{what} {spec!r}: no module {module_name!r} here ({e}); run from the directory "
+                                 "that holds it, or give path/to/file.py:function") from None
+            raise failed(f"module {module_name!r}", e) from None
+        except Exception as e:
+            raise failed(f"module {module_name!r}", e) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"--{what} {spec!r}: {module_name} has no function {attr!r}")
@@ -535,7 +616,6 @@ def read_grid(path: str | Path) -> Any:
 
 
 def _sweep_command(args: argparse.Namespace) -> int:
-    import mlflow
 
     from .evaluation import JudgeFailureWarning
     from .sweep import sweep
@@ -553,6 +633,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
         config["metrics"] = [m.strip() for m in args.metrics.split(",") if m.strip()]
     if args.col:
         config["col_mapping"] = _kv(args.col, "--col")
+    _model_config(args, config)
     config.setdefault("progress", False)
     if args.batch and not config.get("batch"):
         config["batch"] = True
@@ -561,7 +642,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", JudgeFailureWarning)
         result = sweep(_import_callable(args.pipeline, "pipeline"), read_grid(args.grid), read_table(args.data),
                        evaluator_config=config, experiment=args.experiment, baseline=baseline,
-                       run_name=args.run_name, data_name=args.data_name, workers=args.workers,
+                       run_name=args.run_name, data_name=args.data_name or Path(args.data).stem, workers=args.workers,
                        retriever=_import_callable(args.retriever, "retriever") if args.retriever else None,
                        compare=[m.strip() for m in args.compare.split(",")] if args.compare else None,
                        tracking_uri=args.tracking_uri, verbose=True)
@@ -570,7 +651,9 @@ def _sweep_command(args: argparse.Namespace) -> int:
     for name in failing:
         for f in result.outputs[name].failures:  # type: ignore[union-attr]
             print(f"WARNING: variant {name!r}: {f['message']}", file=sys.stderr)
-    print(f"  view it with: mlflow ui --backend-store-uri {mlflow.get_tracking_uri()}")
+    from .tracking import ui_hint
+
+    print(f"  {ui_hint(result.parent_run_id)}")
     return EXIT_JUDGE_FAILURES if failing else EXIT_OK
 
 
@@ -597,12 +680,12 @@ def _exit_code(out: Any) -> int:
 
 def _labels_command(args: argparse.Namespace) -> int:
     """``ragjudge label-sample`` and ``ragjudge calibrate``."""
-    import mlflow
-
     from . import calibration
+    from .tracking import check_tracking_store, env_command
 
-    if args.tracking_uri:
-        mlflow.set_tracking_uri(args.tracking_uri)
+    check_tracking_store(args.tracking_uri, None, nothing="Nothing was read or logged.")
+    store = f" --tracking-uri {args.tracking_uri}" if args.tracking_uri else ""
+    ragjudge = env_command("ragjudge")
     metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()] or None
     if args.command == "label-sample":
         if args.review_queue:
@@ -610,8 +693,8 @@ def _labels_command(args: argparse.Namespace) -> int:
                 raise InputError("--review-queue needs --metrics (the metrics people label, e.g. correctness)")
             queue = calibration.queue_for_review(args.run_id, metrics, args.n, seed=args.seed)
             print(f"review queue {queue.name} ({queue.queue_id}): sampled traces of run {args.run_id} to label "
-                  f"for {', '.join(metrics)} in the MLflow UI; then: ragjudge calibrate {args.run_id} --metrics "
-                  f"{','.join(metrics)}")
+                  f"for {', '.join(metrics)} in the MLflow UI; then: {ragjudge} calibrate {args.run_id} --metrics "
+                  f"{','.join(metrics)}{store}")
             return 0
         if not args.out:
             raise InputError("label-sample needs --out FILE (.csv, .jsonl or .xlsx), or --review-queue")
@@ -619,12 +702,13 @@ def _labels_command(args: argparse.Namespace) -> int:
         label_cols = [c for c in frame.columns if c not in calibration.INFO_COLUMNS]
         print(f"{len(frame)} rows to label -> {args.out} ({frame['row_id'].nunique()} questions x "
               f"{frame['run_id'].nunique()} run(s), shuffled, no judge verdicts). Fill {', '.join(label_cols)} on each "
-              f"metric's scale (leave blank what you skip), then: ragjudge calibrate {args.run_id} --labels {args.out}")
+              f"metric's scale (leave blank what you skip), then: {ragjudge} calibrate {args.run_id} --labels "
+              f"{args.out}{store}")
         return 0
     lam = 1.0 if args.ppi else None
     if args.labels:
         result = calibration.calibrate(args.run_id, args.labels, alpha=args.alpha, lam=lam,
-                                       target_width=args.target_width)
+                                       target_width=args.target_width, labels_only=args.labels_only)
         print(result.summary())
         return 0
     if not metrics:
@@ -636,8 +720,33 @@ def _labels_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_saved_command(args: argparse.Namespace) -> int:
+    """``ragjudge log-saved FOLDER``: an evaluation saved locally when MLflow could not take it (exit 5), logged now
+    into a new run (or ``--run-id``), with the same summary and exit code as ``ragjudge evaluate``."""
+    import mlflow
+
+    from .evaluator import load_local, log_output
+    from .tracking import check_tracking_store
+
+    out = load_local(args.folder)
+    check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was logged; the saved folder is kept.")
+    if args.run_id:
+        mlflow.tracking.MlflowClient().get_run(args.run_id)  # an unknown run fails here, before anything is logged
+        log_output(out, args.run_id, saved=Path(args.folder), keep_local=True)
+        run_id = args.run_id
+    else:
+        with mlflow.start_run(run_name=args.run_name) as run:
+            log_output(out, run.info.run_id, saved=Path(args.folder), keep_local=True)
+            mlflow.set_tag("ragjudge.logged_from", str(Path(args.folder).resolve()))
+        run_id = run.info.run_id
+    print(_summary(run_id, out))
+    print(f"(logged from {args.folder}; that folder is kept and can be deleted now)")
+    return _exit_code(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no progress bars between our lines
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["offline-judge"]:
         from .offline_fit import main as offline_main
@@ -659,6 +768,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep_command(args)
         elif args.command in ("label-sample", "calibrate"):
             return _labels_command(args)
+        elif args.command == "log-saved":
+            return _log_saved_command(args)
         elif args.command == "testset":
             from .client import JudgeClient
             from .testset import generate_testset
@@ -708,6 +819,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except LoggingFailed as e:
         print(f"error: {e}", file=sys.stderr)
+        if e.saved_to is not None:
+            from .tracking import env_command
+
+            where = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (
+                ("experiment", getattr(args, "experiment", None)), ("run_name", getattr(args, "run_name", None)),
+                ("tracking_uri", getattr(args, "tracking_uri", None))) if v)
+            print(f"when the tracking store answers again, log them with: {env_command('ragjudge')} log-saved "
+                  f"{e.saved_to}{' ' + where if where else ''}", file=sys.stderr)
         return EXIT_NOT_LOGGED
     print(_summary(run_id, out))
     return _exit_code(out)

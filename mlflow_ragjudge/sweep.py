@@ -413,8 +413,14 @@ def _params_key(kwargs: Mapping[str, Any]) -> str:
 
 
 def _data_name(data: pd.DataFrame, given: str | None) -> str:
+    """The dataset's name in MLflow: ``given``, else the DataFrame's own name (``df.attrs["name"]``, or a ``name``
+    attribute set on it), else ``data-<hash of its first column>``."""
     if given:
         return given
+    own = data.attrs.get("name") if isinstance(data.attrs, dict) else None
+    own = own or data.__dict__.get("name")
+    if isinstance(own, str) and own.strip():
+        return own.strip()
     digest = hashlib.sha256("\x1f".join(map(str, data.iloc[:, 0].tolist())).encode("utf-8", "surrogatepass"))
     return f"data-{digest.hexdigest()[:8]}"
 
@@ -490,7 +496,8 @@ def sweep(
         run_name: the parent run's name (default ``sweep-<data name>-<time>``).
         retriever: the E3 retriever, ``retriever(query, **params)``, called with each variant's parameters (the
             ones it accepts) and question + reference answer.
-        data_name: the dataset's name in MLflow (default from a hash of its first column).
+        data_name: the dataset's name in MLflow (default: ``data.attrs["name"]`` where set, else
+            ``data-<hash of its first column>``; the CLI uses the data file's name).
         pipeline_version: a label to add to the generation cache key (when the pipeline's behaviour changes
             without its source changing).
         compare: the metrics to compare (default: :func:`mlflow_ragjudge.compare.default_metrics`).
@@ -507,7 +514,8 @@ def sweep(
     import mlflow
 
     from .compare import comparison_figures, log_comparison, paired_comparison, scores_by_row
-    from .evaluator import check_tracking_store, log_output, save_local
+    from .evaluator import log_output, save_local
+    from .tracking import check_tracking_store
 
     if not callable(pipeline):
         raise InputError(f"pipeline must be callable: pipeline(question, **params) -> answer; got "
@@ -521,6 +529,7 @@ def sweep(
         raise ValueError("give the E3 retriever once: sweep(retriever=...) (called with each variant's parameters) "
                          "or evaluator_config['retriever'], not both")
     cfg = RagJudgeConfig.from_dict(config)
+    given_name = data_name or (_data_name(data, None) if isinstance(data, pd.DataFrame) and len(data) else None)
     data = _check_data(data, cfg)
     param_list = expand_variants(variants)
     names = variant_names(param_list)
@@ -567,7 +576,7 @@ def sweep(
     evaluate_frame(probe, {**config, "dry_run": True, "progress": False,
                            "retriever": _retriever_for(retriever, kwargs_list[0]) or config.get("retriever")})
 
-    dname = _data_name(data, data_name)
+    dname = _data_name(data, given_name)
     parent_name = run_name or f"sweep-{dname}-{time.strftime('%Y%m%d-%H%M%S')}"
     logged_data = data.copy()
     for col in logged_data.columns:  # MLflow's dataset schema wants plain cells: lists as JSON text

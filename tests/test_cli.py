@@ -37,10 +37,11 @@ def test_cli_evaluate_creates_a_run(fake_llm, monkeypatch, jsonl, tmp_tracking, 
                "--run-name", "variant-a", "--k", "1,2", "--no-cache"])
     out = capsys.readouterr().out
     assert rc == 0
-    # the summary leads with each judged metric: mean, count, error rate, abstain rate
+    # the summary leads with each judged metric: its mean, then how many rows were scored, abstained, failed (of all)
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["metric", "mean"])
-    assert lines[header + 1].split() == ["correctness", "4.0000", "2", "0.0000", "0.0000"]
+    assert lines[header].split()[2:5] == ["scored", "abstained", "failed"]
+    assert lines[header + 1].split() == ["correctness", "4.0000", "2", "0", "0", "(2)"]
     assert "MLflow run" in out and out.index("correctness") < out.index("precision_at_")
     exp = mlflow.get_experiment_by_name("cli-exp")
     runs = MlflowClient().search_runs([exp.experiment_id])

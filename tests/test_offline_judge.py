@@ -284,7 +284,7 @@ def test_cli_labels_offline_estimates_and_says_how_to_switch(tmp_path, tmp_track
     out = capsys.readouterr().out
     assert "OFFLINE judge" in out and "offline estimates" in out and "held-out agreement" in out
     assert "--judge openai:/gpt-4o-mini" in out
-    assert "skipped answer_relevancy" in out
+    assert "skipped (not in this run):\n  answer_relevancy: the offline judge" in out
 
 
 def test_cli_evaluate_without_a_judge_uses_the_offline_judge(tmp_path, tmp_tracking, data, capsys):
@@ -309,8 +309,8 @@ def test_offline_uri_forms():
 
 
 def test_the_main_job_runs_without_torch(tmp_path):
-    """The quickstart with torch made unimportable: the offline judge and every metric but BERTScore run (it is
-    skipped with the install command), and nothing imports torch."""
+    """The quickstart with torch made unimportable: the offline judge and every metric run (BERTScore is not asked
+    for: it runs only when asked), and nothing imports torch."""
     code = f"""
 import sys, importlib.abc
 class NoTorch(importlib.abc.MetaPathFinder):
@@ -325,6 +325,6 @@ sys.exit(rc)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "offline estimates" in proc.stdout and "skipped bertscore_f1" in proc.stdout
+    assert "offline estimates" in proc.stdout and "bertscore" not in proc.stdout
     means = [float(m) for m in re.findall(r"correctness=([0-9.]+)", proc.stdout)]
     assert len(means) == 3 and not any(math.isnan(m) for m in means) and "faithfulness=" in proc.stdout
