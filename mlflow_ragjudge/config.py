@@ -166,8 +166,9 @@ class RagJudgeConfig:
         max_attempts: attempts per judge request.
         k: cut-offs for retrieval metrics (int or list).
         relevance_threshold: grade at which a document counts as relevant (trec_eval -l).
-        bertscore: ``auto`` (compute when a local model is available, else skip with
-            the reason), True (required), False (skip).
+        bertscore: False (default: not computed -- it runs a local transformer over every row), True
+            (computed; an input error when the local model is unavailable), ``auto`` (computed when the local
+            model is available, else skipped with the reason).
         n_boot, seed: bootstrap resamples and seed for meta-evaluation intervals.
         faithfulness_evidence: ``contexts`` (RAGAS's definition, default) or ``gold`` (the
             ``gold_documents``; seed 001's variant, which then also reflects retrieval quality).
@@ -216,7 +217,7 @@ class RagJudgeConfig:
     max_attempts: int = 6
     k: int | list[int] = field(default_factory=lambda: [1, 3, 5, 10])
     relevance_threshold: float = 1
-    bertscore: bool | str = "auto"
+    bertscore: bool | str = False
     n_boot: int = 1000
     seed: int = 0
     faithfulness_evidence: str = "contexts"

@@ -631,8 +631,8 @@ class _LexicalState:
 
 def _setup(ctx: Any) -> _LexicalState:
     setting = ctx.cfg.bertscore
-    if setting is False:
-        return _LexicalState(None, "disabled by config (bertscore=False)")
+    if setting is False:  # the default: BERTScore (a forward pass of a local model per row) only when asked for
+        return _LexicalState(None, None)
     try:
         return _LexicalState(BertScorer.load(), None)
     except BertScoreUnavailable as e:
@@ -701,7 +701,7 @@ def _spec() -> Any:
         setup=_setup,
         score_batch=_score_batch,
         finish=_finish,
-        description="lexical baselines: word recall, ROUGE-L F1 and (with the local model) BERTScore F1",
+        description="lexical baselines: word recall, ROUGE-L F1 and, with bertscore=True, BERTScore F1",
     )
 
 
