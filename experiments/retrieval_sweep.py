@@ -67,7 +67,28 @@ def main(argv: list[str] | None = None) -> int:
     print(result.summary())
     if args.generator == "extractive":
         print("generator: extractive (copies context sentences; not an LLM)")
+    print()
+    print(table(result))
     return 0
+
+
+#: the columns of the table in docs/experiments.md: (header, metric)
+COLUMNS = (("correctness", "correctness/mean"), ("abstain", "correctness/abstain_rate"),
+           ("faithfulness", "faithfulness/mean"), ("context precision", "context_precision/mean"),
+           ("context recall", "context_recall/mean"), ("map", "map/mean"), ("recall@3", "recall_at_3/mean"),
+           ("ctx ROUGE-L recall", "context_rougeL_recall/mean"))
+
+
+def table(result: rj.SweepResult) -> str:
+    """Each variant's headline means as a Markdown table (the one in docs/experiments.md)."""
+    head = "| chunk | k | rerank | " + " | ".join(h for h, _ in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (3 + len(COLUMNS))]
+    for name, params in result.variants.items():
+        out = result.outputs.get(name)
+        cells = [f"{out.metrics[m]:.3f}" if out is not None and m in out.metrics else "-" for _, m in COLUMNS]
+        lines.append(f"| {params.get('chunk_size')} | {params.get('top_k')} | {params.get('reranker', 'off')} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -150,17 +150,21 @@ def _coverage(query: str, text: str) -> float:
 
 @functools.cache
 def sample_corpus() -> dict[str, str]:
-    """The bundled corpus ``data/sample_corpus.json``: 10 short Db2 documents, ``doc_id -> text``."""
+    """The bundled corpus ``data/sample_corpus.json``: 32 short Db2 documents, ``doc_id -> text``."""
     text = (resources.files("mlflow_ragjudge") / "data" / "sample_corpus.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
 
 
 def sample_questions() -> pd.DataFrame:
-    """The bundled questions (``data/sample_rag.jsonl``): ``question``, ``reference``, ``relevant_doc_ids``,
-    ``group`` -- the answers, contexts and ids of the file's own system are left out: a pipeline makes its own."""
-    with resources.as_file(resources.files("mlflow_ragjudge") / "data" / "sample_rag.jsonl") as p:
+    """The bundled questions (``data/sample_questions.jsonl``): 40 questions over the bundled corpus, with
+    ``question``, ``reference``, ``relevant_doc_ids`` and ``group`` -- enough for a calibrated interval (30 labels
+    per variant) and a paired comparison with some power. A pipeline makes its own answers, contexts and ids.
+    (``data/sample_rag.jsonl`` holds the first 8 with one system's recorded outputs, for the benchmarks.)"""
+    with resources.as_file(resources.files("mlflow_ragjudge") / "data" / "sample_questions.jsonl") as p:
         df = pd.read_json(p, lines=True, dtype=False)
-    return df[["question", "reference", "relevant_doc_ids", "group"]].copy()
+    df = df[["question", "reference", "relevant_doc_ids", "group"]].copy()
+    df.attrs["name"] = "ragjudge-sample"
+    return df
 
 
 @functools.lru_cache(maxsize=64)
