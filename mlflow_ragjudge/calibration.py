@@ -49,6 +49,7 @@ from .ppi import (
     ppi_mean,
     ppi_paired_diff,
 )
+from .tracking import run_traces
 
 __all__ = ["label_sample", "calibrate", "CalibrationResult", "calibrate_traces", "queue_for_review",
            "SAMPLE_FILE", "LABELS_FILE", "CALIBRATION_FILE", "CALIBRATED_COLUMNS"]
@@ -677,8 +678,6 @@ def _human_labels_on_traces(traces: pd.DataFrame, metric: str) -> tuple[pd.Serie
 
 def _traces(run_id: str) -> pd.DataFrame:
     """The run's traces, wherever its experiment is; an unknown run is an input error."""
-    from .tracking import run_traces
-
     try:
         return run_traces(run_id)
     except Exception as e:

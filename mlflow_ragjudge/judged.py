@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
+from .backends import safe_url
 from .client import JudgeClient
 
 __all__ = ["resolve_embedder", "EmbeddingsUnavailable", "embeddings_fix"]
@@ -29,14 +31,10 @@ class EmbeddingsUnavailable(RuntimeError):
 def embeddings_fix(judge: Any = None) -> str:
     """How to give answer relevancy an embedding model, on the command line and in Python; with an
     OpenAI-compatible judge on a server of its own (``?base_url=``), the example points at that server."""
-    from urllib.parse import parse_qsl
-
     base_url = None
     if isinstance(judge, str) and "?" in judge:
         base_url = dict(parse_qsl(judge.split("?", 1)[1])).get("base_url")
     if base_url:
-        from .backends import safe_url
-
         example = f"'openai:/<embedding model>?base_url={safe_url(base_url)}' (an embedding model your server serves)"
     else:
         example = "'openai:/text-embedding-3-small' or 'openai:/<embedding model>?base_url=http://host:port/v1'"

@@ -5,7 +5,7 @@
 # Which extras: RAGJUDGE_TEST_EXTRAS when set ("dev" = light, "dev,local" = everything). Otherwise "dev,local" where
 # PyTorch comes from a file already on this machine (pip finds torch==2.13.0 with --no-index: the machines this
 # project is built and CI'd on keep a CPU wheel), where .venv already has torch, or in CI (CI=true); else "dev": no
-# 2.5 GB CUDA download on an ordinary machine, and the 21 BERTScore / local-embedding tests skip, saying why.
+# 2.5 GB CUDA download on an ordinary machine, and the 10 BERTScore / local-embedding tests skip, saying why.
 # See scripts/setup_env.sh for where torch comes from.
 set -euo pipefail
 cd "$(dirname "$0")/.."

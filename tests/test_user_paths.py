@@ -423,6 +423,30 @@ def test_every_row_labelled_but_the_judge_abstained_says_what_to_do(store, tmp_p
     assert m["correctness/labels_only_ci_high"] == pytest.approx(human.mean() + half)
 
 
+# ----------------------------------------------------------------------------- 8. BERTScore only when asked for
+
+
+def test_bertscore_runs_only_when_asked_for(store, tmp_path, capsys):
+    from mlflow_ragjudge.lexical import BertScorer, LocalModelUnavailable
+
+    exp, data = _experiment("bertscore"), _data(tmp_path)
+    base = ["evaluate", str(data), "--metrics", "lexical", "--experiment", exp, "--tracking-uri", store]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "bertscore_f1" not in out  # not computed, and not a "skipped" line either: nobody asked for it
+    try:
+        BertScorer.load()
+    except LocalModelUnavailable:  # the light install: asking for it is a clear input error, before any work
+        assert main([*base, "--bertscore"]) == 2
+        assert "bertscore=True but BERTScore is unavailable" in capsys.readouterr().err
+        return
+    assert main([*base, "--bertscore"]) == 0
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name(exp).experiment_id],
+                              order_by=["attributes.start_time ASC"])
+    assert "bertscore_f1/mean" not in runs[0].data.metrics and 0 < runs[1].data.metrics["bertscore_f1/mean"] <= 1
+
+
 # ----------------------------------------------------------------------------- 7. hints that work
 
 
