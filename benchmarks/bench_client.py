@@ -73,12 +73,12 @@ sys.path.insert(0, str(ROOT))
 import openai  # noqa: E402
 from _server_process import ServerProcess as _ServerProcess  # noqa: E402
 
-from mlflow_ragjudge.backends import ChatRequest  # noqa: E402
-from mlflow_ragjudge.backends.openai import OpenAIBackend  # noqa: E402
-from mlflow_ragjudge.cache import CallCache  # noqa: E402
-from mlflow_ragjudge.client import CallResult, JudgeClient  # noqa: E402
-from mlflow_ragjudge.parsing import parse_score_reply  # noqa: E402
-from mlflow_ragjudge.prompts import load_prompt  # noqa: E402
+from mlflow_ragjudge.llm.backends import ChatRequest  # noqa: E402
+from mlflow_ragjudge.llm.backends.openai import OpenAIBackend  # noqa: E402
+from mlflow_ragjudge.llm.cache import CallCache  # noqa: E402
+from mlflow_ragjudge.llm.client import CallResult, JudgeClient  # noqa: E402
+from mlflow_ragjudge.llm.parsing import parse_score_reply  # noqa: E402
+from mlflow_ragjudge.llm.prompts import load_prompt  # noqa: E402
 
 MODEL = "prometheus-bench"
 API_KEY = "sk-bench-not-a-secret"

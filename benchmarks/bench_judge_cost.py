@@ -42,17 +42,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakellm import FakeLLMServer  # noqa: E402
 
-from mlflow_ragjudge.backends import ChatRequest  # noqa: E402
-from mlflow_ragjudge.client import JudgeClient  # noqa: E402
-from mlflow_ragjudge.judges.context import (  # noqa: E402
-    ContextPrecisionJudge,
-    ContextRecallJudge,
-    ContextRelevanceJudge,
-)
-from mlflow_ragjudge.judges.faithfulness import FaithfulnessJudge  # noqa: E402
-from mlflow_ragjudge.judges.relevancy import AnswerRelevancyJudge  # noqa: E402
-from mlflow_ragjudge.judges.statements import StatementExtractor  # noqa: E402
-from mlflow_ragjudge.text import split_sentences, word_set  # noqa: E402
+from mlflow_ragjudge.core.text import split_sentences, word_set  # noqa: E402
+from mlflow_ragjudge.llm.backends import ChatRequest  # noqa: E402
+from mlflow_ragjudge.llm.client import JudgeClient  # noqa: E402
+from mlflow_ragjudge.metrics.answer_relevancy import AnswerRelevancyJudge  # noqa: E402
+from mlflow_ragjudge.metrics.context import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge  # noqa: E402,E501
+from mlflow_ragjudge.metrics.faithfulness import FaithfulnessJudge  # noqa: E402
+from mlflow_ragjudge.metrics.statements import StatementExtractor  # noqa: E402
 
 DATA = ROOT / "mlflow_ragjudge" / "data" / "sample_rag.jsonl"
 METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_recall", "context_relevance")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlflow_ragjudge.retrieval import aggregate_queries, score_queries, score_query  # noqa: E402
+from mlflow_ragjudge.metrics.retrieval import aggregate_queries, score_queries, score_query  # noqa: E402
 
 KS = (1, 3, 5, 10)
 # Our metric name -> (pytrec_eval name, ranx name, ir_measures name).

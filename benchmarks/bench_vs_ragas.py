@@ -184,7 +184,7 @@ def _overlap(a: str, b: str) -> float:
 
 
 def _sentences(text: str) -> list[str]:
-    from mlflow_ragjudge.text import split_sentences
+    from mlflow_ragjudge.core.text import split_sentences
 
     return split_sentences(text)
 
@@ -335,7 +335,7 @@ def run_ours(url: str, metric: str, rows: list[dict], mode: str, cache_dir: Path
     import pandas as pd
 
     from mlflow_ragjudge import evaluate_frame
-    from mlflow_ragjudge.client import JudgeClient
+    from mlflow_ragjudge.llm.client import JudgeClient
 
     os.environ["RAGJUDGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache_", dir=cache_dir)
     df = pd.DataFrame([{"question": r["question"], "answer": r["answer"], "reference": r["reference"],

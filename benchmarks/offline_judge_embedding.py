@@ -24,10 +24,10 @@ def main() -> None:
 
     from scipy import stats
 
-    import mlflow_ragjudge.offline as offline
-    import mlflow_ragjudge.offline_fit as fit
-    from mlflow_ragjudge.lexical import LocalEmbedder
-    from mlflow_ragjudge.public_data import load_mtrag, load_nq301
+    import mlflow_ragjudge.metrics.offline as offline
+    import mlflow_ragjudge.workflows.offline_fit as fit
+    from mlflow_ragjudge.metrics.lexical import LocalEmbedder
+    from mlflow_ragjudge.workflows.public_data import load_mtrag, load_nq301
 
     nq, m = load_nq301(args.data), load_mtrag(args.data)
     embedder = LocalEmbedder.load()

@@ -71,7 +71,7 @@ def study(judge: np.ndarray, human: np.ndarray, ns: list[int], draws: int, rng: 
     """Coverage of PPI++ (lam=None), PPI (lam=1) and the classical interval over ``draws`` label draws per ``n``.
 
     With ``judge_b`` / ``human_b`` the estimand is the paired mean difference ``a - b`` (ppi_paired_diff)."""
-    from mlflow_ragjudge.ppi import ppi_mean, ppi_paired_diff
+    from mlflow_ragjudge.engine.ppi import ppi_mean, ppi_paired_diff
 
     paired = judge_b is not None
     rows = len(judge)
@@ -127,9 +127,9 @@ def study(judge: np.ndarray, human: np.ndarray, ns: list[int], draws: int, rng: 
 
 
 def _nq301(data: Path) -> Any:
-    from mlflow_ragjudge.offline import OfflineJudge
-    from mlflow_ragjudge.offline_fit import SPLIT_SALT
-    from mlflow_ragjudge.public_data import half_split, load_nq301
+    from mlflow_ragjudge.metrics.offline import OfflineJudge
+    from mlflow_ragjudge.workflows.offline_fit import SPLIT_SALT
+    from mlflow_ragjudge.workflows.public_data import half_split, load_nq301
 
     nq = load_nq301(data)
     judge = OfflineJudge()
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.draws < 2:
         ap.error("--draws must be at least 2")
 
-    from mlflow_ragjudge.public_data import load_mtrag
+    from mlflow_ragjudge.workflows.public_data import load_mtrag
 
     t0 = time.perf_counter()
     rng = np.random.default_rng(args.seed)

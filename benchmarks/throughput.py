@@ -79,7 +79,7 @@ import pandas as pd  # noqa: E402
 from _server_process import ServerProcess as _ServerProcess  # noqa: E402
 
 from mlflow_ragjudge import evaluate_frame  # noqa: E402
-from mlflow_ragjudge.client import configure_provider  # noqa: E402
+from mlflow_ragjudge.llm.client import configure_provider  # noqa: E402
 
 OFFLINE_METRICS = ("correctness", "faithfulness", "context_precision", "context_recall", "context_relevance",
                    "lexical", "retrieval")

@@ -13,8 +13,8 @@ import pytest
 
 from mlflow_ragjudge import evaluate_frame
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.evaluation import InputError, InvalidTextWarning
-from mlflow_ragjudge.types import metric_name_part
+from mlflow_ragjudge.core.errors import InputError, InvalidTextWarning
+from mlflow_ragjudge.core.types import metric_name_part
 
 BASE = {
     "question": ["What is X?", "What is Y?"],
@@ -168,7 +168,7 @@ def test_lone_surrogates_are_replaced_with_a_warning_and_the_run_completes(fake_
     assert out.config["text_repairs"] == [{"row": 0, "column": "answer", "replaced": 1},
                                           {"row": 0, "column": "group", "replaced": 1}]
     assert out.metrics["correctness/count"] == 2
-    from mlflow_ragjudge.evaluator import log_output
+    from mlflow_ragjudge.adapters.evaluator import log_output
 
     with mlflow.start_run() as run:  # the table and transcripts log (this crashed after paid calls before)
         log_output(out, run.info.run_id)
@@ -186,7 +186,7 @@ def test_long_and_odd_group_names_are_logged_under_distinct_recognisable_names(f
     for n in names.values():
         assert f"correctness/count/{n}" in out.metrics
     assert out.config["metric_name_parts"] == {"a:b": names["a:b"], long: names[long]}
-    from mlflow_ragjudge.evaluator import log_output
+    from mlflow_ragjudge.adapters.evaluator import log_output
 
     with mlflow.start_run() as run:
         log_output(out, run.info.run_id)  # MLflow accepts every name (it refused the 305-character one before)
@@ -249,7 +249,7 @@ SCORER_CASES = [
 
 @pytest.mark.parametrize("cls, kwargs, phrase", [c[1:] for c in SCORER_CASES], ids=[c[0] for c in SCORER_CASES])
 def test_bad_scorer_settings_are_refused_at_construction(fake_llm, judge, cls, kwargs, phrase):
-    from mlflow_ragjudge import scorers
+    from mlflow_ragjudge.adapters import scorers
 
     with pytest.raises(ValueError) as e:
         getattr(scorers, cls)(judge, **kwargs)
@@ -258,7 +258,7 @@ def test_bad_scorer_settings_are_refused_at_construction(fake_llm, judge, cls, k
 
 
 def test_a_scorer_row_missing_its_inputs_is_a_documented_per_row_failure(fake_llm, judge):
-    from mlflow_ragjudge.scorers import Correctness
+    from mlflow_ragjudge.adapters.scorers import Correctness
 
     feedback = Correctness(judge, cache=False)(inputs={"question": "q"}, outputs="a", expectations={})
     assert feedback.error.error_code == "invalid_input" and "reference" in feedback.error.error_message

@@ -18,9 +18,9 @@ from compliant_model import CompliantModel
 from fakellm import Reply, embed_text
 
 from mlflow_ragjudge import FakeBackend, InputError, evaluate_frame
-from mlflow_ragjudge.batch import BatchOptions
-from mlflow_ragjudge.cache import CallCache
 from mlflow_ragjudge.cli import main
+from mlflow_ragjudge.llm.batch import BatchOptions
+from mlflow_ragjudge.llm.cache import CallCache
 
 METRICS = ["correctness", "faithfulness", "answer_relevancy", "context_precision", "context_recall"]
 FAST = {"poll_interval": 0.05, "max_poll_interval": 0.2, "progress": False}
@@ -265,7 +265,7 @@ def test_a_sweep_judges_every_variant_through_batches(model, tmp_path, tmp_track
 def test_servers_that_refuse_json_schema_are_negotiated_down_inside_batches(fake_llm, tmp_path, mode):
     """A provider-compatible server whose batch lines refuse ``response_format`` json_schema (or any format): the
     refusals move the connection to a weaker mode, as on the synchronous path, and the calls are sent again in it."""
-    from mlflow_ragjudge.backends.openai import forget_negotiations
+    from mlflow_ragjudge.llm.backends.openai import forget_negotiations
 
     fake_llm.set_handler(CompliantModel(mode))
     df = _rows(8)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from mlflow_ragjudge import InputError, evaluate_frame
-from mlflow_ragjudge.checks import contract_violation, is_refusal
+from mlflow_ragjudge.metrics.checks import contract_violation, is_refusal
 
 SCHEMA = {
     "type": "object",
@@ -94,7 +94,7 @@ def test_the_refusal_check_without_phrases_uses_the_whole_answer(df):
 
 
 def test_checks_as_scorers():
-    from mlflow_ragjudge.scorers import MetricScorer
+    from mlflow_ragjudge.adapters.scorers import MetricScorer
 
     fbs = MetricScorer("citations")(inputs="q", outputs={"answer": "a", "citations": ["d1"],
                                                          "retrieved_doc_ids": ["d1", "d2"]})

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from mlflow_ragjudge import claims
+from mlflow_ragjudge.core import claims
 
 # --------------------------------------------------------------------------- our vectors (always run)
 

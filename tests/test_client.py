@@ -9,12 +9,12 @@ import time
 import pytest
 from fakellm import Reply
 
-from mlflow_ragjudge.backends import ChatRequest, JsonSchema, resolve_backend
-from mlflow_ragjudge.backends.anthropic import AnthropicBackend
-from mlflow_ragjudge.backends.openai import OpenAIBackend
-from mlflow_ragjudge.cache import CallCache
-from mlflow_ragjudge.client import JudgeClient, ParseError, ProviderGate, gate_for
-from mlflow_ragjudge.parsing import parse_score_reply
+from mlflow_ragjudge.llm.backends import ChatRequest, JsonSchema, resolve_backend
+from mlflow_ragjudge.llm.backends.anthropic import AnthropicBackend
+from mlflow_ragjudge.llm.backends.openai import OpenAIBackend
+from mlflow_ragjudge.llm.cache import CallCache
+from mlflow_ragjudge.llm.client import JudgeClient, ParseError, ProviderGate, gate_for
+from mlflow_ragjudge.llm.parsing import parse_score_reply
 
 SECRET_OPENAI = "sk-test-SECRET-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-SECRET-abcdef0123456789"
@@ -206,7 +206,7 @@ def test_max_concurrency_caps_each_client_and_never_changes_another(fake_llm, tm
 
 
 def test_configure_provider_limits_every_client_of_the_connection(fake_llm):
-    from mlflow_ragjudge.client import configure_provider
+    from mlflow_ragjudge.llm.client import configure_provider
 
     fake_llm.latency = 0.05
     backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url + "/", api_key="k", structured="none")

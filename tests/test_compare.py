@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mlflow_ragjudge.compare import COLUMNS, default_metrics, holm, paired_comparison, scores_by_row
-from mlflow_ragjudge.types import JudgeResult
+from mlflow_ragjudge.core.types import JudgeResult
+from mlflow_ragjudge.workflows.compare import COLUMNS, default_metrics, holm, paired_comparison, scores_by_row
 
 
 def test_holm_against_its_definition():

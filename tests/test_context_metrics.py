@@ -9,16 +9,12 @@ import threading
 import pytest
 from fakellm import Reply, embed_text
 
-from mlflow_ragjudge.client import JudgeClient
-from mlflow_ragjudge.judges.context import (
-    ContextPrecisionJudge,
-    ContextRecallJudge,
-    ContextRelevanceJudge,
-    split_context_sentences,
-)
-from mlflow_ragjudge.judges.relevancy import AnswerRelevancyJudge
-from mlflow_ragjudge.judges.statements import StatementExtractor
-from mlflow_ragjudge.types import Status
+from mlflow_ragjudge.core.text import split_context_sentences
+from mlflow_ragjudge.core.types import Status
+from mlflow_ragjudge.llm.client import JudgeClient
+from mlflow_ragjudge.metrics.answer_relevancy import AnswerRelevancyJudge
+from mlflow_ragjudge.metrics.context import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge
+from mlflow_ragjudge.metrics.statements import StatementExtractor
 
 PRECISION_MARK = "were retrieved for the QUESTION"
 STATEMENTS_MARK = "Break the TEXT below into a list of claims"

@@ -17,9 +17,9 @@ import pytest
 from compliant_model import CompliantModel
 
 import mlflow_ragjudge as rj
-from mlflow_ragjudge.backends import ChatRequest, JsonSchema
-from mlflow_ragjudge.registry import MetricSpec, metric_names, register_metric, unregister_metric
-from mlflow_ragjudge.types import JudgeResult
+from mlflow_ragjudge.core.types import JudgeResult
+from mlflow_ragjudge.llm.backends import ChatRequest, JsonSchema
+from mlflow_ragjudge.metrics.spec import MetricSpec, metric_names, register_metric, unregister_metric
 
 RAGAS4 = ["faithfulness", "answer_relevancy", "context_precision", "context_recall"]
 
@@ -219,7 +219,7 @@ def test_evaluator_and_scorer_treat_a_raising_retriever_alike(fake_llm, judge):
     df = _rows(2)
     with pytest.raises(rj.InputError, match="retriever raised on row 0 .*index offline") as err:
         rj.evaluate_frame(df, judge=judge, metrics=["correctness"], retriever=retriever, cache=False)
-    from mlflow_ragjudge.scorers import Correctness
+    from mlflow_ragjudge.adapters.scorers import Correctness
 
     fb = Correctness(judge=judge, retriever=retriever, cache=False)(
         inputs={"question": "q"}, outputs="a", expectations={"expected_response": "r"})
@@ -229,7 +229,7 @@ def test_evaluator_and_scorer_treat_a_raising_retriever_alike(fake_llm, judge):
 
 
 def test_scorer_refuses_retriever_output_the_evaluator_refuses(fake_llm, judge):
-    from mlflow_ragjudge.scorers import Correctness
+    from mlflow_ragjudge.adapters.scorers import Correctness
 
     fb = Correctness(judge=judge, retriever=lambda q: {"d1": "text"}, cache=False)(
         inputs={"question": "q"}, outputs="a", expectations={"expected_response": "r"})
@@ -241,7 +241,7 @@ def test_scorer_refuses_retriever_output_the_evaluator_refuses(fake_llm, judge):
 
 
 def test_an_unknown_exception_in_a_backend_is_an_internal_error_not_retried(judge):
-    from mlflow_ragjudge.backends import FakeBackend
+    from mlflow_ragjudge.llm.backends import FakeBackend
 
     calls = []
 
@@ -272,14 +272,14 @@ def test_embeddings_go_through_the_run_client(fake_llm, judge, emb, tmp_path):
 
 
 def test_client_records_are_bounded(judge):
-    from mlflow_ragjudge.client import RECENT_RECORDS
+    from mlflow_ragjudge.llm.client import RECENT_RECORDS
 
     client = rj.JudgeClient(judge, cache=False)
     assert client.records.maxlen == RECENT_RECORDS
 
 
 def test_adaptive_timeout_follows_observed_latency():
-    from mlflow_ragjudge.client import ProviderGate
+    from mlflow_ragjudge.llm.client import ProviderGate
 
     gate = ProviderGate()
     assert gate.adaptive_timeout(60.0) == 60.0  # nothing seen yet: the configured timeout
@@ -294,7 +294,7 @@ def test_adaptive_timeout_follows_observed_latency():
 def test_a_call_hung_far_past_the_usual_latency_is_sent_again(fake_llm, judge, monkeypatch):
     """After 20 quick replies, one request hangs: its first attempt is abandoned at the adaptive timeout
     and the second attempt answers; the row is scored and nothing is counted twice."""
-    from mlflow_ragjudge.client import ProviderGate
+    from mlflow_ragjudge.llm.client import ProviderGate
 
     monkeypatch.setattr(ProviderGate, "MIN_ADAPTIVE_TIMEOUT", 0.3)
     model = CompliantModel("json_schema")
@@ -336,7 +336,7 @@ def test_the_estimate_follows_the_call_plan(fake_llm, judge, emb):
 
 
 def test_a_scorer_for_a_metric_that_cannot_run_is_refused_when_built(judge):
-    from mlflow_ragjudge.scorers import MetricScorer
+    from mlflow_ragjudge.adapters.scorers import MetricScorer
 
     with pytest.raises(ValueError, match="multiturn_system"):
         MetricScorer("multiturn", judge)

@@ -151,7 +151,7 @@ def test_nested_config_with_evaluator_list_and_model_callable(fake_llm, judge_ur
 
 
 def test_ragjudge_claims_only_rag_model_type():
-    from mlflow_ragjudge.evaluator import RagJudgeEvaluator
+    from mlflow_ragjudge.adapters.evaluator import RagJudgeEvaluator
 
     assert RagJudgeEvaluator.can_evaluate(model_type="rag", evaluator_config={})
     for other in ("question-answering", "text", "classifier", "regressor", "retriever", None):
@@ -162,7 +162,7 @@ def test_entry_point_is_registered():
     from importlib.metadata import entry_points
 
     eps = {ep.name: ep.value for ep in entry_points(group="mlflow.model_evaluator")}
-    assert eps.get("ragjudge") == "mlflow_ragjudge.evaluator:RagJudgeEvaluator"
+    assert eps.get("ragjudge") == "mlflow_ragjudge.adapters.evaluator:RagJudgeEvaluator"
 
 
 def test_e3_calls_the_retriever_with_question_and_reference(fake_llm, judge_uri):

@@ -124,7 +124,7 @@ def _record_session(session_id: str, exchanges: list[tuple[str, str]]):
 
 
 def test_session_level_scorer_replays_a_recorded_conversation(fake_llm, judge_uri, tmp_tracking):
-    from mlflow_ragjudge.scorers import MultiTurnSession
+    from mlflow_ragjudge.adapters.scorers import MultiTurnSession
 
     traces = _record_session("s1", [("What are the two halves?", "The first half is A."),
                                     ("And the second half?", "The second half is B.")])
@@ -150,7 +150,7 @@ def test_session_level_scorer_replays_a_recorded_conversation(fake_llm, judge_ur
 
 
 def test_session_scorer_in_genai_evaluate(fake_llm, judge_uri, tmp_tracking):
-    from mlflow_ragjudge.scorers import MultiTurnSession
+    from mlflow_ragjudge.adapters.scorers import MultiTurnSession
 
     traces = _record_session("s2", [("What are the two halves?", "The first half is A. The second half is B.")])
     mlflow.log_expectation(trace_id=traces[0].info.trace_id, name="expected_response", value="A and B.")
@@ -166,7 +166,7 @@ def test_session_scorer_in_genai_evaluate(fake_llm, judge_uri, tmp_tracking):
 def test_multiturn_never_silently_judges_without_e3(fake_llm, judge_uri):
     """Without a retriever or reference contexts the run is refused before any call; with
     multiturn_require_e3=False it runs with a warning and the context mode recorded."""
-    from mlflow_ragjudge.multiturn import MultiTurnContextWarning
+    from mlflow_ragjudge.core.errors import MultiTurnContextWarning
 
     e2 = df(1).drop(columns=["reference_contexts"]).assign(contexts=[["The first half is A."]])
     with pytest.raises(InputError, match="E3"):

@@ -12,8 +12,8 @@ from fakellm import Reply
 from mlflow.tracking import MlflowClient
 
 from mlflow_ragjudge import InputError, evaluate_frame
-from mlflow_ragjudge.backends.fake import hashed_embedding
 from mlflow_ragjudge.cli import main
+from mlflow_ragjudge.llm.backends.fake import hashed_embedding
 
 
 def router(req):
@@ -149,7 +149,7 @@ def test_default_metrics_cover_the_family_when_a_judge_is_given(fake_llm, judge_
 
 
 def test_answer_relevancy_without_embeddings_is_a_clear_error(fake_llm, judge_uri, df, monkeypatch):
-    import mlflow_ragjudge.lexical as lexical
+    import mlflow_ragjudge.metrics.lexical as lexical
 
     def unavailable(*a, **k):
         raise lexical.LocalModelUnavailable("no model here", "pip install 'mlflow-ragjudge[local]'")
@@ -180,7 +180,7 @@ def test_cli_estimate(fake_llm, judge_uri, df, tmp_path, capsys):
 
 
 def test_family_as_genai_scorers(fake_llm, judge_uri, tmp_tracking):
-    from mlflow_ragjudge.scorers import ContextPrecision, Faithfulness
+    from mlflow_ragjudge.adapters.scorers import ContextPrecision, Faithfulness
 
     data = [
         {"inputs": {"question": "What is tested here?"},

@@ -11,10 +11,10 @@ from pathlib import Path
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
+from mlflow_ragjudge.example_rag import BM25Index, Chunk, chunk_documents
 from scripted_generator import ScriptedGenerator
 
 from mlflow_ragjudge import example_rag
-from mlflow_ragjudge.example_rag import BM25Index, Chunk, chunk_documents
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

@@ -19,9 +19,9 @@ import pytest
 from compliant_model import CompliantModel
 
 from mlflow_ragjudge import evaluate_frame
-from mlflow_ragjudge.cache import CacheWarning, CallCache
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.evaluation import LoggingFailed
+from mlflow_ragjudge.core.errors import CacheWarning, LoggingFailed
+from mlflow_ragjudge.llm.cache import CallCache
 
 ROWS = pd.DataFrame({
     "question": [f"What is item {i}?" for i in range(4)],
@@ -83,7 +83,7 @@ def test_a_truncated_cache_is_moved_aside(judge, cache_dir, fake_llm):
     for side in cache_dir.glob("calls.sqlite-*"):
         side.unlink()
     db.write_bytes(data[: len(data) // 2])
-    from mlflow_ragjudge import cache as cache_module
+    from mlflow_ragjudge.llm import cache as cache_module
 
     cache_module._CHECKED.clear()  # a new process would check the file again
     fake_llm.reset()
@@ -237,7 +237,7 @@ def test_an_unreachable_tracking_store_is_refused_before_any_call(judge, tmp_pat
 
 def test_a_failure_after_the_judge_calls_saves_the_results_so_far(judge, tmp_path, monkeypatch, fake_llm):
     monkeypatch.setenv("RAGJUDGE_OUTPUT_DIR", str(tmp_path / "outputs"))
-    from mlflow_ragjudge import evaluation
+    from mlflow_ragjudge.engine import evaluate as evaluation
 
     def broken_table(*args, **kwargs):  # stands for a bug in a step after the judge calls
         raise RuntimeError("table builder broke")

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from fakellm import Reply
 
-from mlflow_ragjudge.client import JudgeClient
-from mlflow_ragjudge.judges.faithfulness import FaithfulnessJudge
-from mlflow_ragjudge.judges.statements import StatementExtractor
-from mlflow_ragjudge.prompts import load_prompt
-from mlflow_ragjudge.types import Status
+from mlflow_ragjudge.core.types import Status
+from mlflow_ragjudge.llm.client import JudgeClient
+from mlflow_ragjudge.llm.prompts import load_prompt
+from mlflow_ragjudge.metrics.faithfulness import FaithfulnessJudge
+from mlflow_ragjudge.metrics.statements import StatementExtractor
 
 CLAIMS_MARK = "Break the TEXT below into a list of claims"
 VERIFY_MARK = "Decide for each numbered CLAIM whether the EVIDENCE supports it"
@@ -365,7 +365,7 @@ def test_estimate_is_an_upper_bound_without_calling_the_model(fake_llm, openai_c
 
 
 def test_long_gold_documents_are_split_never_cut():
-    from mlflow_ragjudge.judges.faithfulness import select_evidence, split_passage
+    from mlflow_ragjudge.metrics.faithfulness import select_evidence, split_passage
 
     filler = " ".join(f"Sentence number {i} talks about the weather in town {i}." for i in range(600))
     doc = filler + " The bridge opened in 1932 and is 503 metres long."

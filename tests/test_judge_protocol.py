@@ -19,9 +19,9 @@ from compliant_model import CompliantModel, schema_in_conversation
 from mlflow.tracking import MlflowClient
 
 import mlflow_ragjudge as rj
-from mlflow_ragjudge.backends.openai import OpenAIBackend, basic_schema, openai_strict_schema
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.prompts import FENCE_NOTES, available_prompts, is_data_slot, load_prompt
+from mlflow_ragjudge.llm.backends.openai import OpenAIBackend, basic_schema, openai_strict_schema
+from mlflow_ragjudge.llm.prompts import FENCE_NOTES, available_prompts, is_data_slot, load_prompt
 
 ROWS = [
     {
@@ -45,7 +45,8 @@ def rag_system(query: str, history: list[dict[str, str]]) -> dict:
 
 
 def _local_embeddings() -> bool:
-    from mlflow_ragjudge.lexical import LocalEmbedder, LocalModelUnavailable
+    from mlflow_ragjudge.core.errors import LocalModelUnavailable
+    from mlflow_ragjudge.metrics.lexical import LocalEmbedder
 
     try:
         LocalEmbedder.load()
@@ -174,7 +175,7 @@ def test_schemas_sent_to_openai_itself_keep_only_what_strict_mode_supports():
                                                  "items": {"type": "string"}}
     assert basic_schema(schema)["properties"]["questions"] == {"type": "array", "items": {"type": "string"}}
     backend = OpenAIBackend("gpt-4o-mini", api_key="sk-unit")  # OpenAI itself: nothing is sent here
-    from mlflow_ragjudge.backends import ChatRequest, JsonSchema
+    from mlflow_ragjudge.llm.backends import ChatRequest, JsonSchema
 
     fmt = backend._response_format(ChatRequest.of([{"role": "user", "content": "x"}],
                                                   json_schema=JsonSchema("q", schema)), "json_schema")
@@ -356,7 +357,7 @@ def test_every_untrusted_slot_is_fenced(name):
 
 
 def test_text_cannot_close_its_own_fence():
-    from mlflow_ragjudge.prompts import _fence
+    from mlflow_ragjudge.llm.prompts import _fence
 
     prompt = load_prompt("correctness")
     values = {"question": "q", "reference": "r", "contexts": "c", "response": "a"}

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from mlflow_ragjudge import lexical
-from mlflow_ragjudge.lexical import (
+from mlflow_ragjudge.core.errors import BertScoreUnavailable, LocalModelUnavailable
+from mlflow_ragjudge.metrics import lexical
+from mlflow_ragjudge.metrics.lexical import (
     BertScorer,
-    BertScoreUnavailable,
     LocalEmbedder,
-    LocalModelUnavailable,
     context_rouge_l,
     find_local_model,
     rouge_l,

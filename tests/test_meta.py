@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mlflow_ragjudge.meta import COEFFICIENTS, agreement, correlations, meta_evaluate, meta_metrics
-from mlflow_ragjudge.types import JudgeResult, metric_name_part
+from mlflow_ragjudge.core.types import JudgeResult, metric_name_part
+from mlflow_ragjudge.engine.meta import COEFFICIENTS, agreement, correlations, meta_evaluate, meta_metrics
 
 MLFLOW_NAME_RE = re.compile(r"^[/\w.\- ]*$")  # mlflow.utils.validation._VALID_PARAM_AND_METRIC_NAMES
 

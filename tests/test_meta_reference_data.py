@@ -24,8 +24,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mlflow_ragjudge.lexical import BertScorer, BertScoreUnavailable, rouge_l, word_recall
-from mlflow_ragjudge.meta import agreement, correlations, meta_evaluate
+from mlflow_ragjudge.core.errors import BertScoreUnavailable
+from mlflow_ragjudge.engine.meta import agreement, correlations, meta_evaluate
+from mlflow_ragjudge.metrics.lexical import BertScorer, rouge_l, word_recall
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MTRAG_FILE = SHARED_DATA / "mtrag" / "reference_subset_with_human_evaluations.json"

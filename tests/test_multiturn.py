@@ -10,8 +10,10 @@ import re
 import pytest
 from fakellm import Reply
 
-from mlflow_ragjudge.client import JudgeClient
-from mlflow_ragjudge.multiturn import (
+from mlflow_ragjudge.core.types import Status, metric_name_part
+from mlflow_ragjudge.llm.client import JudgeClient
+from mlflow_ragjudge.llm.prompts import load_prompt
+from mlflow_ragjudge.metrics.multiturn import (
     MultiTurnResult,
     MultiTurnRunner,
     format_history,
@@ -20,8 +22,6 @@ from mlflow_ragjudge.multiturn import (
     summarize,
     wscore,
 )
-from mlflow_ragjudge.prompts import load_prompt
-from mlflow_ragjudge.types import Status, metric_name_part
 
 # --------------------------------------------------------------------------- pure scores
 
@@ -287,7 +287,7 @@ def test_turn_budget_exhausted(make_client, fake_llm, mode, n, questions):
 
 
 def test_estimate_worst_and_calls():
-    from mlflow_ragjudge.backends import FakeBackend
+    from mlflow_ragjudge.llm.backends import FakeBackend
 
     client = JudgeClient(FakeBackend(["unused"]), cache=False)
     est = MultiTurnRunner(client, n_turns=5).estimate(Q, REF, E3)

@@ -14,16 +14,9 @@ import pytest
 
 from mlflow_ragjudge import InputError, evaluate_frame
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.offline import (
-    FEATURES,
-    Calibration,
-    OfflineJudge,
-    answer_features,
-    content_tokens,
-    declines_to_answer,
-    is_offline_judge,
-    match_tokens,
-)
+from mlflow_ragjudge.core.constants import is_offline_judge
+from mlflow_ragjudge.core.matching import content_tokens, declines_to_answer, match_tokens
+from mlflow_ragjudge.metrics.offline import FEATURES, Calibration, OfflineJudge, answer_features
 
 OFFLINE = "offline:/lexical"
 
@@ -263,7 +256,7 @@ def test_several_context_modes_each_judged_offline(data):
 def test_scorers_on_the_offline_judge(fake_llm):
     from mlflow.entities import AssessmentSourceType
 
-    from mlflow_ragjudge.scorers import AnswerRelevancy, Correctness, Faithfulness
+    from mlflow_ragjudge.adapters.scorers import AnswerRelevancy, Correctness, Faithfulness
 
     fb = Correctness(judge=OFFLINE)(inputs={"question": "Who wrote Hamlet?"}, outputs="William Shakespeare",
                                     expectations={"expected_response": ["Shakespeare", "William Shakespeare"]})

@@ -11,9 +11,9 @@ from functools import cache
 
 import pytest
 
-from mlflow_ragjudge.offline import Calibration, OfflineJudge
-from mlflow_ragjudge.offline_fit import fit_calibration, held_out_report
-from mlflow_ragjudge.public_data import half_split, load_mtrag, load_nq301
+from mlflow_ragjudge.metrics.offline import Calibration, OfflineJudge
+from mlflow_ragjudge.workflows.offline_fit import fit_calibration, held_out_report
+from mlflow_ragjudge.workflows.public_data import half_split, load_mtrag, load_nq301
 
 
 @cache
@@ -69,7 +69,7 @@ def test_held_out_agreement_as_shipped_and_at_the_goals(shared_data):
 
 def test_aliases_count_on_nq(shared_data):
     """Every acceptable answer is scored and the best kept: reading only the first answer agrees less."""
-    from mlflow_ragjudge.meta import agreement
+    from mlflow_ragjudge.engine.meta import agreement
 
     nq = load_nq301(shared_data)
     nq = nq[nq["references"].map(len) > 1]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlflow_ragjudge.backends import ChatResponse
-from mlflow_ragjudge.parsing import (
+from mlflow_ragjudge.llm.backends import ChatResponse
+from mlflow_ragjudge.llm.parsing import (
     ParseError,
     extract_json_object,
     parse_prometheus,

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mlflow_ragjudge.ppi import MIN_LABELS, CalibratedEstimate, TooFewLabels, labels_needed, ppi_mean, ppi_paired_diff
+from mlflow_ragjudge.core.errors import TooFewLabels
+from mlflow_ragjudge.engine.ppi import MIN_LABELS, CalibratedEstimate, labels_needed, ppi_mean, ppi_paired_diff
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "ppi_reference.json").read_text(encoding="utf-8"))
 TOL = 1e-8

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from mlflow_ragjudge import InputError, evaluate_frame
-from mlflow_ragjudge.config import RagJudgeConfig
-from mlflow_ragjudge.inputs import read_rows
-from mlflow_ragjudge.prompts import reference_text
+from mlflow_ragjudge.engine.config import RagJudgeConfig
+from mlflow_ragjudge.engine.inputs import read_rows
+from mlflow_ragjudge.llm.prompts import reference_text
 
 
 def _rows(refs):
@@ -123,7 +123,7 @@ def test_the_e3_query_carries_every_answer(df):
 
 
 def test_scorer_expectations_may_list_answers(fake_llm, judge):
-    from mlflow_ragjudge.scorers import Correctness, LexicalOverlap
+    from mlflow_ragjudge.adapters.scorers import Correctness, LexicalOverlap
 
     fbs = LexicalOverlap()(inputs="q", outputs="James Madison", expectations={"expected_response": ["Madison",
                                                                                                    "James Madison"]})

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlflow_ragjudge.retrieval import (
+from mlflow_ragjudge.metrics.retrieval import (
     TREC_EVAL_MEASURES,
     aggregate_queries,
     metric_names,

@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from mlflow_ragjudge.retrieval import (
+from mlflow_ragjudge.metrics.retrieval import (
     aggregate_queries,
     rank_run,
     read_qrels,

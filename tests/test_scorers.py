@@ -6,7 +6,7 @@ import mlflow
 import pytest
 from fakellm import Reply
 
-from mlflow_ragjudge.scorers import Correctness, LexicalOverlap, RetrievalMetrics
+from mlflow_ragjudge.adapters.scorers import Correctness, LexicalOverlap, RetrievalMetrics
 
 
 def _verdicts(req):

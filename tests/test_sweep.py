@@ -14,8 +14,8 @@ from mlflow.tracking import MlflowClient
 import mlflow_ragjudge as rj
 from mlflow_ragjudge import InputError, PromptTemplate, example_rag
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.compare import paired_comparison, scores_by_row
-from mlflow_ragjudge.sweep import expand_variants, variant_name, variant_names
+from mlflow_ragjudge.workflows.compare import paired_comparison, scores_by_row
+from mlflow_ragjudge.workflows.sweep import expand_variants, variant_name, variant_names
 
 CORPUS = {
     "d1": "Paris is the capital of France.",

@@ -10,7 +10,7 @@ from fakellm import Reply
 
 from mlflow_ragjudge import JudgeClient, evaluate_frame
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.testset import generate_testset
+from mlflow_ragjudge.workflows.testset import generate_testset
 
 CORPUS = {
     "d1": "UNION ALL keeps duplicate rows. It is faster than UNION.",

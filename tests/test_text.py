@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from mlflow_ragjudge.text import has_cjk, is_cjk_char, normalize, split_sentences, tokenize, word_set
+from mlflow_ragjudge.core.text import has_cjk, is_cjk_char, normalize, split_sentences, tokenize, word_set
 
 
 @pytest.mark.parametrize(

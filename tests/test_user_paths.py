@@ -30,10 +30,10 @@ from mlflow_ui import free_port, start_server
 
 import mlflow_ragjudge as rj
 from mlflow_ragjudge import example_rag
-from mlflow_ragjudge.calibration import CALIBRATED_COLUMNS
+from mlflow_ragjudge.adapters.tracking import load_run_table
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.compare import COMPARISON_FILE
-from mlflow_ragjudge.tracking import load_run_table
+from mlflow_ragjudge.workflows.calibration import CALIBRATED_COLUMNS
+from mlflow_ragjudge.workflows.compare import COMPARISON_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +186,7 @@ def local_judge(fake_llm, monkeypatch) -> str:
 
 def _data(tmp_path: Path, n: int = 3) -> Path:
     path = tmp_path / "data.jsonl"
-    rows = [json.loads(line) for line in (Path(example_rag.__file__).parent / "data" / "sample_rag.jsonl")
+    rows = [json.loads(line) for line in (Path(rj.__file__).parent / "data" / "sample_rag.jsonl")
             .read_text().splitlines()][:n]
     path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
     return path
@@ -295,7 +295,7 @@ class _Silent:
 @pytest.mark.parametrize("kind", ["refused", "hung", "sqlite_unusable"])
 def test_a_store_that_is_down_fails_at_once_before_any_judge_call(kind, local_judge, fake_llm, tmp_path, monkeypatch,
                                                                   capsys):
-    from mlflow_ragjudge import tracking
+    from mlflow_ragjudge.adapters import tracking
 
     monkeypatch.setattr(tracking, "TRACKING_CHECK_TIMEOUT_S", 1.0)
     silent = None
@@ -427,7 +427,8 @@ def test_every_row_labelled_but_the_judge_abstained_says_what_to_do(store, tmp_p
 
 
 def test_bertscore_runs_only_when_asked_for(store, tmp_path, capsys):
-    from mlflow_ragjudge.lexical import BertScorer, LocalModelUnavailable
+    from mlflow_ragjudge.core.errors import LocalModelUnavailable
+    from mlflow_ragjudge.metrics.lexical import BertScorer
 
     exp, data = _experiment("bertscore"), _data(tmp_path)
     base = ["evaluate", str(data), "--metrics", "lexical", "--experiment", exp, "--tracking-uri", store]

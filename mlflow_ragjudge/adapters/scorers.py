@@ -1,0 +1,417 @@
+"""The same judges as ``mlflow.genai`` scorers (MLflow 3).
+
+::
+
+    from mlflow_ragjudge.scorers import Correctness, LexicalOverlap, RetrievalMetrics
+    mlflow.genai.evaluate(data=records, scorers=[Correctness(judge="openai:/gpt-4o-mini")])
+
+Each scorer returns ``Feedback`` per row: the value and rationale for a scored row;
+``value=None`` with ``metadata["status"] == "abstained"`` (and the reason) for an
+abstention, so it never counts as a number; an ``error`` whose code is the failure
+reason (``parse_error``, ``timeout`` ...) for a failure.
+
+Where the data comes from:
+
+* question: ``inputs["question"]`` (or ``query``/``input``/``inputs`` as a string);
+* response: ``outputs`` as a string, or ``outputs["answer"]``/``["response"]``;
+* reference: ``expectations["expected_response"]`` or ``["reference"]``;
+* contexts: ``outputs["contexts"]``, else the trace's top-level RETRIEVER spans;
+* E3 contexts: ``expectations["reference_contexts"]`` or a ``retriever`` callable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceType, Feedback
+from mlflow.genai.scorers import Scorer
+from pydantic import PrivateAttr
+
+from ..core.constants import is_offline_judge
+from ..core.errors import EmbeddingsUnavailable, InputError
+from ..core.types import JudgeResult, Row, Status
+from ..engine.config import RagJudgeConfig
+from ..engine.inputs import (
+    answer_of,
+    e3_query,
+    missing_fields,
+    passages_from_retriever,
+    question_of,
+    reference_of,
+    references_of,
+    resolve_context_modes,
+    resolve_row_contexts,
+    row_from_mlflow,
+)
+from ..llm.client import JudgeClient
+from ..llm.embeddings import embeddings_fix, resolve_embedder
+from ..llm.prompts import reference_text
+from ..metrics.offline import resolve_offline
+from ..metrics.spec import MetricSpec, RunContext, get_metric
+
+__all__ = [
+    "AnswerRelevancy",
+    "ContextPrecision",
+    "ContextRecall",
+    "ContextRelevance",
+    "Correctness",
+    "Faithfulness",
+    "LexicalOverlap",
+    "MetricScorer",
+    "MultiTurnSession",
+    "RetrievalMetrics",
+    "to_feedback",
+]
+
+FRAMEWORK = "mlflow-ragjudge"
+
+
+def to_feedback(name: str, result: JudgeResult, source_id: str, extra: dict[str, Any] | None = None) -> Feedback:
+    """Convert a :class:`JudgeResult` to MLflow ``Feedback`` (three states kept apart). The source is an LLM
+    judge named by its URI, or code (``"code"``, and the offline judge ``offline:/lexical``, which is not an
+    LLM)."""
+    is_code = source_id == "code" or is_offline_judge(source_id)
+    source = AssessmentSource(
+        source_type=AssessmentSourceType.CODE if is_code else AssessmentSourceType.LLM_JUDGE,
+        source_id=source_id,
+    )
+    metadata: dict[str, Any] = {"framework": FRAMEWORK, "status": result.status.value}
+    if result.reason:
+        metadata["reason"] = result.reason
+    for k in ("level", "context_mode", "format", "probability", "matched_reference", "calibration"):
+        if k in result.details:
+            metadata[k] = result.details[k]
+    if extra:
+        metadata.update(extra)
+    if result.calls:
+        metadata["prompt_version"] = result.calls[-1].get("prompt_version")
+        metadata["input_tokens"] = sum(c.get("input_tokens") or 0 for c in result.calls)
+        metadata["output_tokens"] = sum(c.get("output_tokens") or 0 for c in result.calls)
+        metadata["cache_hit"] = all(c.get("cache_hit") for c in result.calls)
+    if result.status is Status.FAILED:
+        return Feedback(
+            name=name,
+            error=AssessmentError(error_code=result.reason or "failed", error_message=result.rationale or "failed"),
+            source=source,
+            metadata=_flat(metadata),
+        )
+    return Feedback(
+        name=name, value=result.value, rationale=result.rationale or None, source=source, metadata=_flat(metadata)
+    )
+
+
+def _flat(meta: dict[str, Any]) -> dict[str, Any]:
+    # Feedback metadata is stored as strings in some stores: keep values scalar.
+    return {k: (v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)) for k, v in meta.items()}
+
+
+# kept for callers of the earlier private helpers
+_question, _answer, _reference = question_of, answer_of, reference_of
+
+
+class MetricScorer(Scorer):
+    """Any registered metric as an ``mlflow.genai`` scorer: a thin mapper from MLflow's
+    ``inputs`` / ``outputs`` / ``expectations`` / ``trace`` to the evaluator's :class:`Row` (the same input
+    layer, so the same checks and the same context-mode rules), and from its results to ``Feedback``.
+
+    A row the metric cannot score (a missing field, a retriever that raises) gets a failed Feedback with
+    ``invalid_input`` and the message the evaluator would have refused the run with.
+
+    ``judge="offline:/lexical"`` runs a judged metric on the offline judge (no LLM, no call); a metric it
+    cannot score (answer relevancy) is refused when the scorer is built, with the reason.
+
+    Args:
+        metric: the registered metric's name.
+        judge: judge URI or Backend (for judged metrics), or ``offline:/lexical``.
+        cache, max_concurrency: the judge client's settings.
+        name: the Feedback name for a single-output metric (default: the metric's).
+        **config: any evaluator setting (``language``, ``context_mode``, ``retriever``, ``embeddings`` ...).
+    """
+
+    metric: str = ""
+    _spec: MetricSpec = PrivateAttr()
+    _ctx: RunContext = PrivateAttr()
+    _state: Any = PrivateAttr(default=None)
+    _source: str = PrivateAttr(default="code")
+
+    def __init__(self, metric: str | None = None, judge: Any = None, *, cache: Any = True,
+                 max_concurrency: int | None = None, name: str | None = None, **config: Any) -> None:
+        metric = metric or type(self).__dict__.get("default_metric", "")
+        spec = get_metric(metric)
+        super().__init__(name=name or metric, metric=metric)  # type: ignore[call-arg]  # our pydantic field
+        cfg = RagJudgeConfig.from_dict({"judge": judge, **config})
+        reason = spec.check(cfg) if spec.check is not None else None
+        if reason:
+            raise ValueError(reason)
+        client = None
+        if spec.judged and is_offline_judge(judge):
+            spec = spec.for_offline_judge()  # raises ValueError with the reason when it cannot
+            self._source = resolve_offline(judge).uri
+        elif spec.judged:
+            if judge is None:
+                raise ValueError(f"the {metric} scorer needs a judge, e.g. judge='openai:/gpt-4o-mini', or "
+                                 "judge='offline:/lexical' for the offline judge (no LLM)")
+            client = JudgeClient(judge, cache=cache, max_concurrency=max_concurrency, dedupe=True)
+            self._source = client.backend.uri
+        embed = None
+        if spec.needs_embeddings:
+            try:
+                embed = resolve_embedder(cfg.embeddings, client=client)
+            except EmbeddingsUnavailable as e:
+                raise ValueError(f"the {metric} scorer needs embeddings ({e.reason}); {embeddings_fix(judge)}") from e
+        self._spec = spec
+        self._ctx = RunContext(client, cfg, embed, metrics=(metric,))
+        if spec.judged:  # a judge object per scorer; deterministic metrics are set up per row (they are cheap)
+            self._state = spec.setup(self._ctx) if spec.setup is not None else None
+
+    def _row(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None, trace: Any) -> Row:
+        spec, cfg = self._spec, self._ctx.cfg
+        row = row_from_mlflow(inputs, outputs, expectations, trace, relevance_threshold=cfg.relevance_threshold)
+        alternatives = spec.requirements(cfg)
+        if not any(all(getattr(row, c, None) is not None for c in alt) for alt in alternatives):
+            raise InputError("missing " + ", ".join(missing_fields(row, alternatives[0])))
+        if spec.validate is not None:
+            spec.validate([row], cfg)
+        if spec.needs_judge_contexts:
+            modes = resolve_context_modes(cfg.context_mode, retriever=cfg.retriever,
+                                          has=lambda c: getattr(row, c, None) is not None)
+            resolve_row_contexts(row, modes, cfg.retriever)
+        return row
+
+    def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
+               trace: Any) -> dict[str, JudgeResult]:
+        spec = self._spec
+        try:
+            row = self._row(inputs, outputs, expectations, trace)
+        except (InputError, ValueError) as e:
+            return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}
+        ctx = RunContext(self._ctx.client, self._ctx.cfg, self._ctx.embed, metrics=self._ctx.metrics,
+                         context_mode=row.context_mode, rows=[row], _shared=self._ctx._shared)
+        state = self._state if spec.judged else (spec.setup(ctx) if spec.setup is not None else None)
+        if spec.score is not None:
+            got = spec.score(state, row, ctx)
+        else:
+            assert spec.score_batch is not None
+            got = spec.score_batch(state, [row], ctx)[0]
+        return {spec.name: got} if isinstance(got, JudgeResult) else dict(got)
+
+    def _single_names(self) -> list[str]:
+        names = [o for o in self._spec.output_names if not o.endswith("_")]
+        return names if len(names) > 1 else [self._spec.name]
+
+    def __call__(self, *, inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,
+                 trace: Any = None, **kwargs: Any) -> Feedback | list[Feedback]:
+        results = self._score(inputs, outputs, expectations, trace)
+        if list(results) == [self._spec.name] and self._spec.name in self._spec.output_names:
+            # the metric's own single result: one Feedback under the scorer's name
+            (res,) = results.values()
+            extra = {"context_mode": res.details["context_mode"]} if "context_mode" in res.details else None
+            return to_feedback(self.name, res, self._source, extra)
+        if not results:
+            return [to_feedback(self._spec.name, JudgeResult.abstained(
+                "nothing_to_score", "the row has nothing this metric scores"), self._source)]
+        return [to_feedback(n, r, self._source) for n, r in results.items()]
+
+
+class Correctness(MetricScorer):
+    """The context-aware six-level correctness judge as an ``mlflow.genai`` scorer.
+
+    Args:
+        judge: judge URI or Backend.
+        context_mode: ``auto`` (E3 if reference contexts or a retriever are given,
+            else E2 from the outputs or trace, else none), ``reference``,
+            ``generation``, ``gold``, ``none``.
+        retriever: ``query -> passages`` for E3.
+        language, judge_output, max_context_chars: as in the evaluator.
+    """
+
+    def __init__(self, judge: Any, *, context_mode: str = "auto", retriever: Callable[[str], Any] | None = None,
+                 language: str = "en", judge_output: str = "auto", max_context_chars: int = 12_000,
+                 cache: Any = True, max_concurrency: int | None = None, name: str = "correctness") -> None:
+        super().__init__("correctness", judge, cache=cache, max_concurrency=max_concurrency, name=name,
+                         context_mode=context_mode, retriever=retriever, language=language,
+                         judge_output=judge_output, max_context_chars=max_context_chars)
+
+
+class LexicalOverlap(MetricScorer):
+    """Word recall and ROUGE-L F1 of the response against the reference (no LLM; BERTScore with
+    ``bertscore=True`` or ``"auto"``)."""
+
+    def __init__(self, *, bertscore: bool | str = False, name: str = "lexical") -> None:
+        super().__init__("lexical", name=name, bertscore=bertscore)
+
+    def _single_names(self) -> list[str]:
+        return ["word_recall", "rougeL"]
+
+
+class RetrievalMetrics(MetricScorer):
+    """Document-level retrieval metrics from the trace's RETRIEVER span.
+
+    Retrieved ids come from ``outputs["retrieved_doc_ids"]`` or, as MLflow's own
+    retrieval judges read them, from the documents of the trace's top-level
+    RETRIEVER spans (``doc_uri`` / ``id`` in the document metadata). Gold ids come
+    from ``expectations["relevant_doc_ids"]`` (or ``expected_document_ids``).
+    """
+
+    def __init__(self, *, ks: Any = (1, 3, 5, 10), relevance_threshold: float = 1, name: str = "retrieval") -> None:
+        super().__init__("retrieval", name=name, k=list(ks), relevance_threshold=relevance_threshold)
+
+    def _single_names(self) -> list[str]:
+        return ["retrieval"]
+
+    def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
+               trace: Any) -> dict[str, JudgeResult]:
+        exp = expectations or {}
+        if not exp.get("relevant_doc_ids", exp.get("expected_document_ids")):
+            return {"retrieval": JudgeResult.abstained("no_gold_ids", "expectations has no relevant_doc_ids")}
+        return super()._score(inputs, outputs, expectations, trace)
+
+
+class _JudgedScorer(MetricScorer):
+    """A judge of the faithfulness / RAGAS family as a scorer."""
+
+    default_metric: ClassVar[str] = ""
+
+    def __init__(self, judge: Any, *, language: str = "en", cache: Any = True, max_concurrency: int | None = None,
+                 embeddings: Any = "auto", name: str | None = None, **config: Any) -> None:
+        super().__init__(self.default_metric, judge, cache=cache, max_concurrency=max_concurrency, name=name,
+                         language=language, embeddings=embeddings, **config)
+
+
+class Faithfulness(_JudgedScorer):
+    """Claim-based faithfulness: supported claims / all claims (no claims: abstained)."""
+
+    default_metric: ClassVar[str] = "faithfulness"
+
+
+class AnswerRelevancy(_JudgedScorer):
+    """Answer relevancy: mean cosine similarity of generated questions to the real one."""
+
+    default_metric: ClassVar[str] = "answer_relevancy"
+
+
+class ContextPrecision(_JudgedScorer):
+    """Average precision of per-chunk relevance verdicts (one call per row)."""
+
+    default_metric: ClassVar[str] = "context_precision"
+
+
+class ContextRecall(_JudgedScorer):
+    """Share of the reference's statements attributable to the contexts."""
+
+    default_metric: ClassVar[str] = "context_recall"
+
+
+class ContextRelevance(_JudgedScorer):
+    """Share of context sentences needed to answer (the original RAGAS definition)."""
+
+    default_metric: ClassVar[str] = "context_relevance"
+
+
+def _text_of(value: Any) -> str | None:
+    """A question or answer out of a trace's request/response (str, JSON text, or a dict)."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        value = parsed
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return question_of(value) or answer_of(value)
+    return None
+
+
+class MultiTurnSession(Scorer):
+    """The multi-turn scores for a recorded conversation, as an ``mlflow.genai`` session-level scorer.
+
+    For a session (the traces sharing ``mlflow.trace.session`` metadata, oldest first) it replays the
+    exchanges through the composer and the six-level judge (see ``MultiTurnRunner.replay``): sigma holds
+    one score per exchange until the first 5, and the scorer returns ``wscore``, ``lscore`` and ``mscore``
+    Feedbacks. The target question is the session's first question; the gold answer comes from
+    ``expectations["expected_response"]`` (or the first trace's expectation assessments).
+    """
+
+    name: str = "multiturn"
+    _runner: Any = PrivateAttr()
+    _retriever: Callable[[str], Any] | None = PrivateAttr(default=None)
+    _require_e3: bool = PrivateAttr(default=True)
+
+    def __init__(
+        self,
+        judge: Any,
+        *,
+        n_turns: int = 5,
+        language: str = "en",
+        retriever: Callable[[str], Any] | None = None,
+        cache: Any = True,
+        max_concurrency: int | None = None,
+        name: str = "multiturn",
+        require_e3: bool = True,
+    ) -> None:
+        super().__init__(name=name)
+        from ..metrics.multiturn import MultiTurnRunner
+
+        self._runner = MultiTurnRunner(
+            JudgeClient(judge, cache=cache, max_concurrency=max_concurrency), n_turns=n_turns, language=language
+        )
+        self._retriever = retriever
+        self._require_e3 = require_e3
+
+    @property
+    def is_session_level_scorer(self) -> bool:
+        return True
+
+    def __call__(
+        self, *, session: list[Any] | None = None, expectations: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Feedback]:
+        src = self._runner.judge.client.backend.uri
+        traces = sorted(session or [], key=lambda t: t.info.timestamp_ms)
+        history = [
+            {"question": _text_of(t.data.request) or "", "answer": _text_of(t.data.response) or ""} for t in traces
+        ]
+        exp = expectations
+        names = ("wscore", "lscore", "mscore")
+        try:
+            if references_of(exp) is None and traces:  # the gold answer logged as an expectation on the session
+                logged: dict[str, Any] = {}
+                for t in traces:
+                    for a in t.search_assessments(type="expectation"):
+                        logged.setdefault(a.name, getattr(a, "value", None))
+                exp = {**logged, **(exp or {})}
+            answers = references_of(exp)
+        except InputError as e:
+            return [to_feedback(n, JudgeResult.failed("invalid_input", str(e)), src) for n in names]
+        # several acceptable answers: shown to the agents as alternatives (and all in the E3 query)
+        reference = reference_text(answers, self._runner.language) if answers else None
+        if not history or not history[0]["question"] or reference is None:
+            why = (
+                "the session has no traces"
+                if not history
+                else (
+                    "the first trace has no question"
+                    if not history[0]["question"]
+                    else "no gold answer: pass expectations={'expected_response': ...}"
+                )
+            )
+            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
+        question = history[0]["question"]
+        if self._require_e3 and not (exp or {}).get("reference_contexts") and self._retriever is None:
+            why = ("multi-turn judges every turn with contexts retrieved with question + reference answer (E3): "
+                   "pass retriever= or expectations={'reference_contexts': [...]}, or require_e3=False to judge "
+                   "without them")
+            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
+        try:
+            contexts = list((exp or {}).get("reference_contexts") or []) or (
+                passages_from_retriever(self._retriever(e3_query(question, answers or [])), 0) if self._retriever
+                else []
+            )
+        except Exception as e:  # the evaluator refuses such a run; a scorer sees one session: it fails
+            msg = str(e) if isinstance(e, InputError) else f"the retriever raised ({type(e).__name__}: {e})"
+            return [to_feedback(n, JudgeResult.failed("invalid_input", msg), src) for n in names]
+        result = self._runner.replay(history, question, reference, contexts)
+        extra = {"sigma": json.dumps(result.sigma), "stop": result.stop, "n_exchanges": len(history)}
+        return [to_feedback(n, r, src, extra) for n, r in result.to_judge_results().items()]

@@ -1,0 +1,145 @@
+"""Text as the offline judge and the checks compare it: tokens normalised for matching (case, accents, number
+words, ordinals, thousands separators, a light English stemmer), content words (no stop words), and whether a whole
+response declines to answer ("not sure"). Ground floor: only :mod:`mlflow_ragjudge.core.text` below it."""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+
+from .text import split_sentences, tokenize
+
+__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "declines_to_answer", "DECLINE_PATTERN", "COURTESY_PATTERN"]
+
+#: English function words: never content words
+STOPWORDS: frozenset[str] = frozenset(
+    """a an the of to in on for and or but nor is are was were be been being am it its this that these those with
+    as by at from which who whom whose what when where why how can you your yours i we they he she him her them his
+    hers their theirs our ours us me my mine not no do does did done has have had having will would shall should
+    could may might must there here also than then so such into about over under after before during between
+    through up down out off again further once both each few more most other some any all own same too very just
+    only if while because until against above below s t""".split()
+)
+
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+
+_NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
+                      "ninety": "90", "hundred": "100"})
+_ORDINAL_WORDS = {w: str(i) for i, w in enumerate(
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
+    "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split(), 1)}
+
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+_ORDINAL_SUFFIX = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
+
+def _stem(t: str) -> str:
+    """A light English suffix stripper (plural, -ing, -ed, -er, -al, -ly), for matching only."""
+    if len(t) < 4 or not t.isalpha() or not t.isascii():
+        return t
+    if t.endswith("ies") and len(t) > 4:
+        t = t[:-3] + "y"
+    elif t.endswith("sses"):
+        t = t[:-2]
+    elif t.endswith("s") and not t.endswith(("ss", "us", "is")):
+        t = t[:-1]
+    for suffix, shortest in (("ing", 6), ("ed", 5), ("er", 7)):
+        if t.endswith(suffix) and len(t) >= shortest:
+            t = t[: -len(suffix)]
+            if len(t) > 2 and t[-1] == t[-2] and t[-1] not in "lsz":  # stopp(ed) -> stop
+                t = t[:-1]
+            return t
+    if t.endswith("al") and len(t) >= 8:
+        return t[:-2]
+    if t.endswith("ly") and len(t) >= 6:
+        return t[:-2]
+    return t
+
+@functools.lru_cache(maxsize=200_000)
+def _normal_token(t: str) -> str:
+    if not t.isascii():
+        folded = "".join(c for c in unicodedata.normalize("NFKD", t) if not unicodedata.combining(c))
+        if not folded.isascii():
+            return t  # CJK and other scripts: as tokenize gives them
+        t = folded
+    m = _ORDINAL_SUFFIX.match(t)
+    if m:
+        return m.group(1)
+    if t in _NUMBER_WORDS:
+        return _NUMBER_WORDS[t]
+    if t in _ORDINAL_WORDS:
+        return _ORDINAL_WORDS[t]
+    if t.isdigit():
+        return str(int(t)) if len(t) <= 15 else t
+    return _stem(t)
+
+def match_tokens(text: str | None) -> list[str]:
+    """The tokens of ``text`` as the offline judge compares them (see the module docstring)."""
+    if not text:
+        return []
+    return [_normal_token(t) for t in tokenize(_THOUSANDS.sub("", text))]
+
+def content_tokens(text: str | None) -> list[str]:
+    """:func:`match_tokens` without :data:`STOPWORDS` (order and repeats kept)."""
+    return [t for t in match_tokens(text) if t not in STOPWORDS]
+
+# A clause that only declines: says it does not know, or that the sources do not say.
+_SOURCES = (r"(?:context|contexts|document|documents|documentation|passage|passages|text|texts|source|sources|article|"
+            r"articles|information|manual|page|pages|search\s+results?)")
+
+DECLINE_PATTERN = re.compile(
+    r"\bi\s+(?:do\s+not|don'?t|did\s+not|didn'?t)\s+(?:know|have\s+(?:any\s+|specific\s+|enough\s+|the\s+|that\s+)?"
+    r"(?:information|details|knowledge|data))"
+    r"|\bi\s+(?:cannot|can'?t|could\s+not|couldn'?t|am\s+unable\s+to|'m\s+unable\s+to|am\s+not\s+able\s+to|"
+    r"was\s+unable\s+to)\s+(?:find|answer|determine|say|tell|confirm|provide|locate)"
+    r"|\bi\s+have\s+no\s+(?:information|idea|details|data)"
+    r"|\b(?:i'?m|i\s+am)\s+(?:not\s+sure|unsure|not\s+certain)"
+    r"|^\W*(?:not\s+sure|unsure|unknown|no\s+idea|unable\s+to\s+(?:answer|determine|find))\b"
+    rf"|\b{_SOURCES}\s+(?:provided\s+|given\s+|i\s+found\s+|available\s+|above\s+)?(?:does|do|did)\s+not\s+"
+    r"(?:say|mention|specify|state|provide|contain|include|cover|indicate|explain|answer|tell|give)"
+    rf"|\bnot\s+(?:mentioned|specified|stated|provided|given|covered|found|available)\s+in\s+(?:the\s+|these\s+)?"
+    rf"(?:provided\s+|given\s+|available\s+)?{_SOURCES}"
+    r"|\bthere\s+(?:is|are)\s+no\s+(?:specific\s+|relevant\s+|further\s+)?(?:information|mention|details)\b"
+    r"|\bno\s+(?:specific\s+|relevant\s+)?information\s+(?:is\s+)?(?:available|provided|given|about|on|regarding)\b"
+    r"|\b(?:insufficient|not\s+enough)\s+information\b"
+    r"|わかりません|分かりません|不明です|情報がありません|記載がありません|見つかりません|お答えできません|答えられません",
+    re.IGNORECASE,
+)
+
+# Courtesy that carries no answer either way.
+COURTESY_PATTERN = re.compile(
+    r"^\W*(?:sorry|i'?m\s+sorry|unfortunately|thank\s+you|thanks|you'?re\s+welcome|hope\s+this\s+helps"
+    r"|i\s+hope\s+this\s+helps|feel\s+free\s+to\s+ask.*|let\s+me\s+know.*|if\s+you\s+have\s+any\s+(?:more|other|"
+    r"further)\s+questions.*|please\s+(?:let|ask).*|stay\s+safe|good\s+luck)\W*$",
+    re.IGNORECASE,
+)
+
+_CLAUSE_SPLIT = re.compile(r"[;:,，、]|\s+(?:but|however|although|though|and)\s+|。", re.IGNORECASE)
+
+def _clauses(text: str) -> list[str]:
+    return [c.strip() for s in split_sentences(text) for c in _CLAUSE_SPLIT.split(s) if c and c.strip()]
+
+def declines_to_answer(response: str | None, question: str | None = None) -> bool:
+    """Whether the **whole** response declines to answer ("not sure", level 0 of the six-level rubric).
+
+    The response is cut into clauses (sentences, then ``;`` ``,`` ``but`` ...). It declines when at least one
+    clause says it does not know / the sources do not say, and no other clause carries content: every other
+    clause is courtesy ("Sorry", "feel free to ask") or has no content word beyond the question's. A partial
+    answer that adds "there is no information about X" keeps its answer, so it is graded, not abstained.
+    """
+    clauses = _clauses(response or "")
+    if not clauses:
+        return False
+    asked = set(content_tokens(question))
+    declined = False
+    for clause in clauses:
+        if DECLINE_PATTERN.search(clause):
+            declined = True
+        elif COURTESY_PATTERN.match(clause):
+            continue
+        elif any(t not in asked for t in content_tokens(clause)):
+            return False
+    return declined

@@ -1,0 +1,317 @@
+"""Language-aware text utilities: tokens and sentences, with no heavy imports.
+
+The lexical metrics (word recall, ROUGE-L) and the claim/sentence based judges
+share these two functions so that English, Japanese and Chinese text is cut the
+same way everywhere.
+
+Tokenisation rule (:func:`tokenize`):
+
+1. The text is Unicode-normalised with NFKC (full-width ``ＡＩ１２`` becomes
+   ``AI12``, half-width katakana becomes full-width, ligatures are split) and
+   case-folded (``Straße`` -> ``strasse``).
+2. Every CJK ideograph, kana and hangul character is one token on its own, so a
+   Japanese or Chinese sentence (written without spaces) is not one giant token.
+   The ranges are listed in :data:`CJK_RANGES`; the iteration mark ``々`` and the
+   prolonged sound mark ``ー`` count as CJK characters too.
+3. Any other maximal run of letters and digits (Unicode ``str.isalnum``, no
+   underscore), together with the combining marks that follow a letter, is one
+   token. Everything else (spaces, punctuation, symbols, ``_``) separates tokens.
+
+For plain ASCII text this gives exactly the tokens of ``rouge_score``'s default
+tokenizer without stemming (lowercase, ``[^a-z0-9]+`` as separators), which is
+what lets :func:`mlflow_ragjudge.lexical.rouge_l` reproduce its numbers. Outside
+ASCII the two differ on purpose: ``rouge_score`` deletes every non-ASCII letter
+(``café`` -> ``caf``, and a Japanese sentence -> no tokens at all).
+
+Scripts written without spaces that are not CJK (Thai, Lao, Khmer, ...) are not
+segmented: a run of such letters is one token.
+
+Sentence rule (:func:`split_sentences`): a sentence ends
+
+* at a line break;
+* right after ``。``, ``！``, ``？``, ``．`` or ``｡`` (and any closing quotes or
+  brackets after them), with or without a following space -- except when a
+  closing bracket follows and the text goes straight on (``「はい。」と言った。``
+  is one sentence);
+* after ``.``, ``!``, ``?`` or ``…`` (and closing quotes/brackets) when
+  whitespace follows and the next word does not start with a lowercase letter,
+  unless the period ends a title or Latin abbreviation (``Dr.``, ``vs.``, ``e.g.``,
+  :data:`ABBREVIATIONS`), an abbreviation followed by a number (``No. 5``,
+  ``Fig. 3``, :data:`NUMBER_ABBREVIATIONS`), a single-letter initial
+  (``J. Smith``) or a dotted acronym (``U.S.``).
+
+A period inside a number (``3.5``, full-width ``１１．５``), a version (``v1.2.3``), a URL or a file name
+is never followed by whitespace, so it never splits.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Sequence
+
+__all__ = [
+    "CJK_RANGES",
+    "normalize",
+    "is_cjk_char",
+    "has_cjk",
+    "tokenize",
+    "word_set",
+    "split_sentences",
+    "ABBREVIATIONS",
+    "NUMBER_ABBREVIATIONS",
+    "clean_text",
+    "as_text_list",
+    "split_context_sentences",
+]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(value: str) -> tuple[str, int]:
+    """The text with lone surrogates (invalid Unicode, e.g. from a JSON ``"\\ud800"`` escape) replaced by
+    U+FFFD, and how many were replaced. UTF-8 cannot encode such text: left in, it would make a judge
+    request or the logged table fail after the judge calls were paid for."""
+    return _SURROGATE.subn("\ufffd", value)
+
+#: Code point ranges (inclusive) whose characters are one token each.
+CJK_RANGES: tuple[tuple[int, int], ...] = (
+    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x3005, 0x3007),  # 々 〆 〇
+    (0x3040, 0x309F),  # Hiragana
+    (0x30A0, 0x30FF),  # Katakana (incl. ー)
+    (0x3130, 0x318F),  # Hangul Compatibility Jamo
+    (0x31F0, 0x31FF),  # Katakana Phonetic Extensions
+    (0x3400, 0x4DBF),  # CJK Unified Ideographs Extension A
+    (0x4E00, 0x9FFF),  # CJK Unified Ideographs
+    (0xA960, 0xA97F),  # Hangul Jamo Extended-A
+    (0xAC00, 0xD7AF),  # Hangul Syllables
+    (0xD7B0, 0xD7FF),  # Hangul Jamo Extended-B
+    (0xF900, 0xFAFF),  # CJK Compatibility Ideographs
+    (0xFF66, 0xFF9F),  # Half-width katakana (NFKC maps most of them away)
+    (0x20000, 0x2FA1F),  # CJK Unified Ideographs Extensions B-F, Compatibility Supplement
+    (0x30000, 0x323AF),  # CJK Unified Ideographs Extensions G-H
+)
+
+
+def _char_class(ranges: tuple[tuple[int, int], ...]) -> str:
+    return "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
+
+
+_CJK_CLASS = _char_class(CJK_RANGES)
+_CJK_RE = re.compile(f"[{_CJK_CLASS}]")
+
+
+@functools.cache
+def _token_re() -> re.Pattern[str]:
+    # Combining marks (categories Mn, Mc, Me) are not alphanumeric for Python's
+    # regex engine, so "\w+" would cut "é" written as e + U+0301, or a Devanagari
+    # word at each vowel sign. Collect them from the Basic Multilingual Plane once
+    # (a few milliseconds) and let them continue a word.
+    ranges: list[tuple[int, int]] = []
+    for cp in range(0x300, 0x10000):
+        if unicodedata.category(chr(cp)).startswith("M"):
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1] = (ranges[-1][0], cp)
+            else:
+                ranges.append((cp, cp))
+    marks = _char_class(tuple(ranges))
+    word_start = f"[^\\W_{_CJK_CLASS}]"
+    word_cont = f"(?:[^\\W_{_CJK_CLASS}]|[{marks}])"
+    return re.compile(f"[{_CJK_CLASS}]|{word_start}{word_cont}*")
+
+
+def normalize(text: str) -> str:
+    """NFKC-normalise and case-fold ``text`` (step 1 of the tokenisation rule).
+
+    Args:
+        text: any string.
+
+    Returns:
+        The normalised string.
+    """
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def is_cjk_char(char: str) -> bool:
+    """Whether ``char`` (one character) is a CJK ideograph, kana or hangul.
+
+    Args:
+        char: a single character.
+
+    Returns:
+        True when the character lies in :data:`CJK_RANGES`.
+    """
+    return bool(_CJK_RE.fullmatch(char))
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` contains at least one CJK ideograph, kana or hangul.
+
+    Args:
+        text: any string.
+
+    Returns:
+        True when some character lies in :data:`CJK_RANGES`.
+    """
+    return _CJK_RE.search(unicodedata.normalize("NFKC", text)) is not None
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into lowercase word tokens, one token per CJK character.
+
+    See the module docstring for the full rule.
+
+    Args:
+        text: the text to tokenise; ``None`` is treated as empty.
+
+    Returns:
+        The tokens in order (duplicates kept).
+
+    Examples:
+        >>> tokenize("The Db2 UNION_ALL, v1.2!")
+        ['the', 'db2', 'union', 'all', 'v1', '2']
+        >>> tokenize("東京は日本の首都です。")
+        ['東', '京', 'は', '日', '本', 'の', '首', '都', 'で', 'す']
+    """
+    if not text:
+        return []
+    return _token_re().findall(normalize(text))
+
+
+def word_set(text: str) -> set[str]:
+    """The set of distinct tokens of ``text`` (see :func:`tokenize`).
+
+    Args:
+        text: the text to tokenise.
+
+    Returns:
+        The distinct tokens.
+    """
+    return set(tokenize(text))
+
+
+#: Lowercased abbreviations (without their final period) after which a period
+#: never ends a sentence: titles before a name, and Latin abbreviations.
+ABBREVIATIONS: frozenset[str] = frozenset(
+    {
+        "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "rev", "gen", "col", "lt",
+        "capt", "sgt", "gov", "sen", "rep", "hon", "messrs",
+        "e.g", "i.e", "cf", "vs", "viz", "al",
+    }
+)  # fmt: skip
+
+#: Lowercased abbreviations after which a period does not end a sentence when a
+#: number follows ("No. 5", "Fig. 3", "Mar. 2024", "ca. 1900"); before a capitalised
+#: word they are taken as sentence ends ("The answer is no. The ...").
+NUMBER_ABBREVIATIONS: frozenset[str] = frozenset(
+    {
+        "no", "nos", "vol", "vols", "pp", "fig", "figs", "eq", "eqs", "ch", "sec", "sect", "ref",
+        "refs", "art", "ca", "approx", "est", "ed", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+        "sep", "sept", "oct", "nov", "dec",
+    }
+)  # fmt: skip
+
+# A candidate boundary: terminal punctuation, then closing quotes/brackets.
+_CLOSERS = "\"'”’)]}」』）】〕》〉"
+_BOUNDARY_RE = re.compile(f"(?:[.!?…]+|[。！？．｡]+)[{re.escape(_CLOSERS)}]*")
+_CJK_TERMINATORS = frozenset("。！？．｡")
+_OPENERS = frozenset("\"'“‘([{「『（【〔《〈")
+_DOTTED_ACRONYM_RE = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
+
+
+def _ends_with_abbreviation(before: str, following: str) -> bool:
+    """Whether the period after ``before`` ends an abbreviation or an initial, not a sentence."""
+    match = re.search(r"[\w.]+$", before)
+    if match is None:
+        return False
+    word = match.group(0).lstrip(".")
+    lowered = word.casefold()
+    if lowered in ABBREVIATIONS:
+        return True
+    if lowered in NUMBER_ABBREVIATIONS:
+        return following[:1].isdigit()
+    if len(word) == 1 and word.isalpha():  # an initial: "J. Smith", "(a. ...)"
+        return True
+    return _DOTTED_ACRONYM_RE.fullmatch(word) is not None  # "U.S", "e.g", "a.m"
+
+
+def _split_line(line: str) -> list[str]:
+    sentences: list[str] = []
+    start = 0
+    for match in _BOUNDARY_RE.finditer(line):
+        end = match.end()
+        punct = match.group(0)
+        rest = line[end:]
+        if punct[0] in _CJK_TERMINATORS:
+            if punct == "．" and rest[:1].isdigit() and line[: match.start()][-1:].isdigit():
+                continue  # full-width decimal point: "１１．５"
+            closed = punct[-1] in _CLOSERS
+            if closed and rest and not rest[0].isspace() and rest[0] not in _OPENERS:
+                continue  # 「はい。」と言った。: the quotation is part of a longer sentence
+            sentences.append(line[start:end])
+            start = end
+            continue
+        if rest and not rest[0].isspace():
+            continue  # "3.5", "v1.2", "example.com", "?!" inside a token
+        following = rest.lstrip()
+        if following and following[0].islower():
+            continue  # "e.g. the", "approx. five"
+        if (
+            punct.startswith(".")
+            and not punct.startswith("..")
+            and _ends_with_abbreviation(line[start : match.start()], following)
+        ):
+            continue
+        sentences.append(line[start:end])
+        start = end
+    sentences.append(line[start:])
+    return sentences
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` into sentences (rule in the module docstring).
+
+    Args:
+        text: the text to split; ``None`` is treated as empty.
+
+    Returns:
+        The sentences, stripped of surrounding whitespace, empty ones dropped.
+
+    Examples:
+        >>> split_sentences("Use e.g. UNION. It costs 3.5 units! Done")
+        ['Use e.g. UNION.', 'It costs 3.5 units!', 'Done']
+        >>> split_sentences("東京は首都です。大阪は違います！")
+        ['東京は首都です。', '大阪は違います！']
+    """
+    if not text:
+        return []
+    out: list[str] = []
+    for line in text.splitlines():
+        for sentence in _split_line(line):
+            sentence = sentence.strip()
+            if sentence:
+                out.append(sentence)
+    return out
+
+
+def as_text_list(contexts: Sequence[str] | str | None) -> list[str]:
+    """A list of passages as text: None -> [], a str -> [it], None items -> ""."""
+    if contexts is None:
+        return []
+    if isinstance(contexts, str):
+        return [contexts]
+    return ["" if c is None else str(c) for c in contexts]
+
+
+def split_context_sentences(contexts: Sequence[str] | None) -> list[tuple[int, str]]:
+    """``(passage number, sentence)`` for every sentence of every passage, in order.
+
+    Sentences are cut by :func:`mlflow_ragjudge.text.split_sentences` (English, Japanese and
+    Chinese terminators; line breaks).
+    """
+    out: list[tuple[int, str]] = []
+    for i, passage in enumerate(as_text_list(contexts), 1):
+        out.extend((i, s) for s in split_sentences(passage))
+    return out

@@ -1,0 +1,851 @@
+"""The one client through which every judge call flows.
+
+Order of policy for each call: cache lookup -> process-wide concurrency gate
+(and optional request pacing) per provider connection -> the backend call with a
+timeout -> classified retries with backoff -> parse (up to two re-asks) -> cache
+store -> accounting and a transcript record. Backends stay thin (DESIGN point 5).
+
+The gate is shared by every client in the process that talks to the same
+provider connection (provider + base URL), and is thread-safe, because MLflow
+calls scorers from thread pools.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import ParseError
+from ..core.types import FailureReason
+from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, resolve_backend
+from .backends.base import CARRY_MODES, SCHEMA_NOTE_VERSION, carry_schema, safe_url
+from .cache import CallCache, cache_key
+from .pricing import cost_usd
+
+if TYPE_CHECKING:
+    from .batch import BatchRunner
+
+__all__ = [
+    "FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for",
+    "configure_provider",
+]
+
+ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
+ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
+MEMO_SIZE = 4096  # replies kept in memory per client, so identical requests in one run are sent once
+RECENT_RECORDS = 1000  # transcript records a client keeps for inspection (results carry their own)
+MAX_RATE_LIMITED_ATTEMPTS = 100  # hard cap on 429-with-retry-after attempts per call
+
+REASK_TEMPLATE = (
+    "Your previous reply could not be read: {error}. Reply again with the complete answer, "
+    "in exactly the format the instructions ask for, with one final verdict and nothing else."
+)
+#: failures of a reply that arrived but could not be used: re-asked (up to max_reasks times), never cached
+PARSE_FAILURES = frozenset({FailureReason.PARSE_ERROR, FailureReason.INCONSISTENT, FailureReason.AMBIGUOUS})
+
+
+# --------------------------------------------------------------------------- gate
+
+
+class ProviderGate:
+    """Concurrency limit and request pacing for one provider connection, shared by every client in the process.
+
+    ``limit`` calls may be in flight at once. Unless a limit is set explicitly (:func:`configure_provider`, or
+    ``RAGJUDGE_MAX_CONCURRENCY``), the limit is found by additive increase / multiplicative decrease, as TCP
+    finds a link's capacity: it starts at ``ADAPTIVE_START``, doubles after each ``limit`` successful requests
+    until the first 429 (slow start), then grows by one per ``limit`` successes, up to ``ADAPTIVE_MAX``. A 429
+    that does not say when to come back halves it, at most once per round trip (the median latency of recent
+    replies; 1 s before any), so one burst of 429s counts once. A 429 with ``retry-after`` is a rate window
+    (requests or tokens per minute), handled by the cool-down below instead. So default settings use what a
+    server allows without a hand-set limit, and back off when it says no.
+
+    With ``requests_per_minute`` set, call starts are spaced ``60 / rpm`` seconds apart. After a 429 every
+    caller waits until the cool-down the server asked for has passed, and is then let out one at a time,
+    ``spacing`` seconds apart: the pace at which the server accepted requests over the last minute (at most
+    1 s, and no more than the ``retry-after``), shrinking by 30 % with each success. So the end of a cool-down
+    is neither a burst of 429s nor a trickle that leaves a reopened window unused.
+    """
+
+    MAX_SPACING = 1.0
+    SPACING_DECAY = 0.7  # per success after a cool-down (0.9 left a reopened 600/min window 15% unused)
+    ADAPTIVE_START = 16
+    ADAPTIVE_MAX = 64
+    #: tail latency: after this many successful requests on the connection, the first attempt of a request is
+    #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
+    MIN_OBSERVATIONS = 20
+    TAIL_FACTOR = 8.0
+    MIN_ADAPTIVE_TIMEOUT = 10.0
+
+    def __init__(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
+        self._cond = threading.Condition()
+        #: an explicit limit is kept as it is; otherwise the limit adapts (see the class docstring)
+        self.fixed = limit is not None
+        self.limit = limit if limit is not None else self.ADAPTIVE_START
+        self.ceiling = limit if limit is not None else self.ADAPTIVE_MAX
+        self.requests_per_minute = requests_per_minute
+        self.decreases = 0
+        self._slow_start = True
+        self._ok = 0
+        self._last_decrease = -1e9
+        self.active = 0
+        self.peak = 0
+        self._next_start = 0.0
+        self._cooldown_until = 0.0
+        self._spacing = 0.0
+        self._next_spaced = 0.0
+        self._latencies: deque[float] = deque(maxlen=200)
+        self._accepted: deque[float] = deque(maxlen=20_000)  # start times of requests that went through
+
+    def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
+        """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off."""
+        with self._cond:
+            if limit is not None:
+                if limit < 1:
+                    raise ValueError(f"max_concurrency must be >= 1, got {limit}")
+                self.limit = self.ceiling = limit
+                self.fixed = True
+            if requests_per_minute is not None:
+                if requests_per_minute < 0:
+                    raise ValueError(f"requests_per_minute must be >= 0 (0 = no pacing), got {requests_per_minute}")
+                self.requests_per_minute = requests_per_minute or None
+            self._cond.notify_all()
+
+    def acquire(self, sleep: Callable[[float], None] = time.sleep) -> float:
+        """Take a slot; returns the seconds spent waiting for pacing/cool-down."""
+        with self._cond:
+            while self.active >= self.limit:
+                self._cond.wait()
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            now = time.monotonic()
+            start = max(now, self._cooldown_until)
+            if self._spacing > 0:
+                start = max(start, self._next_spaced)
+                self._next_spaced = start + self._spacing
+            if self.requests_per_minute:
+                start = max(start, self._next_start)
+                self._next_start = start + 60.0 / self.requests_per_minute
+        wait = start - now
+        if wait > 0:
+            sleep(wait)
+        return max(0.0, wait)
+
+    def release(self) -> None:
+        with self._cond:
+            self.active -= 1
+            self._cond.notify()
+
+    def cool_down(self, seconds: float) -> None:
+        """A 429 asked for ``seconds`` of quiet: everyone waits, then goes one at a time, spaced at the rate
+        the server accepted requests over the last minute (what its window or bucket lets through), at
+        most ``MAX_SPACING`` apart."""
+        with self._cond:
+            now = time.monotonic()
+            self._cooldown_until = max(self._cooldown_until, now + seconds)
+            while self._accepted and self._accepted[0] < now - 60.0:
+                self._accepted.popleft()
+            pace = self.MAX_SPACING
+            if self._accepted:
+                span = max(1.0, now - self._accepted[0])
+                pace = span / len(self._accepted)
+            self._spacing = max(self._spacing, min(self.MAX_SPACING, pace, seconds if seconds > 0 else 0.05))
+
+    def observe(self, seconds: float) -> None:
+        """Record a successful request's latency (the last 200 are kept) and when it went through."""
+        with self._cond:
+            self._latencies.append(seconds)
+            self._accepted.append(time.monotonic() - seconds)
+
+    def adaptive_timeout(self, timeout: float) -> float:
+        """The timeout for a request's first attempt: ``timeout`` until enough requests were seen, then
+        ``max(MIN_ADAPTIVE_TIMEOUT, TAIL_FACTOR x p95 latency)``, never above ``timeout``."""
+        with self._cond:
+            seen = sorted(self._latencies)
+        if len(seen) < self.MIN_OBSERVATIONS:
+            return timeout
+        p95 = seen[min(len(seen) - 1, int(0.95 * len(seen)))]
+        return min(timeout, max(self.MIN_ADAPTIVE_TIMEOUT, self.TAIL_FACTOR * p95))
+
+    def succeeded(self) -> None:
+        """A request went through: relax the post-429 spacing; an adaptive limit grows (see the class docstring)."""
+        with self._cond:
+            if self._spacing:
+                self._spacing = 0.0 if self._spacing < 0.01 else self._spacing * self.SPACING_DECAY
+            if self.fixed or self.limit >= self.ceiling:
+                return
+            self._ok += 1
+            if self._ok >= self.limit:
+                self.limit = min(self.ceiling, self.limit * 2 if self._slow_start else self.limit + 1)
+                self._ok = 0
+                self._cond.notify_all()
+
+    def throttled(self) -> None:
+        """The server said no (429): an adaptive limit halves, at most once per round trip."""
+        with self._cond:
+            self._slow_start = False
+            now = time.monotonic()
+            recent = sorted(self._latencies)[-50:] if self._latencies else []
+            round_trip = min(5.0, max(0.05, recent[len(recent) // 2])) if recent else 1.0
+            if self.fixed or now - self._last_decrease < round_trip:
+                return
+            self.limit = max(1, self.limit // 2)
+            self._ok = 0
+            self._last_decrease = now
+            self.decreases += 1
+
+
+_GATES: dict[str, ProviderGate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def gate_for(key: str) -> ProviderGate:
+    """The process-wide gate for a provider connection key."""
+    with _GATES_LOCK:
+        gate = _GATES.get(key)
+        if gate is None:
+            env = os.environ.get(ENV_MAX_CONCURRENCY)
+            gate = _GATES[key] = ProviderGate(int(env) if env else None)
+        return gate
+
+
+def configure_provider(judge: str | Backend, *, max_concurrency: int | None = None,
+                       requests_per_minute: float | None = None) -> ProviderGate:
+    """Set a provider connection's process-wide limits explicitly: ``max_concurrency`` requests in flight
+    (instead of the adaptive limit) and ``requests_per_minute`` pacing (0 turns it off). Every client of the
+    connection in this process is bound by them."""
+    gate = gate_for(resolve_backend(judge).connection_key())
+    gate.configure(max_concurrency, requests_per_minute)
+    return gate
+
+
+# --------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Usage:
+    """Totals over a client's calls (thread-safe through the client's lock)."""
+
+    calls: int = 0  # logical calls (one per cache lookup)
+    requests: int = 0  # HTTP requests actually sent (attempts, re-asks)
+    cache_hits: int = 0
+    failures: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    format_refusals: int = 0  # requests the server refused for their output format (negotiation)
+    merged: int = 0  # calls answered by an identical call of this client (in flight or recent): nothing sent
+    embedding_requests: int = 0
+    batches: int = 0  # provider batches submitted (batch mode)
+    batch_lines: int = 0  # calls sent as batch lines (not counted in ``requests``)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CallResult:
+    """What one logical call produced.
+
+    ``ok`` is True when a reply arrived and parsed; otherwise ``failure`` holds the
+    reason code and ``error`` the message, and ``raw`` the last raw reply if any.
+    ``records`` are the transcript records (one per model request, re-asks included).
+    """
+
+    ok: bool
+    parsed: Any = None
+    response: ChatResponse | None = None
+    failure: FailureReason | None = None
+    error: str = ""
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def raw(self) -> str | None:
+        return self.response.text if self.response is not None else None
+
+
+def _iso_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
+    ErrorKind.RATE_LIMITED: FailureReason.RATE_LIMITED,
+    ErrorKind.TRANSIENT: FailureReason.PROVIDER_ERROR,
+    ErrorKind.TIMEOUT: FailureReason.TIMEOUT,
+    ErrorKind.CONNECTION: FailureReason.CONNECTION_ERROR,
+    ErrorKind.PERMANENT: FailureReason.PROVIDER_ERROR,
+    ErrorKind.REFUSED: FailureReason.REFUSED,
+    ErrorKind.FORMAT_REJECTED: FailureReason.PROVIDER_ERROR,
+    ErrorKind.INTERNAL: FailureReason.INTERNAL_ERROR,
+}
+
+_SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+
+
+def _check_settings(**settings: Any) -> None:
+    """Type and range of the client's settings: a clear ``ValueError`` naming the setting, never a TypeError later."""
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"),)
+
+    rules: dict[str, tuple[Any, str]] = {
+        "cache": (lambda v: v is None or isinstance(v, (bool, str, os.PathLike, CallCache)),
+                  "True, False, a cache directory / file path, or a CallCache"),
+        "max_concurrency": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+                            "None or a whole number >= 1"),
+        "requests_per_minute": (lambda v: v is None or (number(v) and v >= 0), "None or a number >= 0"),
+        "timeout": (lambda v: number(v) and v > 0, "a number of seconds > 0"),
+        "max_attempts": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
+        "max_retry_time": (lambda v: number(v) and v >= 0, "a number of seconds >= 0"),
+    }
+    for key, value in settings.items():
+        ok, what = rules[key]
+        if not ok(value):
+            raise ValueError(f"{key}={value!r} is not valid: it must be {what}.")
+
+
+class JudgeClient:
+    """Calls a judge model with caching, limits, retries, accounting and transcripts.
+
+    Args:
+        judge: a judge URI (``openai:/gpt-4o-mini``) or a :class:`Backend`.
+        cache: True for the default on-disk cache, False/None for none, a path,
+            or a :class:`CallCache`.
+        max_concurrency: a cap on this client's own calls in flight (default: none). Every client of a
+            provider connection is also bound by the connection's process-wide limit: adaptive (AIMD on
+            429s, 16 to 64) unless set with :func:`configure_provider` or ``RAGJUDGE_MAX_CONCURRENCY``.
+            Building a client never changes another client's limit.
+        requests_per_minute: pace request starts to this rate (a provider's limit, so a setting of the
+            provider connection, as with :func:`configure_provider`); 0 turns pacing off; ``None`` leaves
+            it as it is.
+        timeout: seconds per request.
+        max_attempts: attempts per request, the first included. A 429 that carries
+            ``retry-after`` does not use one up (waits are bounded by ``max_retry_time``).
+        max_retry_time: stop retrying when the next wait would pass this many
+            seconds since the call started.
+        backoff_base, backoff_max: exponential backoff ``base * 2**(n-1)`` capped at
+            ``max``, with jitter in [50%, 100%]; scaled by ``RAGJUDGE_BACKOFF_SCALE``.
+        prices: extra ``model -> ($/Mtok in, $/Mtok out)`` entries.
+        sleep: the sleep function (tests may inject one).
+        check_ready: check now that the backend can send (an API key is set ...), so a
+            missing key is an error before any work; ``False`` for estimates, which send nothing.
+        max_reasks: how many times an unreadable reply is asked again (default 2: a model that slips into
+            prose on 5% of replies then loses about one call in 8,000).
+        batch: True or :class:`~mlflow_ragjudge.batch.BatchOptions` (or their dict): send calls through the
+            provider's batch API, round by round, at the batch price (:mod:`mlflow_ragjudge.batch`).
+        dedupe: send identical requests once for this client's life: a request identical to one in flight
+            waits for its reply, and one identical to a recent successful one (the last 4,096) reuses it, with
+            no tokens counted (the transcript record says ``shared``). The evaluator and the scorers turn it
+            on, so metrics that need the same reply (one statement extraction, one combined verdict call)
+            share it without knowing about each other, with or without the persistent cache.
+    """
+
+    def __init__(
+        self,
+        judge: str | Backend,
+        *,
+        cache: bool | str | Path | CallCache | None = True,
+        max_concurrency: int | None = None,
+        requests_per_minute: float | None = None,
+        timeout: float = 60.0,
+        max_attempts: int = 6,
+        max_retry_time: float = 300.0,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        prices: dict[str, tuple[float, float]] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        check_ready: bool = True,
+        dedupe: bool = False,
+        max_reasks: int = 2,
+        batch: Any = None,
+    ) -> None:
+        _check_settings(cache=cache, max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
+                        timeout=timeout, max_attempts=max_attempts, max_retry_time=max_retry_time)
+        self.backend = resolve_backend(judge)
+        if check_ready:
+            self.backend.check_ready()
+        if cache is True:
+            self.cache: CallCache | None = CallCache.open()
+        elif cache is False or cache is None:
+            self.cache = None
+        elif isinstance(cache, CallCache):
+            self.cache = cache
+        else:
+            self.cache = CallCache.open(cache)
+        self.gate = gate_for(self.backend.connection_key())
+        # max_concurrency caps this client's own calls in flight (the connection's gate bounds all clients);
+        # requests_per_minute is the provider's pacing, a setting of the connection
+        self.max_concurrency = max_concurrency
+        self._cap = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
+        self._in_flight = 0
+        self.peak_in_flight = 0
+        self.gate.configure(None, requests_per_minute)
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.max_retry_time = max_retry_time
+        scale = float(os.environ.get(ENV_BACKOFF_SCALE, "1"))
+        self.backoff_base = backoff_base * scale
+        self.backoff_max = backoff_max * scale
+        self.prices = prices
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self.usage = Usage()
+        #: the most recent transcript records (bounded; every result carries its own records)
+        self.records: deque[dict[str, Any]] = deque(maxlen=RECENT_RECORDS)
+        self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._inflight: dict[str, Future[dict[str, Any] | None]] = {}
+        self._embed_backends: dict[str, Backend] = {}
+        self.dedupe = dedupe
+        self.max_reasks = max_reasks
+        self._secrets = [s for s in self.backend.secrets() if s and len(s) >= 6]
+        self._secrets += [
+            v for k, v in os.environ.items() if k.endswith(_SECRET_ENV_SUFFIXES) and v and len(v) >= 6
+        ]
+        #: with ``batch`` (True or options, docs/batch.md): calls go through the provider's batch API
+        self.batch: BatchRunner | None = None
+        if batch:
+            from .batch import BatchOptions, BatchRunner
+
+            self.batch = BatchRunner(self, BatchOptions.of(batch))
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def model(self) -> str:
+        return self.backend.model
+
+    def identity(self) -> dict[str, Any]:
+        ident = dict(self.backend.identity())
+        ident["base_url"] = safe_url(ident.get("base_url"))
+        return ident
+
+    @property
+    def structured_mode(self) -> str:
+        """How structured replies are obtained on this connection now (negotiated; see docs/judge-client.md)."""
+        return self.backend.structured_mode
+
+    def call(
+        self,
+        request: ChatRequest,
+        *,
+        parse: Callable[[ChatResponse], Any] | None = None,
+        prompt_version: str = "",
+        purpose: str = "",
+        reask: bool = True,
+    ) -> CallResult:
+        """One logical judge call. Never raises for provider or parse failures.
+
+        Args:
+            request: the messages and sampling parameters.
+            parse: turns a reply into the judge's verdict; raises :class:`ParseError`
+                when the reply is unreadable, inconsistent or ambiguous. Such a reply is
+                re-asked up to ``max_reasks`` times (when ``reask``; each re-ask shows the
+                original request, the last reply and what was wrong with it, and repeats the JSON
+                schema, if any), then the call fails with the parse error's reason and the raw
+                text kept.
+            prompt_version: the prompt's version, part of the cache key.
+            purpose: a label for the transcript (``correctness``, ``claims`` ...).
+        """
+        result = self._call_once(request, parse, prompt_version, purpose)
+        records = list(result.records)
+        for _ in range(self.max_reasks if reask else 0):
+            if result.ok or result.failure not in PARSE_FAILURES or result.response is None:
+                break
+            ask: tuple[dict[str, str], ...] = (
+                {"role": "user", "content": REASK_TEMPLATE.format(error=result.error)},
+            )
+            if request.json_schema is not None:
+                # whatever the server's mode, the re-ask says exactly what the reply must hold
+                ask = carry_schema(ask, request.json_schema)
+            followup = ChatRequest(
+                messages=(  # the original request, the last unreadable reply and what was wrong with it
+                    *request.messages,
+                    {"role": "assistant", "content": result.response.text},
+                    *ask,
+                ),
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+                json_schema=request.json_schema,
+                seed=request.seed,
+                stop=request.stop,
+            )
+            result = self._call_once(followup, parse, prompt_version, f"{purpose}:reask" if purpose else "reask")
+            records += result.records
+        result.records = records
+        self._count_failure(result)
+        return result
+
+    def embedder(self, uri: str | Backend, *, check_ready: bool = True) -> Callable[[list[str]], list[list[float]]]:
+        """``embed(texts) -> vectors`` through another model (an embeddings URI such as
+        ``openai:/text-embedding-3-small``), with this client's cache, timeout, retries and accounting, under
+        that model's provider gate."""
+        backend = resolve_backend(uri)
+        if check_ready:
+            backend.check_ready()
+        for s in backend.secrets():
+            if s and len(s) >= 6 and s not in self._secrets:
+                self._secrets.append(s)
+        self._embed_backends[backend.uri] = backend
+        return lambda texts: self.embed(list(texts), backend=backend)
+
+    def embed(self, texts: list[str], *, purpose: str = "embedding",
+              backend: Backend | None = None) -> list[list[float]]:
+        """Embed texts (through ``backend``, default this client's own), cached per text. Raises
+        :class:`BackendError` on failure."""
+        backend = backend or self.backend
+        gate = self.gate if backend is self.backend else gate_for(backend.connection_key())
+        ident = dict(backend.identity())
+        ident["base_url"] = safe_url(ident.get("base_url"))
+        out: list[list[float] | None] = [None] * len(texts)
+        keys = [cache_key("embed", ident, {"text": t}) for t in texts]
+        missing: list[int] = []
+        for i, k in enumerate(keys):
+            hit = self._memo_get(k) if self.dedupe else None
+            if hit is None and self.cache is not None:
+                hit = self.cache.get(k)
+            if hit is not None and isinstance(hit.get("vector"), list):
+                out[i] = hit["vector"]
+            else:
+                missing.append(i)
+        with self._lock:
+            self.usage.calls += 1
+            self.usage.cache_hits += len(texts) - len(missing)
+        if missing:
+            batch = [texts[i] for i in missing]
+            resp, _, error, _ = self._with_retries(lambda t: backend.embed(batch, timeout=t), gate=gate)
+            if resp is None:
+                assert error is not None
+                raise error
+            with self._lock:
+                self.usage.input_tokens += resp.input_tokens
+                self.usage.embedding_requests += 1
+                self._add_cost(resp.model or backend.model, resp.input_tokens, 0)
+            for i, vec in zip(missing, resp.vectors):
+                out[i] = vec
+                if self.dedupe:
+                    self._memo_put(keys[i], {"vector": vec})
+                if self.cache is not None:
+                    self.cache.put(keys[i], {"vector": vec})
+        return [v for v in out if v is not None]
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            d = self.usage.as_dict()
+        d["peak_in_flight"] = self.peak_in_flight  # this client's own
+        d["connection_limit"] = self.gate.limit  # the connection's concurrency limit now (adaptive unless set)
+        d["structured_mode"] = self.structured_mode
+        return d
+
+    def redact(self, value: Any) -> Any:
+        """Replace any secret this process holds by ``***`` in a (nested) value."""
+        if not self._secrets:
+            return value
+        if isinstance(value, str):
+            for s in self._secrets:
+                if s in value:
+                    value = value.replace(s, "***")
+            return value
+        if isinstance(value, dict):
+            return {k: self.redact(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redact(v) for v in value]
+        return value
+
+    # ------------------------------------------------------------------ internals
+
+    def _count_failure(self, result: CallResult) -> None:
+        if not result.ok:
+            with self._lock:
+                self.usage.failures += 1
+
+    def _add_cost(self, model: str, inp: int, outp: int, batch: bool = False) -> float | None:
+        c = cost_usd(model, inp, outp, self.prices, batch_provider=self.backend.provider if batch else None)
+        if c is None:
+            self.usage.cost_usd = None
+        elif self.usage.cost_usd is not None:
+            self.usage.cost_usd += c
+        return c
+
+    def _with_retries(self, fn: Callable[[float], Any], gate: ProviderGate | None = None
+                      ) -> tuple[Any, int, BackendError | None, float]:
+        """Run ``fn(timeout)`` under the gate (default: this client's) with retries.
+
+        Tail latency: the first attempt's timeout is the connection's adaptive one
+        (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``): a call that hangs far past what
+        this server usually takes is abandoned and sent again, instead of holding its row for the full
+        ``timeout``. Retries get the full ``timeout``, so a call that is merely slow still finishes.
+
+        Returns (value or None, attempts, last error, seconds spent waiting).
+        """
+        gate = gate or self.gate
+        started = time.monotonic()
+        attempt = 0
+        budget_used = 0  # attempts that count against max_attempts
+        format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
+        waited = 0.0
+        while True:
+            attempt += 1
+            budget_used += 1
+            if self._cap is not None:
+                self._cap.acquire()
+            waited += gate.acquire(self._sleep)
+            with self._lock:
+                self._in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+            try:
+                with self._lock:
+                    self.usage.requests += 1
+                t_start = time.monotonic()
+                value = fn(gate.adaptive_timeout(self.timeout) if attempt == 1 else self.timeout)
+                gate.observe(time.monotonic() - t_start)
+                gate.succeeded()
+                return value, attempt, None, waited
+            except BackendError as e:
+                err = e
+            except Exception as e:  # a bug (ours or the SDK's), not a provider error: never retried
+                err = BackendError(ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
+            finally:
+                gate.release()
+                with self._lock:
+                    self._in_flight -= 1
+                if self._cap is not None:
+                    self._cap.release()
+            if err.kind is ErrorKind.RATE_LIMITED:
+                if err.retry_after is None:
+                    # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
+                    # is a rate window (requests or tokens per minute): the cool-down below waits exactly
+                    # that, and halving the concurrency too would leave the window unused once it reopens.
+                    gate.throttled()
+                with self._lock:
+                    self.usage.rate_limited += 1
+            if err.kind is ErrorKind.FORMAT_REJECTED:
+                # not a fault of this request's content: resend at once in the weaker mode; bounded by
+                # the number of modes (a backend that keeps refusing ends as a provider error)
+                format_refusals += 1
+                budget_used -= 1
+                if format_refusals <= 4:
+                    with self._lock:
+                        self.usage.format_refusals += 1
+                    continue
+                err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
+            told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
+            if told_when and attempt < MAX_RATE_LIMITED_ATTEMPTS:
+                # The server said when to come back: that wait is bounded by max_retry_time, not by
+                # max_attempts, so a long evaluation behind a busy quota does not lose rows.
+                budget_used -= 1
+            if not err.retryable or budget_used >= self.max_attempts:
+                return None, attempt, err, waited
+            if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
+                delay = err.retry_after
+                gate.cool_down(delay)  # everyone on this connection waits
+            else:
+                exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+                delay = exp * (0.5 + random.random() / 2)
+                if err.retry_after is not None:
+                    delay = max(delay, err.retry_after)
+            if time.monotonic() - started + delay > self.max_retry_time:
+                err.message += f" (gave up after {attempt} attempts: retry budget of {self.max_retry_time:g}s)"
+                return None, attempt, err, waited
+            with self._lock:
+                self.usage.retries += 1
+            if delay > 0:
+                self._sleep(delay)
+                waited += delay
+
+    def _call_once(
+        self,
+        request: ChatRequest,
+        parse: Callable[[ChatResponse], Any] | None,
+        prompt_version: str,
+        purpose: str,
+    ) -> CallResult:
+        ident = self.identity()
+        key = cache_key(
+            "chat", ident, {"messages": list(request.messages), "params": request.params()}, prompt_version
+        )
+        record: dict[str, Any] = {
+            "call_id": uuid.uuid4().hex[:12],
+            "time": _iso_now(),
+            "purpose": purpose,
+            "prompt_version": prompt_version,
+            "provider": ident["provider"],
+            "model": ident["model"],
+            "base_url": ident["base_url"],
+            "messages": [dict(m) for m in request.messages],
+            "params": request.params(),
+            "structured_mode": self.backend.structured_mode if request.json_schema is not None else None,
+        }
+        with self._lock:
+            self.usage.calls += 1
+        t0 = time.perf_counter()
+        # 0. an identical call of this client, finished recently (memo) or in flight (wait for it): nothing is
+        #    sent twice, so metrics that need the same reply (one statement extraction, one combined verdict
+        #    call) share it without knowing about each other
+        shared: str | None = None
+        hit = self._memo_get(key) if self.dedupe else None
+        if hit is not None:
+            shared = "memo"
+        owner: Future[dict[str, Any] | None] | None = None
+        if hit is None and self.dedupe:
+            with self._lock:
+                pending = self._inflight.get(key)
+                if pending is None:
+                    owner = self._inflight[key] = Future()
+            if pending is not None:
+                if self.batch is not None and self.batch.wants():
+                    with self.batch.idle():  # waiting on another task's batch line: this task is quiescent too
+                        hit = pending.result()
+                else:
+                    hit = pending.result()  # None when that call failed: then this one asks for itself
+                shared = "in_flight" if hit is not None else None
+        stored: dict[str, Any] | None = None
+        try:
+            # 1. cache
+            if hit is None and self.cache is not None:
+                hit = self.cache.get(key)
+            if hit is not None:
+                response = ChatResponse.from_json(hit)
+                try:
+                    parsed = parse(response) if parse else response.text
+                except ParseError:
+                    parsed = None  # a stale entry the current parser rejects: treat as a miss
+                    hit = None
+                if hit is not None:
+                    with self._lock:
+                        if shared:
+                            self.usage.merged += 1
+                        else:
+                            self.usage.cache_hits += 1
+                    record.update(
+                        raw_reply=response.text, structured=response.data, parsed=_jsonable(parsed),
+                        input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, attempts=0,
+                        latency_s=round(time.perf_counter() - t0, 6), outcome="ok", error=None,
+                        reply_model=response.model,
+                    )
+                    if shared:
+                        record["shared"] = shared
+                        record["shared_from"] = hit.get("_call_id")
+                    stored = hit
+                    return self._finish(CallResult(True, parsed, response), record)
+            result = self._send(request, parse, record, t0, key)
+            if result.ok and result.response is not None:
+                stored = result.response.to_json()
+                if self.cache is not None:
+                    self.cache.put(key, stored)
+                stored = {**stored, "_call_id": result.records[-1].get("call_id") if result.records else None}
+                if self.dedupe:
+                    self._memo_put(key, stored)
+            return result
+        finally:
+            if owner is not None:
+                with self._lock:
+                    self._inflight.pop(key, None)
+                owner.set_result(stored)
+
+    def _send(self, request: ChatRequest, parse: Callable[[ChatResponse], Any] | None, record: dict[str, Any],
+              t0: float, key: str = "") -> CallResult:
+        """The model call under the gate, with retries (or as a batch line), then the parse."""
+        batched = self.batch is not None and self.batch.wants()
+        if batched:
+            assert self.batch is not None
+            response, attempts, err, batch_id = self.batch.chat(request, key)
+            record.update(cache_hit=False, attempts=0, batch_rounds=attempts, batch_id=batch_id, via="batch")
+        else:
+            response, attempts, err, waited = self._with_retries(lambda t: self.backend.chat(request, timeout=t))
+            record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
+        if response is not None and request.json_schema is not None and response.structured_mode:
+            record["structured_mode"] = response.structured_mode
+            if response.structured_mode in CARRY_MODES:  # the prompt as sent carried the schema
+                record["messages"] = [dict(m) for m in carry_schema(request.messages, request.json_schema)]
+                record["schema_note_version"] = SCHEMA_NOTE_VERSION
+        if response is None:
+            assert err is not None
+            failure = FAILURE_FOR_KIND[err.kind]
+            record.update(raw_reply=None, input_tokens=0, output_tokens=0, cost_usd=0.0,
+                          latency_s=round(time.perf_counter() - t0, 6), outcome=failure.value,
+                          error=str(err), http_status=err.status)
+            return self._finish(CallResult(False, failure=failure, error=str(err)), record)
+        with self._lock:
+            self.usage.input_tokens += response.input_tokens
+            self.usage.output_tokens += response.output_tokens
+            cost = self._add_cost(response.model or self.model, response.input_tokens, response.output_tokens,
+                                  batch=batched)
+        record.update(
+            raw_reply=response.text, structured=response.data, input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens, cost_usd=cost, finish_reason=response.finish_reason,
+            reply_model=response.model, latency_s=round(time.perf_counter() - t0, 6),
+        )
+        # refusals and unreadable replies fail the call and are never cached
+        if response.refusal:
+            record.update(outcome=FailureReason.REFUSED.value, error=response.refusal)
+            return self._finish(
+                CallResult(False, response=response, failure=FailureReason.REFUSED, error=response.refusal),
+                record)
+        try:
+            parsed = parse(response) if parse else response.text
+        except ParseError as e:
+            if response.structured_mode in ("json_schema", "json_object") and "{" not in response.text:
+                self.backend.format_ignored(response.structured_mode)  # prose despite a JSON request
+            if response.finish_reason in ("length", "max_tokens"):
+                e = ParseError(f"{e} (the reply was cut off at max_tokens={request.max_tokens})", e.reason)
+            record.update(outcome=e.reason.value, error=str(e))
+            return self._finish(CallResult(False, response=response, failure=e.reason, error=str(e)), record)
+        if response.structured_mode == "json_schema":
+            self.backend.format_followed(response.structured_mode)
+        record.update(parsed=_jsonable(parsed), outcome="ok", error=None)
+        return self._finish(CallResult(True, parsed, response), record)
+
+    def is_memoised(self, request: ChatRequest, prompt_version: str = "") -> bool:
+        """Whether an identical request's reply is in this client's memory (``dedupe``): it would cost nothing."""
+        if not self.dedupe:
+            return False
+        key = cache_key("chat", self.identity(), {"messages": list(request.messages), "params": request.params()},
+                        prompt_version)
+        with self._lock:
+            return key in self._memo
+
+    def _memo_get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+            return hit
+
+    def _memo_put(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock:
+            self._memo[key] = value
+            while len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
+
+    def _finish(self, result: CallResult, record: dict[str, Any]) -> CallResult:
+        record = self.redact(record)
+        result.records.append(record)
+        if result.error:
+            result.error = self.redact(result.error)
+        with self._lock:
+            self.records.append(record)
+        return result
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return _jsonable(to_dict())
+    return repr(value)

@@ -1,0 +1,262 @@
+"""The context-aware six-level correctness judge (IBM Research; SPEC 2.1).
+
+The judge writes feedback, then an integer score:
+5 correct and complete; 4 largely correct but incomplete; 3 partly correct, partly
+wrong; 2 mostly wrong but not fatally; 1 completely, fatally wrong; 0 the response
+says it is not sure. Level 0 is an abstention, not a quality level: it is returned
+as ``abstained`` (reason ``not_sure``) and left out of the mean, as in the paper.
+
+What the judge sees as context is the paper's key variable (see ``context_mode`` in
+the evaluator): E3 ``reference`` contexts retrieved with question + reference
+answer (the paper's proposal), E2 ``generation`` contexts, ``gold`` documents, or
+``none``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.types import JudgeResult
+from ..llm.backends import ChatRequest, JsonSchema
+from ..llm.client import JudgeClient
+from ..llm.parsing import parse_score_reply
+from ..llm.prompts import Prompt, load_prompt
+
+__all__ = ["CorrectnessJudge", "format_contexts", "LEVELS"]
+
+LEVELS = {
+    5: "correct and complete",
+    4: "largely correct, but incomplete",
+    3: "partially correct and partially wrong",
+    2: "mostly wrong, but not fatally",
+    1: "completely wrong, fatally so",
+    0: "not sure (abstention)",
+}
+TRUNCATION_MARK = " [...truncated]"
+MIN_PARTIAL_CHARS = 200
+
+
+def format_contexts(contexts: Sequence[str] | None, max_chars: int) -> tuple[str, dict[str, Any]]:
+    """Number the passages ``[1] ...`` in rank order within a character budget.
+
+    Truncation rule (documented in docs/correctness.md): passages are kept whole in
+    rank order while they fit in ``max_chars``; the first passage that does not fit
+    is cut to the remaining budget (marked ``[...truncated]``) if at least 200
+    characters remain, else dropped; every later passage is dropped. Higher-ranked
+    passages are the ones a retriever trusts most, so they are the ones kept.
+
+    Returns the text and a record: passages given, shown, cut, dropped, characters.
+    """
+    contexts = [c for c in (contexts or []) if c and str(c).strip()]
+    info: dict[str, Any] = {"n_given": len(contexts), "n_shown": 0, "truncated": False, "n_dropped": 0}
+    if not contexts:
+        info["chars"] = 0
+        return "(no context passages)", info
+    parts: list[str] = []
+    used = 0
+    for i, ctx in enumerate(contexts, 1):
+        text = " ".join(str(ctx).split())
+        head = f"[{i}] "
+        remaining = max_chars - used - len(head)
+        if len(text) <= remaining:
+            parts.append(head + text)
+            used += len(head) + len(text) + 1
+            continue
+        info["truncated"] = True
+        if remaining >= MIN_PARTIAL_CHARS:
+            parts.append(head + text[: remaining - len(TRUNCATION_MARK)] + TRUNCATION_MARK)
+            info["n_cut"] = 1
+            info["n_dropped"] = len(contexts) - i
+        else:
+            info["n_dropped"] = len(contexts) - i + 1
+        break
+    info["n_shown"] = len(parts)
+    out = "\n".join(parts)
+    info["chars"] = len(out)
+    return out, info
+
+
+@dataclass
+class CorrectnessJudge:
+    """Score one response on the six-level rubric.
+
+    Args:
+        client: the judge client (model, cache, limits).
+        language: prompt language, ``en`` or ``ja`` (inputs in any language work).
+        output: ``json`` (structured output), ``prometheus`` (``Feedback: ... [RESULT] n``)
+            or ``auto``: the Prometheus form for Prometheus-family models (a model name
+            containing ``prometheus``; the form they were trained on, as the paper's judges
+            used it) and for backends that cannot return JSON; JSON otherwise -- enforced
+            by the server where it can, with the schema in the prompt where it cannot
+            (see docs/judge-client.md). The parser reads every form whatever was asked.
+        max_context_chars: the context budget, see :func:`format_contexts`.
+        max_tokens: reply budget.
+    """
+
+    client: JudgeClient
+    language: str = "en"
+    output: str = "auto"
+    max_context_chars: int = 12_000
+    max_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.output not in ("auto", "json", "prometheus"):
+            raise ValueError(f"output must be 'auto', 'json' or 'prometheus', not {self.output!r}")
+        self.prompt: Prompt = load_prompt("correctness", self.language)
+
+    @property
+    def prompt_version(self) -> str:
+        return f"correctness-v{self.prompt.version}-{self.prompt.language}"
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        return {"correctness": self.prompt_version}
+
+    def _format(self) -> str:
+        if self.output != "auto":
+            return self.output
+        backend = self.client.backend
+        if "prometheus" in backend.model.lower() or not backend.supports_json_schema:
+            return "prometheus"
+        return "json"
+
+    #: expected reply length (feedback + score) for cost estimates
+    ESTIMATED_REPLY_TOKENS = 200
+
+    def estimate(self, question: str, response: str, reference: str,
+                 contexts: Sequence[str] | None = None) -> dict[str, int]:
+        """Cost of judging one row without calling the model: 1 call, rough tokens."""
+        from .statements import estimate_messages
+
+        ctx_text, _ = format_contexts(contexts, self.max_context_chars)
+        messages = self.prompt.render(self._format(), question=question, reference=reference, contexts=ctx_text,
+                                      response=response or "(empty response)")
+        return estimate_messages(messages, self.ESTIMATED_REPLY_TOKENS)
+
+    def judge(
+        self,
+        question: str,
+        response: str,
+        reference: str,
+        contexts: Sequence[str] | None = None,
+    ) -> JudgeResult:
+        """Judge one row. Never raises for model failures: they come back as failed results."""
+        ctx_text, ctx_info = format_contexts(contexts, self.max_context_chars)
+        fmt = self._format()
+        messages = self.prompt.render(
+            fmt, question=question, reference=reference, contexts=ctx_text, response=response or "(empty response)"
+        )
+        schema = self.prompt.schema
+        request = ChatRequest.of(
+            messages,
+            max_tokens=self.max_tokens,
+            json_schema=JsonSchema("correctness_verdict", schema) if fmt == "json" and schema else None,
+        )
+        call = self.client.call(
+            request,
+            parse=lambda r: parse_score_reply(r, allowed=LEVELS.keys(), schema=schema if fmt == "json" else None),
+            prompt_version=self.prompt_version,
+            purpose="correctness",
+        )
+        details = {"contexts_shown": ctx_text, "context_info": ctx_info, "format": fmt}
+        if not call.ok:
+            assert call.failure is not None
+            return JudgeResult.failed(call.failure, call.error, raw=call.raw, details=details, calls=call.records)
+        score, feedback = call.parsed["score"], call.parsed["feedback"]
+        details["level"] = score
+        if score == 0:
+            return JudgeResult.abstained("not_sure", feedback, raw=call.raw, details=details, calls=call.records)
+        return JudgeResult.scored(score, feedback, raw=call.raw, details=details, calls=call.records)
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+def shared_correctness_judge(ctx: Any) -> CorrectnessJudge:
+    """The run's six-level judge (one per run: the multi-turn judge uses the same prompt, format and budget)."""
+    cfg = ctx.cfg
+    return ctx.shared("judge:correctness", lambda: CorrectnessJudge(
+        ctx.judge_client, language=cfg.language, output=cfg.judge_output, max_context_chars=cfg.max_context_chars))
+
+
+def _reference(row: Any, ctx: Any) -> str:
+    """The prompt's reference: the answer, or every acceptable answer shown as alternatives."""
+    from ..llm.prompts import reference_text
+
+    return reference_text(row.acceptable_answers, ctx.cfg.language)
+
+
+def _per_context_mode(row: Any, one: Any) -> JudgeResult | dict[str, JudgeResult]:
+    """``one(contexts)`` for the row's context mode, or for each of its modes (E2 vs E3 ...), with the mode and
+    its provenance recorded on each result."""
+    from ..core.constants import CONTEXT_PROVENANCE
+
+    if len(row.judge_contexts_by_mode) > 1:  # several context modes: one judgement per mode
+        out = {}
+        for mode, contexts in row.judge_contexts_by_mode.items():
+            res = one(contexts)
+            res.details.update(context_mode=mode, context_provenance=CONTEXT_PROVENANCE.get(mode))
+            out[f"correctness_{mode}"] = res
+        return out
+    res = one(row.judge_contexts)
+    res.details["context_mode"] = row.context_mode
+    res.details["context_provenance"] = row.context_provenance
+    return res
+
+
+def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+    reference = _reference(row, ctx)
+    return _per_context_mode(row, lambda contexts: judge.judge(row.question or "", row.answer or "", reference,
+                                                               contexts))
+
+
+def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+    return _per_context_mode(row, lambda contexts: judge.correctness(row.question or "", row.answer or "",
+                                                                     row.acceptable_answers, contexts))
+
+
+def _estimate(judge: CorrectnessJudge, row: Any, ctx: Any) -> dict[str, int]:
+    modes = row.judge_contexts_by_mode if len(row.judge_contexts_by_mode) > 1 else {None: row.judge_contexts}
+    reference = _reference(row, ctx)
+    parts = [judge.estimate(row.question or "", row.answer or "", reference, c) for c in modes.values()]
+    return {k: sum(p[k] for p in parts) for k in ("calls", "input_tokens", "output_tokens")}
+
+
+def _per_mode(key: str) -> Any:
+    """A per-row column: the detail of the single judgement, or ``{mode: detail}`` with several modes."""
+    import json
+
+    def build(res: dict[str, JudgeResult]) -> Any:
+        if "correctness" in res:
+            return res["correctness"].details.get(key)
+        return json.dumps({name[len("correctness_"):]: r.details.get(key) for name, r in res.items()},
+                          ensure_ascii=False, default=str)
+
+    return build
+
+
+def _spec() -> Any:
+    from .spec import MetricSpec
+
+    return MetricSpec(
+        "correctness",
+        requires=(("question", "answer", "reference"),),
+        judged=True,
+        needs_judge_contexts=True,
+        setup=shared_correctness_judge,
+        score=_score,
+        estimate=_estimate,
+        outputs=("correctness", "correctness_"),
+        columns={"correctness/contexts_shown": _per_mode("contexts_shown"),
+                 "correctness/context_provenance": _per_mode("context_provenance")},
+        headline=True,
+        levels=("correctness", "correctness_"),
+        prompt_versions=lambda j: j.prompt_versions,
+        description="context-aware six-level correctness (5..1, 0 = not sure), judged with the context mode's passages",
+        offline=_offline_score,
+    )
+
+
+METRICS = (_spec(),)

@@ -1,0 +1,343 @@
+"""Claim-based faithfulness (RAGAS, Es et al. 2023; seeds 001, 002, 003; SPEC 2.3).
+
+Two LLM calls per row, however many claims the response makes:
+
+1. the shared :class:`~mlflow_ragjudge.judges.statements.StatementExtractor` splits the response
+   into short self-contained claims (one fact each, pronouns resolved);
+2. one verification call shows the evidence as numbered passages and *all* the claims, and gets
+   back one ``{claim, reason, verdict}`` per claim, ``verdict`` being ``supported`` or
+   ``unsupported``.
+
+``faithfulness = supported claims / all claims`` (:func:`mlflow_ragjudge.claims.faithfulness`).
+
+States (DESIGN point 1):
+
+* no evidence passages -> ``abstained("no_evidence")``, no call: faithfulness is grounding in the
+  evidence given; with none, a 0 would blame the generator for a retrieval miss;
+* a response with no claims (empty, a refusal, "I don't know") -> ``abstained("no_claims")``
+  after the extraction call, and the verification call is skipped -- never NaN, never 1.0;
+* the verification call's schema is built per call: exactly one entry per claim, claim numbers
+  limited to ``1..N`` (:func:`~mlflow_ragjudge.judges.statements.numbered_list_schema`);
+* verdicts are read by claim number, never by position; a reply that misses some numbers (or
+  gives one two different verdicts) is salvaged: one follow-up asks about those claims only and
+  the answers are merged; what is still missing fails the row ``inconsistent`` (or
+  ``ambiguous``) with the raw replies kept -- never padded, never truncated to fit;
+* an unreadable reply -> re-asked (up to twice, `max_reasks`), then ``failed("parse_error")`` with the raw reply.
+
+Every claim is kept with its verdict and reason in ``details["claims"]``; ``calls`` holds the
+transcript records of both calls.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..core import claims as claim_math
+from ..core.types import JudgeResult
+from ..llm.client import JudgeClient
+from ..llm.prompts import load_prompt
+from .statements import (
+    StatementExtractor,
+    add_estimates,
+    approx_tokens,
+    ask_numbered,
+    estimate_messages,
+    failed_result,
+    number_items,
+    prompt_version,
+)
+
+__all__ = ["FaithfulnessJudge"]
+
+#: estimated output tokens per verdict entry (number, a one-sentence reason, the verdict)
+TOKENS_PER_VERDICT = 48
+
+
+def _passages(evidence: Sequence[str] | None) -> list[str]:
+    if evidence is None:
+        return []
+    if isinstance(evidence, str):
+        evidence = [evidence]
+    return [str(p) for p in evidence if p is not None and str(p).strip()]
+
+
+def split_passage(text: str, max_chars: int) -> list[str]:
+    """A passage cut into pieces of at most ``max_chars`` at sentence boundaries (a longer sentence is cut
+    at the limit), in order: nothing is left out."""
+    text = " ".join(text.split())
+    if len(text) <= max_chars:
+        return [text]
+    from ..core.text import split_sentences
+
+    pieces: list[str] = []
+    current = ""
+    for sentence in split_sentences(text) or [text]:
+        while len(sentence) > max_chars:
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(sentence[:max_chars])
+            sentence = sentence[max_chars:]
+        if current and len(current) + 1 + len(sentence) > max_chars:
+            pieces.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}".strip()
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def select_evidence(passages: Sequence[str], claims: Sequence[str], *, max_passage_chars: int,
+                    budget_chars: int) -> tuple[list[str], dict[str, Any]]:
+    """The evidence shown to the verifier, for documents longer than one passage (seed 001's gold documents).
+
+    Every passage longer than ``max_passage_chars`` is split into pieces at sentence boundaries
+    (:func:`split_passage`), so no claim is checked against a document cut short. When all pieces fit in
+    ``budget_chars`` they are all shown. Otherwise the pieces that match the claims are shown: each claim's
+    best piece first (the share of the claim's words found in it), then the next best pieces for any claim,
+    until the budget is used; shown in document order. The record says what was split and left out.
+    """
+    from ..core.text import word_set
+
+    pieces = [p for passage in passages for p in split_passage(passage, max_passage_chars)]
+    info: dict[str, Any] = {"n_passages": len(passages), "n_pieces": len(pieces),
+                            "split": len(pieces) > len(passages)}
+    total = sum(len(p) for p in pieces)
+    if total <= budget_chars:
+        info.update(n_shown=len(pieces), selected_by_overlap=False, chars=total)
+        return pieces, info
+    words = [word_set(p) for p in pieces]
+    claim_words = [w for w in (word_set(c) for c in claims) if w]
+    score = [[len(cw & pw) / len(cw) for cw in claim_words] for pw in words]
+    order: list[int] = []
+    for j in range(len(claim_words)):  # each claim's best piece first
+        best = max(range(len(pieces)), key=lambda i: (score[i][j], -i))
+        if best not in order:
+            order.append(best)
+    rest = sorted(range(len(pieces)), key=lambda i: (-max(score[i], default=0.0), i))
+    order += [i for i in rest if i not in order]
+    chosen: list[int] = []
+    used = 0
+    for i in order:
+        if used + len(pieces[i]) <= budget_chars or not chosen:
+            chosen.append(i)
+            used += len(pieces[i])
+    chosen.sort()
+    info.update(n_shown=len(chosen), selected_by_overlap=True, chars=used, shown_pieces=[i + 1 for i in chosen])
+    return [pieces[i] for i in chosen], info
+
+
+class FaithfulnessJudge:
+    """Share of the response's claims that the evidence supports.
+
+    Args:
+        client: the judge client.
+        language: prompt language, ``en`` or ``ja`` (inputs in any language work).
+        max_tokens: reply budget of each of the two calls.
+        extractor: a shared :class:`StatementExtractor` (so several judges reuse one memo);
+            default: a new one on ``client``.
+        max_passage_chars: each evidence passage is cut to this many characters (all passages
+            are always shown; see :func:`~mlflow_ragjudge.judges.statements.number_items`).
+
+    The evidence is what the caller passes: the retrieved contexts (RAGAS's definition) or the
+    gold documents (seed 001's variant, which then also reflects retrieval quality).
+    """
+
+    def __init__(
+        self,
+        client: JudgeClient,
+        *,
+        language: str = "en",
+        max_tokens: int = 2048,
+        extractor: StatementExtractor | None = None,
+        max_passage_chars: int = 8000,
+        max_evidence_chars: int = 24_000,
+    ) -> None:
+        self.client = client
+        self.language = language
+        self.max_tokens = max_tokens
+        self.max_passage_chars = max_passage_chars
+        self.max_evidence_chars = max_evidence_chars
+        self.extractor = extractor or StatementExtractor(client, language=language, max_tokens=max_tokens)
+        self.prompt = load_prompt("faithfulness", language)
+        self.schema: dict[str, Any] = self.prompt.schema or {}
+
+    @property
+    def prompt_versions(self) -> dict[str, str]:
+        """Prompt name -> version label of every prompt this judge uses."""
+        return {"statements": self.extractor.prompt_version, "faithfulness": prompt_version(self.prompt)}
+
+    def _verify_messages(self, claims: Sequence[str], evidence_text: str,
+                         numbers: Sequence[int] | None = None) -> list[dict[str, str]]:
+        claims_text, _ = number_items(claims, numbers=numbers)
+        return self.prompt.render("json", evidence=evidence_text, claims=claims_text, n_claims=str(len(claims)))
+
+    def judge(self, question: str, response: str, evidence: Sequence[str] | None) -> JudgeResult:
+        """Judge one row. Never raises for model failures: they come back as failed results.
+
+        Args:
+            question: the user's question (helps resolve what the response's pronouns refer to).
+            response: the RAG system's answer.
+            evidence: the passages to check the claims against.
+        """
+        passages = _passages(evidence)
+        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_evidence": len(passages)}
+        if not passages:
+            return JudgeResult.abstained(
+                "no_evidence", "No evidence passages were given, so there is nothing to check the claims against.",
+                details=details,
+            )
+        extraction = self.extractor.extract(response or "", question=question or "")
+        calls: list[dict[str, Any]] = list(extraction.records)
+        details["statements_memo_hit"] = extraction.memo_hit
+        details["statements_call_ids"] = list(extraction.call_ids)
+        if not extraction.ok:
+            return failed_result(extraction, stage="claim extraction", details=details, calls=calls)
+        claims = list(extraction.statements)
+        details["n_claims"] = len(claims)
+        if not claims:
+            details["claims"] = []
+            return JudgeResult.abstained(
+                "no_claims",
+                "The response makes no factual claim (empty, a refusal, or 'I don't know'); faithfulness is undefined.",
+                raw=extraction.raw, details=details, calls=calls,
+            )
+        if any(len(" ".join(p.split())) > self.max_passage_chars for p in passages):
+            # long documents (gold documents): split, never cut; the pieces that match the claims when too long
+            passages, selection = select_evidence(passages, claims, max_passage_chars=self.max_passage_chars,
+                                                  budget_chars=self.max_evidence_chars)
+            details["evidence_selection"] = selection
+        evidence_text, info = number_items(passages, max_chars=self.max_passage_chars)
+        details["evidence_info"] = info
+        got = ask_numbered(
+            self.client,
+            numbers=range(1, len(claims) + 1),
+            render=lambda nums: self._verify_messages([claims[n - 1] for n in nums], evidence_text, nums),
+            schema=self.schema, schema_name="faithfulness_verdicts", list_key="verdicts", index_key="claim",
+            noun="claim", prompt_version=prompt_version(self.prompt), purpose="faithfulness",
+            max_tokens=self.max_tokens, lowercase=("verdict",),
+        )
+        calls += got.records
+        got.note(details)
+        if not got.ok:
+            details["claims"] = [
+                {"claim": c, "supported": (got.entries[i]["verdict"] == "supported") if i in got.entries else None,
+                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None}
+                for i, c in enumerate(claims, 1)
+            ]
+            return failed_result(got, stage="claim verification", details=details, calls=calls)
+        rows = [
+            {"claim": c, "supported": got.entries[i]["verdict"] == "supported",
+             "reason": got.entries[i]["reason"].strip()}
+            for i, c in enumerate(claims, 1)
+        ]
+        details["claims"] = rows
+        supported = [r["supported"] for r in rows]
+        details["n_supported"] = sum(supported)
+        score = claim_math.faithfulness(supported)
+        assert score is not None  # there is at least one claim
+        return JudgeResult.scored(score, _rationale(rows), raw=got.raw, details=details, calls=calls)
+
+    def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> dict[str, int]:
+        """Upper-bound cost of judging one row, without calling the model.
+
+        Returns ``{"calls", "input_tokens", "output_tokens"}``: 0 calls without evidence or with an
+        empty response, else 2 (1 when the response's claims are already memoised). Tokens are
+        rough (:func:`~mlflow_ragjudge.judges.statements.approx_tokens`) and assume about one
+        claim per 8 tokens of response; a re-ask (only after an unreadable reply) is not counted.
+        """
+        passages = _passages(evidence)
+        response = (response or "").strip()
+        if not passages or not response:
+            return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        extract = self.extractor.estimate(response, question or "")
+        claim_tokens = math.ceil(1.5 * approx_tokens(response)) + 16
+        n_claims = max(1, math.ceil(approx_tokens(response) / 8))
+        evidence_text, _ = number_items(passages, max_chars=self.max_passage_chars)
+        verify = estimate_messages(
+            self._verify_messages([], evidence_text), min(self.max_tokens, n_claims * TOKENS_PER_VERDICT)
+        )
+        verify["input_tokens"] += claim_tokens + 4 * n_claims
+        return add_estimates(extract, verify)
+
+
+def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
+    n = len(rows)
+    supported = sum(r["supported"] for r in rows)
+    text = f"{supported} of {n} claim{'s' if n != 1 else ''} supported by the evidence."
+    unsupported = [r for r in rows if not r["supported"]]
+    if unsupported:
+        shown = "; ".join(f"\"{r['claim']}\" ({r['reason']})" for r in unsupported[:limit])
+        more = f"; and {len(unsupported) - limit} more" if len(unsupported) > limit else ""
+        text += f" Unsupported: {shown}{more}."
+    return text
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+def shared_extractor(ctx: Any) -> StatementExtractor:
+    """The run's statement extractor (one per run, shared by every metric that splits texts into claims)."""
+    return ctx.shared("statement_extractor", lambda: StatementExtractor(ctx.judge_client, language=ctx.cfg.language))
+
+
+def _requires(cfg: Any) -> tuple[tuple[str, ...], ...]:
+    evidence = "gold_documents" if cfg.faithfulness_evidence == "gold" else "contexts"
+    base: tuple[str, ...] = ("answer", evidence)
+    if cfg.faithfulness_require_retrieval_hit:
+        base = (*base, "retrieved_doc_ids", "relevant_doc_ids")
+    return (base,)
+
+
+def _evidence(row: Any, cfg: Any) -> list[str] | None:
+    return row.gold_documents if cfg.faithfulness_evidence == "gold" else row.contexts
+
+
+def _retrieval_miss(row: Any, ctx: Any) -> JudgeResult | None:
+    if ctx.cfg.faithfulness_require_retrieval_hit and not row.retrieval_hit:
+        return JudgeResult.abstained(
+            "retrieval_miss",
+            "No relevant document was retrieved, so this row is left out "
+            "(faithfulness_require_retrieval_hit=True separates generation errors from retrieval misses).",
+        )
+    return None
+
+
+def _score(judge: FaithfulnessJudge, row: Any, ctx: Any) -> JudgeResult:
+    return _retrieval_miss(row, ctx) or judge.judge(row.question or "", row.answer or "", _evidence(row, ctx.cfg))
+
+
+def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult:
+    return _retrieval_miss(row, ctx) or judge.faithfulness(row.answer or "", _evidence(row, ctx.cfg))
+
+
+def _claims_column(res: dict[str, JudgeResult]) -> Any:
+    d = res["faithfulness"].details
+    return json.dumps(d["claims"], ensure_ascii=False) if "claims" in d else None
+
+
+def _spec() -> Any:
+    from .spec import MetricSpec
+
+    return MetricSpec(
+        "faithfulness",
+        requires=_requires,
+        judged=True,
+        setup=lambda ctx: FaithfulnessJudge(ctx.judge_client, language=ctx.cfg.language,
+                                            extractor=shared_extractor(ctx),
+                                            max_evidence_chars=ctx.cfg.faithfulness_evidence_chars),
+        score=_score,
+        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", _evidence(r, ctx.cfg)),
+        columns={"faithfulness/claims": _claims_column},
+        prompt_versions=lambda j: j.prompt_versions,
+        record=lambda j, ctx: {"faithfulness_evidence": ctx.cfg.faithfulness_evidence},
+        description="claim-based faithfulness: supported claims of the response / all its claims",
+        offline=_offline_score,
+    )
+
+
+METRICS = (_spec(),)
