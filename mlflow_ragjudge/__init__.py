@@ -35,7 +35,7 @@ import importlib.machinery
 import sys
 from typing import Any
 
-__version__ = "0.1.0"
+from .core.constants import VERSION as __version__
 
 #: public name -> the module that defines it
 _PUBLIC = {
@@ -43,7 +43,7 @@ _PUBLIC = {
     "aggregate": "core.types", "InputError": "core.errors", "RagJudgeError": "core.errors",
     "Backend": "llm.backends", "BackendError": "llm.backends", "FakeBackend": "llm.backends",
     "resolve_backend": "llm.backends", "CallCache": "llm.cache", "JudgeClient": "llm.client",
-    "CorrectnessJudge": "metrics.correctness", "DEFAULT_OFFLINE_JUDGE": "core.offline_uri",
+    "CorrectnessJudge": "metrics.correctness", "DEFAULT_OFFLINE_JUDGE": "core.constants",
     "OfflineJudge": "metrics.offline", "MetricSpec": "metrics.spec", "register_metric": "metrics.spec",
     "RagJudgeConfig": "engine.config", "EvalOutput": "engine.evaluate", "evaluate_frame": "engine.evaluate",
     "CalibratedEstimate": "engine.ppi", "LabelsOnlyEstimate": "engine.ppi", "TooFewLabels": "engine.ppi",
@@ -106,7 +106,9 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
 
 if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
-    sys.meta_path.append(_AliasFinder())
+    # first: an old package path (``mlflow_ragjudge.backends``) has the new folder as its __path__, where the path
+    # finder would otherwise load a second copy of its submodules under the old names
+    sys.meta_path.insert(0, _AliasFinder())
 
 
 def __getattr__(name: str) -> Any:

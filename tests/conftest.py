@@ -51,12 +51,12 @@ def _run_in_a_temp_dir() -> None:
 def _fresh_connection_state():
     """Each test starts with no memory of earlier tests' servers: a fake server may get a port an earlier
     one had, and the process-wide negotiation and limit state is keyed on the URL."""
-    from mlflow_ragjudge.llm import client as client_module
+    from mlflow_ragjudge.llm import gate as gate_module
     from mlflow_ragjudge.llm.backends.openai import forget_negotiations
 
     forget_negotiations()
-    with client_module._GATES_LOCK:
-        client_module._GATES.clear()
+    with gate_module._GATES_LOCK:
+        gate_module._GATES.clear()
     yield
 
 

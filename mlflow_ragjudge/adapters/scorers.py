@@ -33,23 +33,14 @@ from ..core.constants import is_offline_judge
 from ..core.errors import EmbeddingsUnavailable, InputError
 from ..core.types import JudgeResult, Row, Status
 from ..engine.config import RagJudgeConfig
-from ..engine.inputs import (
-    answer_of,
-    e3_query,
-    missing_fields,
-    passages_from_retriever,
-    question_of,
-    reference_of,
-    references_of,
-    resolve_context_modes,
-    resolve_row_contexts,
-    row_from_mlflow,
-)
+from ..engine.inputs import e3_query, passages_from_retriever, resolve_context_modes, resolve_row_contexts
 from ..llm.client import JudgeClient
 from ..llm.embeddings import embeddings_fix, resolve_embedder
 from ..llm.prompts import reference_text
+from ..metrics.multiturn import MultiTurnRunner
 from ..metrics.offline import resolve_offline
 from ..metrics.spec import MetricSpec, RunContext, get_metric
+from .scorer_inputs import answer_of, missing_fields, question_of, reference_of, references_of, row_from_mlflow
 
 __all__ = [
     "AnswerRelevancy",
@@ -353,7 +344,6 @@ class MultiTurnSession(Scorer):
         require_e3: bool = True,
     ) -> None:
         super().__init__(name=name)
-        from ..metrics.multiturn import MultiTurnRunner
 
         self._runner = MultiTurnRunner(
             JudgeClient(judge, cache=cache, max_concurrency=max_concurrency), n_turns=n_turns, language=language

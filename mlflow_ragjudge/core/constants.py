@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVENANCE", "OFFLINE_PROVIDER", "DEFAULT_OFFLINE_JUDGE",
-           "OFFLINE_MODELS", "is_offline_judge"]
+#: the package's version (``mlflow_ragjudge.__version__``), recorded with every run
+VERSION = "0.1.0"
+
+__all__ = ["VERSION", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVENANCE", "OFFLINE_PROVIDER",
+           "DEFAULT_OFFLINE_JUDGE", "OFFLINE_MODELS", "is_offline_judge"]
 
 #: logical column -> what it holds (used in error messages)
 LOGICAL_COLUMNS: dict[str, str] = {

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .constants import CONTEXT_PROVENANCE
+
 __all__ = [
     "metric_name_part",
     "metric_name_parts",
@@ -303,8 +305,6 @@ class Row:
     def context_provenance(self) -> str | None:
         """Where ``judge_contexts`` came from (``retrieved_with_question_and_reference``, ``generation_contexts``,
         ``evidence_from_testset``, ``gold``, ``none``), or None before they are resolved."""
-        from .constants import CONTEXT_PROVENANCE
-
         return CONTEXT_PROVENANCE.get(self.context_mode) if self.context_mode else None
     relevance_threshold: float = 1
 

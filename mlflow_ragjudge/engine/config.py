@@ -16,6 +16,10 @@ from typing import Any
 
 from ..core.constants import CONTEXT_MODES, CONTEXT_PROVENANCE, LOGICAL_COLUMNS
 from ..llm.backends import Backend, safe_judge_uri
+from ..llm.batch import BatchOptions
+from ..metrics.checks import check_output_schema
+from ..metrics.retrieval import validate_ks
+from ..metrics.spec import metric_names
 
 __all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVENANCE"]
 
@@ -24,8 +28,6 @@ def __getattr__(name: str) -> Any:
     # ALL_METRICS / BUILT_METRICS: the registered metrics (mlflow_ragjudge.registry), read when asked for, so a
     # metric added with register_metric is known to the config as well
     if name in ("ALL_METRICS", "BUILT_METRICS"):
-        from ..metrics.spec import metric_names
-
         return metric_names()
     raise AttributeError(name)
 
@@ -247,7 +249,6 @@ class RagJudgeConfig:
         if self.metrics is not None:
             if isinstance(self.metrics, str):
                 self.metrics = [self.metrics]
-            from ..metrics.spec import metric_names
 
             known = metric_names()
             bad = [m for m in self.metrics if m not in known]
@@ -292,17 +293,12 @@ class RagJudgeConfig:
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold != threshold:
                 raise ValueError(f"fail_under[{name!r}]={threshold!r} must be a number, e.g. 3.5.")
         if self.output_schema is not None:
-            from ..metrics.checks import check_output_schema
-
             check_output_schema(self.output_schema)
         if isinstance(self.refusal_phrases, str):
             self.refusal_phrases = [self.refusal_phrases]
-        from ..metrics.retrieval import validate_ks
 
         validate_ks(self.k)
         if self.batch:
-            from ..llm.batch import BatchOptions
-
             BatchOptions.of(self.batch)  # unknown options are refused here
 
     def column(self, logical: str) -> str:

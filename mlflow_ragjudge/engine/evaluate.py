@@ -29,8 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from .. import __version__
 from ..core.constants import CONTEXT_PROVENANCE, LOGICAL_COLUMNS, is_offline_judge
+from ..core.constants import VERSION as __version__
 from ..core.errors import (
     CalibrationWarning,
     EmbeddingsUnavailable,
@@ -43,10 +43,13 @@ from ..core.errors import (
 )
 from ..core.types import JudgeResult, Row, Status, aggregate, metric_name_parts, metric_name_safe
 from ..llm.backends import safe_url
+from ..llm.cache import default_cache_dir
 from ..llm.client import JudgeClient
 from ..llm.embeddings import embeddings_fix, resolve_embedder
+from ..llm.pricing import cost_usd
 from ..metrics.offline import resolve_offline
 from ..metrics.spec import Finish, MetricSpec, RunContext, all_specs, get_metric, metric_names
+from . import meta
 from .config import RagJudgeConfig
 from .inputs import (
     Repairs,
@@ -409,8 +412,6 @@ def _by_output(spec: MetricSpec, per_row: list[dict[str, JudgeResult]]) -> dict[
 def _dry_run(rows: Sequence[Row], specs: Sequence[MetricSpec], states: dict[str, Any], ctx: RunContext,
              mode: str | None, skipped: dict[str, str]) -> EvalOutput:
     """Estimate judge calls and tokens per metric; nothing is sent."""
-    from ..llm.pricing import cost_usd
-
     cfg, client = ctx.cfg, ctx.client
     lines = []
     for spec in specs:
@@ -538,7 +539,6 @@ def _meta(table: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[pd.DataFrame | None
     ``human_labels`` against its own label column."""
     if not cfg.human_columns and not cfg.human_labels:
         return None, {}
-    from . import meta
 
     names = [c[: -len("/score")] for c in table.columns if c.endswith("/score")]
     frame = pd.DataFrame({name: table[f"{name}/score"] for name in names})
@@ -899,7 +899,6 @@ def local_output_root() -> Path:
     env = os.environ.get("RAGJUDGE_OUTPUT_DIR")
     if env:
         return Path(env).expanduser()
-    from ..llm.cache import default_cache_dir
 
     return default_cache_dir() / "outputs"
 

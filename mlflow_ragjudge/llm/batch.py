@@ -27,12 +27,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .backends import BackendError, ChatRequest, ChatResponse, ErrorKind
-
-if TYPE_CHECKING:
-    from .client import JudgeClient
+from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind
+from .cache import CallCache
+from .sender import Sender, Usage
 
 __all__ = ["BatchRunner", "BatchOptions", "BATCH_OPTION_KEYS"]
 
@@ -109,12 +108,22 @@ class BatchRunner:
 
     Tasks that may call the judge run inside :meth:`task`; the client's synchronous send is replaced by
     :meth:`chat`. :meth:`close` stops the coordinator once nothing is waiting.
+
+    Args:
+        backend: the provider (it must support batches).
+        sender: how the runner's own requests (submit, poll, read results) go out: the client's gate and retries.
+        cache: where submitted batches are recorded for re-attachment (None: no cache, no re-attachment).
+        usage: the client's counters (``batches``, ``batch_lines``).
+        options: the batch settings.
+        progress: where progress lines go (default: stderr when ``options.progress``).
     """
 
-    def __init__(self, client: JudgeClient, options: BatchOptions | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
-        self.client = client
-        self.backend = client.backend
+    def __init__(self, backend: Backend, sender: Sender, cache: CallCache | None, usage: Usage,
+                 options: BatchOptions | None = None, progress: Callable[[str], None] | None = None) -> None:
+        self.sender = sender
+        self.cache = cache
+        self.usage = usage
+        self.backend = backend
         self.options = options or BatchOptions()
         if not self.backend.supports_batch:
             raise ValueError(f"batch: the {self.backend.provider} backend has no batch API; batch works with OpenAI "
@@ -234,7 +243,7 @@ class BatchRunner:
             return line
 
     def _recorded(self, key: str) -> tuple[str, str | None] | None:
-        cache = self.client.cache
+        cache = self.cache
         if cache is None:
             return None
         inflight = next((b for b in self._inflight.values() if key in b.lines), None)
@@ -333,7 +342,7 @@ class BatchRunner:
 
     def _submit(self, chunk: list[_Line]) -> None:
         payload = [(line.key, line.body or {}) for line in chunk]
-        value, _, err, _ = self.client._with_retries(
+        value, _, err, _ = self.sender.send(
             lambda t: self.backend.batch_submit(payload, timeout=t, metadata={"source": "mlflow-ragjudge"}))
         if value is None:
             assert err is not None
@@ -342,8 +351,8 @@ class BatchRunner:
             return
         batch_id = str(value)
         now = time.monotonic()
-        if self.client.cache is not None:
-            self.client.cache.record_batch(batch_id, self.connection, [(line.key, line.mode or "") for line in chunk],
+        if self.cache is not None:
+            self.cache.record_batch(batch_id, self.connection, [(line.key, line.mode or "") for line in chunk],
                                            {"lines": len(chunk), "model": self.backend.model})
         with self._cond:
             for line in chunk:
@@ -352,16 +361,14 @@ class BatchRunner:
                                               now + self.options.poll_interval, self.options.poll_interval)
             self.stats["batches"] += 1
             self.stats["lines"] += len(chunk)
-        with self.client._lock:
-            self.client.usage.batches += 1
-            self.client.usage.batch_lines += len(chunk)
+        self.usage.add(batches=1, batch_lines=len(chunk))
         self.log.append({"batch_id": batch_id, "lines": len(chunk), "submitted": time.time(), "states": []})
         self._say(f"batch {batch_id}: submitted {len(chunk)} call(s); results are expected within the provider's "
                   f"24-hour window, usually within minutes; polling from {self.options.poll_interval:g} s, backing off "
                   f"to {self.options.max_poll_interval:g} s")
 
     def _poll(self, batch: _Batch) -> None:
-        state, _, err, _ = self.client._with_retries(lambda t: self.backend.batch_poll(batch.batch_id, timeout=t))
+        state, _, err, _ = self.sender.send(lambda t: self.backend.batch_poll(batch.batch_id, timeout=t))
         with self._cond:
             self.stats["polls"] += 1
         now = time.monotonic()
@@ -383,14 +390,14 @@ class BatchRunner:
             if now - batch.submitted > self.options.max_wait:
                 self._say(f"batch {batch.batch_id}: waited {self.options.max_wait:g} s; cancelling it")
                 with contextlib.suppress(BackendError):
-                    self.backend.batch_cancel(batch.batch_id, timeout=self.client.timeout)
+                    self.backend.batch_cancel(batch.batch_id, timeout=self.sender.timeout)
                 self._finish(batch, error=BackendError(ErrorKind.TIMEOUT, f"batch {batch.batch_id} did not end in "
                                                                           f"{self.options.max_wait:g} s"))
                 return
             self._reschedule(batch, now)
             return
         outcomes: dict[str, dict[str, Any]] = {}
-        results, _, err, _ = self.client._with_retries(
+        results, _, err, _ = self.sender.send(
             lambda t: list(self.backend.batch_results(state, timeout=t)))
         if results is None:
             assert err is not None
@@ -410,7 +417,7 @@ class BatchRunner:
         with self._cond:
             self._inflight.pop(batch.batch_id, None)
             waiting = {k: list(v) for k, v in batch.lines.items()}
-        cache = self.client.cache
+        cache = self.cache
         if cache is not None:
             cache.set_batch_state(batch.batch_id, "failed" if error is not None else "read")
         for key, lines in waiting.items():

@@ -1,20 +1,22 @@
-"""The one client through which every judge call flows.
+"""The one client through which every judge call flows, as a pipeline:
 
-Order of policy for each call: cache lookup -> process-wide concurrency gate
-(and optional request pacing) per provider connection -> the backend call with a
-timeout -> classified retries with backoff -> parse (up to two re-asks) -> cache
-store -> accounting and a transcript record. Backends stay thin (DESIGN point 5).
+    cache -> de-duplication -> gate -> retries -> backend        (then: parse, re-ask, store, account, transcribe)
 
-The gate is shared by every client in the process that talks to the same
-provider connection (provider + base URL), and is thread-safe, because MLflow
-calls scorers from thread pools.
+* **cache** (:mod:`~mlflow_ragjudge.llm.cache`): a reply an earlier run paid for is read back;
+* **de-duplication**: a call identical to one in flight waits for its reply, one identical to a recent one reuses it;
+* **gate -> retries -> backend** (:class:`~mlflow_ragjudge.llm.sender.Sender`): the connection's process-wide gate
+  (:mod:`~mlflow_ragjudge.llm.gate`), the backend call with a timeout, classified retries with backoff -- or, with
+  ``batch``, a line of the next provider batch (:class:`~mlflow_ragjudge.llm.batch.BatchRunner`, which is given the
+  sender, the cache and the usage counters explicitly);
+* the reply is parsed (up to two re-asks), stored, counted and recorded in a transcript with secrets redacted.
+
+Backends stay thin (DESIGN point 5): they translate requests and classify errors; the policy is here.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
-import random
 import threading
 import time
 import uuid
@@ -23,28 +25,25 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.errors import ParseError
 from ..core.types import FailureReason
-from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind, resolve_backend
+from .backends import Backend, ChatRequest, ChatResponse, ErrorKind, resolve_backend
 from .backends.base import CARRY_MODES, SCHEMA_NOTE_VERSION, carry_schema, safe_url
+from .batch import BatchOptions, BatchRunner
 from .cache import CallCache, cache_key
+from .gate import ProviderGate, configure_provider, gate_for
 from .pricing import cost_usd
-
-if TYPE_CHECKING:
-    from .batch import BatchRunner
+from .sender import Sender, Usage
 
 __all__ = [
     "FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for",
     "configure_provider",
 ]
 
-ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
-ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
 MEMO_SIZE = 4096  # replies kept in memory per client, so identical requests in one run are sent once
 RECENT_RECORDS = 1000  # transcript records a client keeps for inspection (results carry their own)
-MAX_RATE_LIMITED_ATTEMPTS = 100  # hard cap on 429-with-retry-after attempts per call
 
 REASK_TEMPLATE = (
     "Your previous reply could not be read: {error}. Reply again with the complete answer, "
@@ -57,201 +56,7 @@ PARSE_FAILURES = frozenset({FailureReason.PARSE_ERROR, FailureReason.INCONSISTEN
 # --------------------------------------------------------------------------- gate
 
 
-class ProviderGate:
-    """Concurrency limit and request pacing for one provider connection, shared by every client in the process.
-
-    ``limit`` calls may be in flight at once. Unless a limit is set explicitly (:func:`configure_provider`, or
-    ``RAGJUDGE_MAX_CONCURRENCY``), the limit is found by additive increase / multiplicative decrease, as TCP
-    finds a link's capacity: it starts at ``ADAPTIVE_START``, doubles after each ``limit`` successful requests
-    until the first 429 (slow start), then grows by one per ``limit`` successes, up to ``ADAPTIVE_MAX``. A 429
-    that does not say when to come back halves it, at most once per round trip (the median latency of recent
-    replies; 1 s before any), so one burst of 429s counts once. A 429 with ``retry-after`` is a rate window
-    (requests or tokens per minute), handled by the cool-down below instead. So default settings use what a
-    server allows without a hand-set limit, and back off when it says no.
-
-    With ``requests_per_minute`` set, call starts are spaced ``60 / rpm`` seconds apart. After a 429 every
-    caller waits until the cool-down the server asked for has passed, and is then let out one at a time,
-    ``spacing`` seconds apart: the pace at which the server accepted requests over the last minute (at most
-    1 s, and no more than the ``retry-after``), shrinking by 30 % with each success. So the end of a cool-down
-    is neither a burst of 429s nor a trickle that leaves a reopened window unused.
-    """
-
-    MAX_SPACING = 1.0
-    SPACING_DECAY = 0.7  # per success after a cool-down (0.9 left a reopened 600/min window 15% unused)
-    ADAPTIVE_START = 16
-    ADAPTIVE_MAX = 64
-    #: tail latency: after this many successful requests on the connection, the first attempt of a request is
-    #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
-    MIN_OBSERVATIONS = 20
-    TAIL_FACTOR = 8.0
-    MIN_ADAPTIVE_TIMEOUT = 10.0
-
-    def __init__(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
-        self._cond = threading.Condition()
-        #: an explicit limit is kept as it is; otherwise the limit adapts (see the class docstring)
-        self.fixed = limit is not None
-        self.limit = limit if limit is not None else self.ADAPTIVE_START
-        self.ceiling = limit if limit is not None else self.ADAPTIVE_MAX
-        self.requests_per_minute = requests_per_minute
-        self.decreases = 0
-        self._slow_start = True
-        self._ok = 0
-        self._last_decrease = -1e9
-        self.active = 0
-        self.peak = 0
-        self._next_start = 0.0
-        self._cooldown_until = 0.0
-        self._spacing = 0.0
-        self._next_spaced = 0.0
-        self._latencies: deque[float] = deque(maxlen=200)
-        self._accepted: deque[float] = deque(maxlen=20_000)  # start times of requests that went through
-
-    def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
-        """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off."""
-        with self._cond:
-            if limit is not None:
-                if limit < 1:
-                    raise ValueError(f"max_concurrency must be >= 1, got {limit}")
-                self.limit = self.ceiling = limit
-                self.fixed = True
-            if requests_per_minute is not None:
-                if requests_per_minute < 0:
-                    raise ValueError(f"requests_per_minute must be >= 0 (0 = no pacing), got {requests_per_minute}")
-                self.requests_per_minute = requests_per_minute or None
-            self._cond.notify_all()
-
-    def acquire(self, sleep: Callable[[float], None] = time.sleep) -> float:
-        """Take a slot; returns the seconds spent waiting for pacing/cool-down."""
-        with self._cond:
-            while self.active >= self.limit:
-                self._cond.wait()
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-            now = time.monotonic()
-            start = max(now, self._cooldown_until)
-            if self._spacing > 0:
-                start = max(start, self._next_spaced)
-                self._next_spaced = start + self._spacing
-            if self.requests_per_minute:
-                start = max(start, self._next_start)
-                self._next_start = start + 60.0 / self.requests_per_minute
-        wait = start - now
-        if wait > 0:
-            sleep(wait)
-        return max(0.0, wait)
-
-    def release(self) -> None:
-        with self._cond:
-            self.active -= 1
-            self._cond.notify()
-
-    def cool_down(self, seconds: float) -> None:
-        """A 429 asked for ``seconds`` of quiet: everyone waits, then goes one at a time, spaced at the rate
-        the server accepted requests over the last minute (what its window or bucket lets through), at
-        most ``MAX_SPACING`` apart."""
-        with self._cond:
-            now = time.monotonic()
-            self._cooldown_until = max(self._cooldown_until, now + seconds)
-            while self._accepted and self._accepted[0] < now - 60.0:
-                self._accepted.popleft()
-            pace = self.MAX_SPACING
-            if self._accepted:
-                span = max(1.0, now - self._accepted[0])
-                pace = span / len(self._accepted)
-            self._spacing = max(self._spacing, min(self.MAX_SPACING, pace, seconds if seconds > 0 else 0.05))
-
-    def observe(self, seconds: float) -> None:
-        """Record a successful request's latency (the last 200 are kept) and when it went through."""
-        with self._cond:
-            self._latencies.append(seconds)
-            self._accepted.append(time.monotonic() - seconds)
-
-    def adaptive_timeout(self, timeout: float) -> float:
-        """The timeout for a request's first attempt: ``timeout`` until enough requests were seen, then
-        ``max(MIN_ADAPTIVE_TIMEOUT, TAIL_FACTOR x p95 latency)``, never above ``timeout``."""
-        with self._cond:
-            seen = sorted(self._latencies)
-        if len(seen) < self.MIN_OBSERVATIONS:
-            return timeout
-        p95 = seen[min(len(seen) - 1, int(0.95 * len(seen)))]
-        return min(timeout, max(self.MIN_ADAPTIVE_TIMEOUT, self.TAIL_FACTOR * p95))
-
-    def succeeded(self) -> None:
-        """A request went through: relax the post-429 spacing; an adaptive limit grows (see the class docstring)."""
-        with self._cond:
-            if self._spacing:
-                self._spacing = 0.0 if self._spacing < 0.01 else self._spacing * self.SPACING_DECAY
-            if self.fixed or self.limit >= self.ceiling:
-                return
-            self._ok += 1
-            if self._ok >= self.limit:
-                self.limit = min(self.ceiling, self.limit * 2 if self._slow_start else self.limit + 1)
-                self._ok = 0
-                self._cond.notify_all()
-
-    def throttled(self) -> None:
-        """The server said no (429): an adaptive limit halves, at most once per round trip."""
-        with self._cond:
-            self._slow_start = False
-            now = time.monotonic()
-            recent = sorted(self._latencies)[-50:] if self._latencies else []
-            round_trip = min(5.0, max(0.05, recent[len(recent) // 2])) if recent else 1.0
-            if self.fixed or now - self._last_decrease < round_trip:
-                return
-            self.limit = max(1, self.limit // 2)
-            self._ok = 0
-            self._last_decrease = now
-            self.decreases += 1
-
-
-_GATES: dict[str, ProviderGate] = {}
-_GATES_LOCK = threading.Lock()
-
-
-def gate_for(key: str) -> ProviderGate:
-    """The process-wide gate for a provider connection key."""
-    with _GATES_LOCK:
-        gate = _GATES.get(key)
-        if gate is None:
-            env = os.environ.get(ENV_MAX_CONCURRENCY)
-            gate = _GATES[key] = ProviderGate(int(env) if env else None)
-        return gate
-
-
-def configure_provider(judge: str | Backend, *, max_concurrency: int | None = None,
-                       requests_per_minute: float | None = None) -> ProviderGate:
-    """Set a provider connection's process-wide limits explicitly: ``max_concurrency`` requests in flight
-    (instead of the adaptive limit) and ``requests_per_minute`` pacing (0 turns it off). Every client of the
-    connection in this process is bound by them."""
-    gate = gate_for(resolve_backend(judge).connection_key())
-    gate.configure(max_concurrency, requests_per_minute)
-    return gate
-
-
 # --------------------------------------------------------------------------- accounting
-
-
-@dataclass
-class Usage:
-    """Totals over a client's calls (thread-safe through the client's lock)."""
-
-    calls: int = 0  # logical calls (one per cache lookup)
-    requests: int = 0  # HTTP requests actually sent (attempts, re-asks)
-    cache_hits: int = 0
-    failures: int = 0
-    retries: int = 0
-    rate_limited: int = 0
-    format_refusals: int = 0  # requests the server refused for their output format (negotiation)
-    merged: int = 0  # calls answered by an identical call of this client (in flight or recent): nothing sent
-    embedding_requests: int = 0
-    batches: int = 0  # provider batches submitted (batch mode)
-    batch_lines: int = 0  # calls sent as batch lines (not counted in ``requests``)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -383,24 +188,17 @@ class JudgeClient:
             self.cache = cache
         else:
             self.cache = CallCache.open(cache)
-        self.gate = gate_for(self.backend.connection_key())
+        self.usage = Usage()
         # max_concurrency caps this client's own calls in flight (the connection's gate bounds all clients);
         # requests_per_minute is the provider's pacing, a setting of the connection
         self.max_concurrency = max_concurrency
-        self._cap = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
-        self._in_flight = 0
-        self.peak_in_flight = 0
+        self.sender = Sender(gate_for(self.backend.connection_key()), self.usage, timeout=timeout,
+                             max_attempts=max_attempts, max_retry_time=max_retry_time, backoff_base=backoff_base,
+                             backoff_max=backoff_max, max_concurrency=max_concurrency, sleep=sleep)
         self.gate.configure(None, requests_per_minute)
         self.timeout = timeout
-        self.max_attempts = max_attempts
-        self.max_retry_time = max_retry_time
-        scale = float(os.environ.get(ENV_BACKOFF_SCALE, "1"))
-        self.backoff_base = backoff_base * scale
-        self.backoff_max = backoff_max * scale
         self.prices = prices
-        self._sleep = sleep
-        self._lock = threading.Lock()
-        self.usage = Usage()
+        self._lock = threading.Lock()  # the memo, the in-flight table and the recent records
         #: the most recent transcript records (bounded; every result carries its own records)
         self.records: deque[dict[str, Any]] = deque(maxlen=RECENT_RECORDS)
         self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -415,11 +213,23 @@ class JudgeClient:
         #: with ``batch`` (True or options, docs/batch.md): calls go through the provider's batch API
         self.batch: BatchRunner | None = None
         if batch:
-            from .batch import BatchOptions, BatchRunner
-
-            self.batch = BatchRunner(self, BatchOptions.of(batch))
+            self.batch = BatchRunner(self.backend, self.sender, self.cache, self.usage, BatchOptions.of(batch))
 
     # ------------------------------------------------------------------ public
+
+    @property
+    def gate(self) -> ProviderGate:
+        """The provider connection's process-wide gate."""
+        return self.sender.gate
+
+    @gate.setter
+    def gate(self, gate: ProviderGate) -> None:
+        self.sender.gate = gate
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most calls of this client in flight at once."""
+        return self.sender.peak_in_flight
 
     @property
     def model(self) -> str:
@@ -518,19 +328,15 @@ class JudgeClient:
                 out[i] = hit["vector"]
             else:
                 missing.append(i)
-        with self._lock:
-            self.usage.calls += 1
-            self.usage.cache_hits += len(texts) - len(missing)
+        self.usage.add(calls=1, cache_hits=len(texts) - len(missing))
         if missing:
             batch = [texts[i] for i in missing]
-            resp, _, error, _ = self._with_retries(lambda t: backend.embed(batch, timeout=t), gate=gate)
+            resp, _, error, _ = self.sender.send(lambda t: backend.embed(batch, timeout=t), gate=gate)
             if resp is None:
                 assert error is not None
                 raise error
-            with self._lock:
-                self.usage.input_tokens += resp.input_tokens
-                self.usage.embedding_requests += 1
-                self._add_cost(resp.model or backend.model, resp.input_tokens, 0)
+            self.usage.add(input_tokens=resp.input_tokens, embedding_requests=1)
+            self._add_cost(resp.model or backend.model, resp.input_tokens, 0)
             for i, vec in zip(missing, resp.vectors):
                 out[i] = vec
                 if self.dedupe:
@@ -540,8 +346,7 @@ class JudgeClient:
         return [v for v in out if v is not None]
 
     def summary(self) -> dict[str, Any]:
-        with self._lock:
-            d = self.usage.as_dict()
+        d = self.usage.as_dict()
         d["peak_in_flight"] = self.peak_in_flight  # this client's own
         d["connection_limit"] = self.gate.limit  # the connection's concurrency limit now (adaptive unless set)
         d["structured_mode"] = self.structured_mode
@@ -566,102 +371,12 @@ class JudgeClient:
 
     def _count_failure(self, result: CallResult) -> None:
         if not result.ok:
-            with self._lock:
-                self.usage.failures += 1
+            self.usage.add(failures=1)
 
     def _add_cost(self, model: str, inp: int, outp: int, batch: bool = False) -> float | None:
         c = cost_usd(model, inp, outp, self.prices, batch_provider=self.backend.provider if batch else None)
-        if c is None:
-            self.usage.cost_usd = None
-        elif self.usage.cost_usd is not None:
-            self.usage.cost_usd += c
+        self.usage.add_cost(c)
         return c
-
-    def _with_retries(self, fn: Callable[[float], Any], gate: ProviderGate | None = None
-                      ) -> tuple[Any, int, BackendError | None, float]:
-        """Run ``fn(timeout)`` under the gate (default: this client's) with retries.
-
-        Tail latency: the first attempt's timeout is the connection's adaptive one
-        (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``): a call that hangs far past what
-        this server usually takes is abandoned and sent again, instead of holding its row for the full
-        ``timeout``. Retries get the full ``timeout``, so a call that is merely slow still finishes.
-
-        Returns (value or None, attempts, last error, seconds spent waiting).
-        """
-        gate = gate or self.gate
-        started = time.monotonic()
-        attempt = 0
-        budget_used = 0  # attempts that count against max_attempts
-        format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
-        waited = 0.0
-        while True:
-            attempt += 1
-            budget_used += 1
-            if self._cap is not None:
-                self._cap.acquire()
-            waited += gate.acquire(self._sleep)
-            with self._lock:
-                self._in_flight += 1
-                self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
-            try:
-                with self._lock:
-                    self.usage.requests += 1
-                t_start = time.monotonic()
-                value = fn(gate.adaptive_timeout(self.timeout) if attempt == 1 else self.timeout)
-                gate.observe(time.monotonic() - t_start)
-                gate.succeeded()
-                return value, attempt, None, waited
-            except BackendError as e:
-                err = e
-            except Exception as e:  # a bug (ours or the SDK's), not a provider error: never retried
-                err = BackendError(ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
-            finally:
-                gate.release()
-                with self._lock:
-                    self._in_flight -= 1
-                if self._cap is not None:
-                    self._cap.release()
-            if err.kind is ErrorKind.RATE_LIMITED:
-                if err.retry_after is None:
-                    # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
-                    # is a rate window (requests or tokens per minute): the cool-down below waits exactly
-                    # that, and halving the concurrency too would leave the window unused once it reopens.
-                    gate.throttled()
-                with self._lock:
-                    self.usage.rate_limited += 1
-            if err.kind is ErrorKind.FORMAT_REJECTED:
-                # not a fault of this request's content: resend at once in the weaker mode; bounded by
-                # the number of modes (a backend that keeps refusing ends as a provider error)
-                format_refusals += 1
-                budget_used -= 1
-                if format_refusals <= 4:
-                    with self._lock:
-                        self.usage.format_refusals += 1
-                    continue
-                err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
-            told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
-            if told_when and attempt < MAX_RATE_LIMITED_ATTEMPTS:
-                # The server said when to come back: that wait is bounded by max_retry_time, not by
-                # max_attempts, so a long evaluation behind a busy quota does not lose rows.
-                budget_used -= 1
-            if not err.retryable or budget_used >= self.max_attempts:
-                return None, attempt, err, waited
-            if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
-                delay = err.retry_after
-                gate.cool_down(delay)  # everyone on this connection waits
-            else:
-                exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-                delay = exp * (0.5 + random.random() / 2)
-                if err.retry_after is not None:
-                    delay = max(delay, err.retry_after)
-            if time.monotonic() - started + delay > self.max_retry_time:
-                err.message += f" (gave up after {attempt} attempts: retry budget of {self.max_retry_time:g}s)"
-                return None, attempt, err, waited
-            with self._lock:
-                self.usage.retries += 1
-            if delay > 0:
-                self._sleep(delay)
-                waited += delay
 
     def _call_once(
         self,
@@ -686,8 +401,7 @@ class JudgeClient:
             "params": request.params(),
             "structured_mode": self.backend.structured_mode if request.json_schema is not None else None,
         }
-        with self._lock:
-            self.usage.calls += 1
+        self.usage.add(calls=1)
         t0 = time.perf_counter()
         # 0. an identical call of this client, finished recently (memo) or in flight (wait for it): nothing is
         #    sent twice, so metrics that need the same reply (one statement extraction, one combined verdict
@@ -722,11 +436,7 @@ class JudgeClient:
                     parsed = None  # a stale entry the current parser rejects: treat as a miss
                     hit = None
                 if hit is not None:
-                    with self._lock:
-                        if shared:
-                            self.usage.merged += 1
-                        else:
-                            self.usage.cache_hits += 1
+                    self.usage.add(**{"merged" if shared else "cache_hits": 1})
                     record.update(
                         raw_reply=response.text, structured=response.data, parsed=_jsonable(parsed),
                         input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, attempts=0,
@@ -762,7 +472,7 @@ class JudgeClient:
             response, attempts, err, batch_id = self.batch.chat(request, key)
             record.update(cache_hit=False, attempts=0, batch_rounds=attempts, batch_id=batch_id, via="batch")
         else:
-            response, attempts, err, waited = self._with_retries(lambda t: self.backend.chat(request, timeout=t))
+            response, attempts, err, waited = self.sender.send(lambda t: self.backend.chat(request, timeout=t))
             record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
         if response is not None and request.json_schema is not None and response.structured_mode:
             record["structured_mode"] = response.structured_mode
@@ -776,11 +486,9 @@ class JudgeClient:
                           latency_s=round(time.perf_counter() - t0, 6), outcome=failure.value,
                           error=str(err), http_status=err.status)
             return self._finish(CallResult(False, failure=failure, error=str(err)), record)
-        with self._lock:
-            self.usage.input_tokens += response.input_tokens
-            self.usage.output_tokens += response.output_tokens
-            cost = self._add_cost(response.model or self.model, response.input_tokens, response.output_tokens,
-                                  batch=batched)
+        self.usage.add(input_tokens=response.input_tokens, output_tokens=response.output_tokens)
+        cost = self._add_cost(response.model or self.model, response.input_tokens, response.output_tokens,
+                              batch=batched)
         record.update(
             raw_reply=response.text, structured=response.data, input_tokens=response.input_tokens,
             output_tokens=response.output_tokens, cost_usd=cost, finish_reason=response.finish_reason,

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
-from ..core.errors import EmbeddingsUnavailable
+from ..core.errors import EmbeddingsUnavailable, LocalModelUnavailable
 from .backends import safe_url
 from .client import JudgeClient
+from .local_model import LocalEmbedder
 
 __all__ = ["resolve_embedder", "EmbeddingsUnavailable", "embeddings_fix"]
 
@@ -44,9 +45,6 @@ def resolve_embedder(setting: Any, *, client: JudgeClient | None = None,
     if callable(setting):
         return setting
     if setting in ("auto", "local"):
-        from ..core.errors import LocalModelUnavailable
-        from ..metrics.lexical import LocalEmbedder
-
         try:
             return LocalEmbedder.load().embed
         except LocalModelUnavailable as e:

@@ -33,6 +33,7 @@ from ..llm.backends import BackendError, ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import FAILURE_FOR_KIND, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import load_prompt
+from .spec import MetricSpec
 from .statements import estimate_messages, failed_result, prompt_version
 
 __all__ = ["AnswerRelevancyJudge"]
@@ -166,8 +167,6 @@ def _setup(ctx: Any) -> AnswerRelevancyJudge:
 
 
 def _spec() -> Any:
-    from .spec import MetricSpec
-
     return MetricSpec(
         "answer_relevancy",
         requires=(("question", "answer"),),

@@ -22,7 +22,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.matching import declines_to_answer
 from ..core.types import JudgeResult
+from .spec import MetricSpec
 
 __all__ = ["check_output_schema", "is_refusal", "contract_violation", "METRICS"]
 
@@ -80,7 +82,6 @@ def is_refusal(answer: str, phrases: Sequence[str] | None = None) -> bool:
     if phrases:
         norm = _normal(text)
         return any(_normal(p) and _normal(p) in norm for p in phrases)
-    from ..core.matching import declines_to_answer
 
     return declines_to_answer(text)
 
@@ -140,8 +141,6 @@ def _check_schema_set(cfg: Any) -> str | None:
 
 
 def _specs() -> tuple[Any, ...]:
-    from .spec import MetricSpec
-
     return (
         MetricSpec(
             "output_contract",

@@ -39,6 +39,8 @@ from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import load_prompt, reference_text
+from .faithfulness import shared_extractor
+from .spec import MetricSpec
 from .statements import (
     Extraction,
     NumberedVerdicts,
@@ -519,9 +521,6 @@ def _combined(ctx: Any, sibling: str) -> CombinedContextVerdicts | None:
 
 
 def _specs() -> tuple[Any, ...]:
-    from .faithfulness import shared_extractor
-    from .spec import MetricSpec
-
     def q(r: Any) -> str:
         return r.question or ""
 
@@ -655,8 +654,6 @@ def complete_from_combined(call: Any, key: str, wanted: Sequence[int], follow_up
     """The verdicts of one list of a combined call, completed with ``follow_up(missing numbers)`` (the metric's
     own prompt, asking about those items only) when the reply left some out; None when the combined call gave
     nothing usable for this list (the metric then asks on its own)."""
-    from .statements import NumberedVerdicts
-
     if not call.ok or call.parsed.get(key) is None:
         return None
     got = call.parsed[key]

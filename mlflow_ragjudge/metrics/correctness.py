@@ -18,11 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.constants import CONTEXT_PROVENANCE
 from ..core.types import JudgeResult
 from ..llm.backends import ChatRequest, JsonSchema
 from ..llm.client import JudgeClient
 from ..llm.parsing import parse_score_reply
-from ..llm.prompts import Prompt, load_prompt
+from ..llm.prompts import Prompt, load_prompt, reference_text
+from .spec import MetricSpec
+from .statements import estimate_messages
 
 __all__ = ["CorrectnessJudge", "format_contexts", "LEVELS"]
 
@@ -128,8 +131,6 @@ class CorrectnessJudge:
     def estimate(self, question: str, response: str, reference: str,
                  contexts: Sequence[str] | None = None) -> dict[str, int]:
         """Cost of judging one row without calling the model: 1 call, rough tokens."""
-        from .statements import estimate_messages
-
         ctx_text, _ = format_contexts(contexts, self.max_context_chars)
         messages = self.prompt.render(self._format(), question=question, reference=reference, contexts=ctx_text,
                                       response=response or "(empty response)")
@@ -183,16 +184,12 @@ def shared_correctness_judge(ctx: Any) -> CorrectnessJudge:
 
 def _reference(row: Any, ctx: Any) -> str:
     """The prompt's reference: the answer, or every acceptable answer shown as alternatives."""
-    from ..llm.prompts import reference_text
-
     return reference_text(row.acceptable_answers, ctx.cfg.language)
 
 
 def _per_context_mode(row: Any, one: Any) -> JudgeResult | dict[str, JudgeResult]:
     """``one(contexts)`` for the row's context mode, or for each of its modes (E2 vs E3 ...), with the mode and
     its provenance recorded on each result."""
-    from ..core.constants import CONTEXT_PROVENANCE
-
     if len(row.judge_contexts_by_mode) > 1:  # several context modes: one judgement per mode
         out = {}
         for mode, contexts in row.judge_contexts_by_mode.items():
@@ -238,8 +235,6 @@ def _per_mode(key: str) -> Any:
 
 
 def _spec() -> Any:
-    from .spec import MetricSpec
-
     return MetricSpec(
         "correctness",
         requires=(("question", "answer", "reference"),),

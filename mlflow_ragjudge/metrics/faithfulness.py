@@ -36,9 +36,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
+from ..core.text import split_sentences, word_set
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
+from .spec import MetricSpec
 from .statements import (
     StatementExtractor,
     add_estimates,
@@ -70,7 +72,6 @@ def split_passage(text: str, max_chars: int) -> list[str]:
     text = " ".join(text.split())
     if len(text) <= max_chars:
         return [text]
-    from ..core.text import split_sentences
 
     pieces: list[str] = []
     current = ""
@@ -101,8 +102,6 @@ def select_evidence(passages: Sequence[str], claims: Sequence[str], *, max_passa
     best piece first (the share of the claim's words found in it), then the next best pieces for any claim,
     until the budget is used; shown in document order. The record says what was split and left out.
     """
-    from ..core.text import word_set
-
     pieces = [p for passage in passages for p in split_passage(passage, max_passage_chars)]
     info: dict[str, Any] = {"n_passages": len(passages), "n_pieces": len(pieces),
                             "split": len(pieces) > len(passages)}
@@ -321,8 +320,6 @@ def _claims_column(res: dict[str, JudgeResult]) -> Any:
 
 
 def _spec() -> Any:
-    from .spec import MetricSpec
-
     return MetricSpec(
         "faithfulness",
         requires=_requires,

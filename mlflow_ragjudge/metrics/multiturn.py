@@ -53,14 +53,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import MultiTurnContextWarning
+from ..core.errors import InputError, MultiTurnContextWarning
 from ..core.text import clean_text
 from ..core.types import FailureReason, JudgeResult, Status, aggregate, metric_name_safe
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
-from ..llm.prompts import Prompt, load_prompt
-from .correctness import CorrectnessJudge
+from ..llm.prompts import Prompt, load_prompt, reference_text
+from .correctness import CorrectnessJudge, shared_correctness_judge
+from .spec import Finish, MetricSpec
 from .statements import add_estimates, approx_tokens, estimate_messages, prompt_version
 
 __all__ = [
@@ -772,16 +773,11 @@ class _MultiTurnState:
 
 def _gold(row: Any, runner: Any) -> str:
     """The gold answer as the agents see it: every acceptable answer, shown as alternatives."""
-    from ..llm.prompts import reference_text
-
     return reference_text(row.acceptable_answers, runner.language)
 
 
 def _setup(ctx: Any) -> _MultiTurnState:
     import warnings
-
-    from ..core.errors import InputError
-    from .correctness import shared_correctness_judge
 
     cfg = ctx.cfg
     if ctx.context_mode != "reference":
@@ -806,8 +802,6 @@ def _setup(ctx: Any) -> _MultiTurnState:
 def _finish(state: _MultiTurnState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
     import json
 
-    from .spec import Finish
-
     outs = [state.outcomes.get(r.index) for r in rows]
     return Finish(
         columns={
@@ -826,8 +820,6 @@ def _settings(state: _MultiTurnState) -> dict[str, Any]:
 
 def _spec() -> Any:
     import json
-
-    from .spec import MetricSpec
 
     return MetricSpec(
         "multiturn",

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from ..core.claims import average_precision
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, OFFLINE_MODELS, OFFLINE_PROVIDER, is_offline_judge
 from ..core.matching import (
     COURTESY_PATTERN,
@@ -59,7 +60,7 @@ from ..core.matching import (
     declines_to_answer,
     match_tokens,
 )
-from ..core.text import split_sentences
+from ..core.text import split_context_sentences, split_sentences
 from ..core.types import JudgeResult
 
 __all__ = [
@@ -368,8 +369,6 @@ class OfflineJudge:
                           contexts: Sequence[str] | None) -> JudgeResult:
         """Average precision of the ranked chunks, a chunk being relevant when it supports an acceptable
         answer."""
-        from ..core.claims import average_precision
-
         chunks = list(contexts or [])
         if not any(c and c.strip() for c in chunks):
             return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
@@ -418,8 +417,6 @@ class OfflineJudge:
     def context_relevance(self, question: str, references: Sequence[str],
                           contexts: Sequence[str] | None) -> JudgeResult:
         """Share of the context sentences that carry the question's and the reference's words."""
-        from ..core.text import split_context_sentences
-
         sentences = split_context_sentences(contexts)
         if not sentences:
             return JudgeResult.abstained("no_contexts", "The contexts have no sentence.", details=self._details())

@@ -34,6 +34,10 @@ from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, S
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+from ..core.types import JudgeResult
+from . import lexical
+from .spec import Finish, MetricSpec
+
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
@@ -970,9 +974,6 @@ def _validate(rows: Sequence[Any], cfg: Any) -> None:
 
 
 def _score(state: _RetrievalState, r: Any, ctx: Any) -> dict[str, Any]:
-    from ..core.types import JudgeResult
-    from . import lexical
-
     out: dict[str, JudgeResult] = {}
     if state.have_ids:
         # A row without gold ids is skipped and counted (not averaged in as 0): a RAG dataset row with no
@@ -998,8 +999,6 @@ def _score(state: _RetrievalState, r: Any, ctx: Any) -> dict[str, Any]:
 
 
 def _finish(state: _RetrievalState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
-    from .spec import Finish
-
     fin = Finish()
     if state.have_ids:
         scored = sum(1 for r in rows if r.relevant_doc_ids)
@@ -1011,8 +1010,6 @@ def _finish(state: _RetrievalState, rows: Sequence[Any], results: Any, ctx: Any)
 
 
 def _spec() -> Any:
-    from .spec import MetricSpec
-
     return MetricSpec(
         "retrieval",
         requires=(("retrieved_doc_ids", "relevant_doc_ids"), ("contexts", "reference")),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import MetricUnavailable
 from ..core.types import JudgeResult, Row
+from .offline import OfflineJudge
 
 if TYPE_CHECKING:
     from ..engine.config import RagJudgeConfig
@@ -223,8 +224,6 @@ class RunContext:
 
 
 def _offline_setup(ctx: RunContext) -> Any:
-    from .offline import OfflineJudge
-
     return ctx.shared("offline_judge", OfflineJudge)
 
 

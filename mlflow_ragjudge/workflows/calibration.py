@@ -37,8 +37,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..adapters.evaluator import load_output
 from ..adapters.tracking import run_traces
 from ..core.errors import CalibrationWarning, InputError, TooFewLabels
+from ..engine import meta
 from ..engine.inputs import off_scale
 from ..engine.ppi import (
     MIN_LABELS,
@@ -49,6 +51,8 @@ from ..engine.ppi import (
     ppi_mean,
     ppi_paired_diff,
 )
+from ..metrics.spec import all_specs
+from .compare import COMPARISON_FILE, LOWER_IS_BETTER, _safe_file, _short
 
 __all__ = ["label_sample", "calibrate", "CalibrationResult", "calibrate_traces", "queue_for_review",
            "SAMPLE_FILE", "LABELS_FILE", "CALIBRATION_FILE", "CALIBRATED_COLUMNS"]
@@ -103,8 +107,6 @@ def _runs_of(run_id: str) -> _Runs:
 
 
 def _outputs(runs: _Runs) -> dict[str, Any]:
-    from ..adapters.evaluator import load_output
-
     outs = {}
     for name, rid in runs.runs.items():
         out = load_output(rid)
@@ -266,8 +268,6 @@ class CalibrationResult:
 
 
 def _scale(metric: str) -> tuple[float, float] | None:
-    from ..metrics.spec import all_specs
-
     for spec in all_specs():
         if spec.produces(metric):
             return spec.scale_of(metric)
@@ -475,8 +475,6 @@ def _calibrated_comparison(runs: _Runs, outs: Mapping[str, Any], human: Mapping[
                            alpha: float, lam: float | None, *, labels_only: bool = False) -> pd.DataFrame:
     from mlflow.tracking import MlflowClient
 
-    from .compare import COMPARISON_FILE, LOWER_IS_BETTER
-
     parent = runs.parent
     assert parent is not None and runs.baseline is not None
     with tempfile.TemporaryDirectory() as tmp:
@@ -534,8 +532,6 @@ def _log(runs: _Runs, outs: Mapping[str, Any], frame: pd.DataFrame, metrics: lis
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    from ..engine import meta
-
     client = MlflowClient()
     for name, per in result.estimates.items():
         rid = runs.runs[name]
@@ -556,8 +552,6 @@ def _log(runs: _Runs, outs: Mapping[str, Any], frame: pd.DataFrame, metrics: lis
         _replace_table(client, rid, LABELS_FILE, mine.reset_index(drop=True))
         client.log_dict(rid, record, CALIBRATION_FILE)
     if result.comparison is not None and runs.parent is not None:
-        from .compare import COMPARISON_FILE
-
         _replace_table(client, runs.parent, COMPARISON_FILE, result.comparison)
         disagree = result.comparison["conclusions_agree"].map(lambda v: v is False).sum()
         client.log_metric(runs.parent, "sweep/calibrated_disagreements", float(disagree))
@@ -592,8 +586,6 @@ def calibrated_figures(comparison: pd.DataFrame) -> dict[str, Any]:
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
-
-    from .compare import _safe_file, _short
 
     figures: dict[str, Any] = {}
     rows = comparison[comparison["ppi_diff"].map(lambda v: v is not None)]

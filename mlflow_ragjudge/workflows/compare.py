@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..adapters.evaluator import load_output
 from ..core.types import JudgeResult
 
 __all__ = ["COLUMNS", "paired_comparison", "holm", "scores_by_row", "default_metrics", "comparison_figures",
@@ -245,8 +246,6 @@ def compare_runs(run_ids: Sequence[str] | Mapping[str, str], baseline: int | str
         ValueError: fewer than two runs, an unknown baseline, or runs over different questions.
     """
     from mlflow.tracking import MlflowClient
-
-    from ..adapters.evaluator import load_output
 
     if isinstance(run_ids, Mapping):
         named = dict(run_ids)

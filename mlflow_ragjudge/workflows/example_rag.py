@@ -43,6 +43,8 @@ from typing import Any
 import pandas as pd
 
 from ..core.text import split_sentences
+from ..llm.backends import ChatRequest
+from ..llm.client import JudgeClient
 
 __all__ = ["answer", "retrieve", "sample_questions", "sample_corpus", "NOT_FOUND", "DEFAULT_PROMPT",
            "chunk_documents", "BM25Index", "Chunk"]
@@ -230,14 +232,10 @@ def _extract(question: str, chunks: Sequence[Chunk], min_coverage: float = 0.5,
 
 @functools.lru_cache(maxsize=16)
 def _client(uri: str) -> Any:
-    from ..llm.client import JudgeClient
-
     return JudgeClient(uri)
 
 
 def _generate(uri: str, prompt: str, question: str, chunks: Sequence[Chunk]) -> tuple[str, list[str]]:
-    from ..llm.backends import ChatRequest
-
     passages = "\n".join(f"[{c.doc_id}] {' '.join(c.text.split())}" for c in chunks) or "(no passages)"
     text = prompt.replace("{{contexts}}", passages).replace("{{question}}", question)
     call = _client(uri).call(ChatRequest.of([{"role": "user", "content": text}], max_tokens=512),

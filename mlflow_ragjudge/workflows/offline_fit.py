@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..engine.meta import agreement
+from ..metrics.lexical import word_recall
 from ..metrics.offline import Calibration, OfflineJudge, answer_features
 from .public_data import half_split, lexical_match, load_mtrag, load_nq301
 
@@ -258,8 +260,6 @@ def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] |
 
 
 def _agreement(pred: Sequence[bool], truth: Sequence[bool]) -> dict[str, float]:
-    from ..engine.meta import agreement
-
     out = agreement(["Yes" if p else "No" for p in pred], ["Yes" if t else "No" for t in truth])
     return {"n": out["n"], "agreement": out["agreement"], "kappa": out["cohen_kappa"]}
 
@@ -275,8 +275,6 @@ def _nq_judgements(judge: OfflineJudge, nq: pd.DataFrame) -> list[bool]:
 def _old_demo_rule(nq: pd.DataFrame) -> list[bool]:
     """The replaced ``demo:/overlap`` stand-in on NQ: share of the (one-string) reference's words in the answer
     >= 0.6 (its level 4), the aliases read as one string."""
-    from ..metrics.lexical import word_recall
-
     return [(word_recall(r.answer, " | ".join(r.references)) or 0.0) >= 0.6 for r in nq.itertuples()]
 
 

@@ -50,10 +50,16 @@ from typing import Any
 
 import pandas as pd
 
+from ..adapters.evaluator import log_output, save_local
+from ..adapters.tracking import check_tracking_store
+from ..core.constants import is_offline_judge
 from ..core.errors import InputError, LoggingFailed
 from ..engine.config import RagJudgeConfig
 from ..engine.evaluate import EvalOutput, evaluate_frame
 from ..engine.inputs import passages_from_retriever
+from ..llm.cache import CallCache, cache_key
+from .calibration import calibrate, label_sample
+from .compare import COLUMNS, comparison_figures, log_comparison, paired_comparison, scores_by_row
 
 __all__ = ["sweep", "SweepResult", "PromptTemplate", "expand_variants", "variant_name", "variant_names",
            "GENERATIONS_FILE"]
@@ -111,8 +117,6 @@ class SweepResult:
     def summary(self, headline: Sequence[str] = ("correctness", "faithfulness", "context_recall", "map")) -> str:
         """The sweep's outcome as text: each variant's run and headline means, the metrics skipped, then the
         comparison (the smallest p-values first)."""
-        from ..core.constants import is_offline_judge
-
         result = self
         lines = [f"sweep: parent run {result.parent_run_id}, baseline {result.baseline!r}"]
         offline = any(out is not None and is_offline_judge(out.params.get("ragjudge.judge"))
@@ -163,15 +167,11 @@ class SweepResult:
     def label_sample(self, n: int = 100, **kwargs: Any) -> pd.DataFrame:
         """A seeded random sample of the sweep's questions, in every variant, to label blind
         (:func:`mlflow_ragjudge.calibration.label_sample` on the parent run)."""
-        from .calibration import label_sample
-
         return label_sample(self.parent_run_id, n, **kwargs)
 
     def calibrate(self, labels: Any, **kwargs: Any) -> Any:
         """Calibrated estimates per variant and calibrated differences against the baseline, from filled labels
         (:func:`mlflow_ragjudge.calibration.calibrate` on the parent run); ``self.comparison`` gains the columns."""
-        from .calibration import calibrate
-
         result = calibrate(self.parent_run_id, labels, **kwargs)
         if result.comparison is not None:
             self.comparison = result.comparison
@@ -297,8 +297,6 @@ class _Generations:
     """Pipeline answers, cached in the judge-call cache (``cache`` as the evaluator takes it)."""
 
     def __init__(self, pipeline: Callable[..., Any], identity: str, cache_setting: Any) -> None:
-        from ..llm.cache import CallCache
-
         self.pipeline = pipeline
         self.identity = identity
         self.cache = None
@@ -306,8 +304,6 @@ class _Generations:
             self.cache = CallCache.open(None if cache_setting is True else cache_setting)
 
     def key(self, question: str, params_key: str) -> str:
-        from ..llm.cache import cache_key
-
         return cache_key("generation", {"pipeline": self.identity}, {"question": question, "params": params_key})
 
     def get(self, question: str, kwargs: dict[str, Any], params_key: str, where: str) -> tuple[dict[str, Any], bool]:
@@ -514,10 +510,6 @@ def sweep(
     """
     import mlflow
 
-    from ..adapters.evaluator import log_output, save_local
-    from ..adapters.tracking import check_tracking_store
-    from .compare import comparison_figures, log_comparison, paired_comparison, scores_by_row
-
     if not callable(pipeline):
         raise InputError(f"pipeline must be callable: pipeline(question, **params) -> answer; got "
                          f"{type(pipeline).__name__}.")
@@ -678,7 +670,5 @@ def sweep(
 
 
 def _columns() -> list[str]:
-    from .compare import COLUMNS
-
     return list(COLUMNS)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, quote, urlsplit
 
+from ...core.constants import DEFAULT_OFFLINE_JUDGE
 from .base import Backend, BackendError, ChatRequest, ChatResponse, EmbedResponse, ErrorKind, JsonSchema, safe_url
 from .fake import FakeBackend
 
@@ -74,8 +75,6 @@ def resolve_backend(judge: str | Backend) -> Backend:
     if isinstance(judge, Backend):
         return judge
     if isinstance(judge, str) and judge.strip().lower().split(":/")[0] in ("offline", "demo"):
-        from ...core.constants import DEFAULT_OFFLINE_JUDGE
-
         was = " (the demo:/overlap stand-in was replaced by it)" if judge.strip().lower().startswith("demo") else ""
         raise ValueError(
             f"{DEFAULT_OFFLINE_JUDGE!r} is the offline judge{was}: calibrated lexical evidence, not a language "

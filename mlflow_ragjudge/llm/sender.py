@@ -1,0 +1,179 @@
+"""Sending one request: the connection's gate, then the backend call with a timeout, then classified retries with
+backoff -- the middle of the client's pipeline (cache -> de-duplication -> **gate -> retries -> backend**), and what
+the batch runner sends its submit and poll calls through. Also the thread-safe usage counters both of them add to.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends import BackendError, ErrorKind
+from .gate import ProviderGate
+
+__all__ = ["Sender", "Usage", "ENV_BACKOFF_SCALE", "MAX_RATE_LIMITED_ATTEMPTS"]
+
+ENV_BACKOFF_SCALE = "RAGJUDGE_BACKOFF_SCALE"  # tests set 0 to zero the backoff
+MAX_RATE_LIMITED_ATTEMPTS = 100  # hard cap on 429-with-retry-after attempts per call
+
+
+@dataclass
+class Usage:
+    """Totals over a client's calls. Thread-safe: counters change only through :meth:`add` and :meth:`add_cost`."""
+
+    calls: int = 0  # logical calls (one per cache lookup)
+    requests: int = 0  # HTTP requests actually sent (attempts, re-asks)
+    cache_hits: int = 0
+    failures: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    format_refusals: int = 0  # requests the server refused for their output format (negotiation)
+    merged: int = 0  # calls answered by an identical call of this client (in flight or recent): nothing sent
+    embedding_requests: int = 0
+    batches: int = 0  # provider batches submitted (batch mode)
+    batch_lines: int = 0  # calls sent as batch lines (not counted in ``requests``)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        """Add to counters, e.g. ``usage.add(requests=1, input_tokens=120)``."""
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def add_cost(self, cost: float | None) -> None:
+        """Add a call's cost; an unknown price (None) makes the total unknown."""
+        with self._lock:
+            if cost is None:
+                self.cost_usd = None
+            elif self.cost_usd is not None:
+                self.cost_usd += cost
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+
+
+class Sender:
+    """Runs ``fn(timeout)`` -- one backend request -- under a provider gate, with retries.
+
+    Args:
+        gate: the connection's process-wide gate.
+        usage: where requests, retries, 429s and format refusals are counted.
+        timeout: seconds per request.
+        max_attempts: attempts per request, the first included (a 429 with ``retry-after`` does not use one up).
+        max_retry_time: stop retrying when the next wait would pass this many seconds since the call started.
+        backoff_base, backoff_max: exponential backoff ``base * 2**(n-1)`` capped at ``max``, jitter in [50%, 100%],
+            scaled by ``RAGJUDGE_BACKOFF_SCALE``.
+        max_concurrency: a cap on this sender's own requests in flight (the gate bounds every client's).
+        sleep: the sleep function (tests may inject one).
+    """
+
+    def __init__(self, gate: ProviderGate, usage: Usage, *, timeout: float = 60.0, max_attempts: int = 6,
+                 max_retry_time: float = 300.0, backoff_base: float = 1.0, backoff_max: float = 60.0,
+                 max_concurrency: int | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.gate = gate
+        self.usage = usage
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.max_retry_time = max_retry_time
+        scale = float(os.environ.get(ENV_BACKOFF_SCALE, "1"))
+        self.backoff_base = backoff_base * scale
+        self.backoff_max = backoff_max * scale
+        self._cap = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self.peak_in_flight = 0
+
+    def send(self, fn: Callable[[float], Any], gate: ProviderGate | None = None
+             ) -> tuple[Any, int, BackendError | None, float]:
+        """Run ``fn(timeout)`` under the gate (default: this client's) with retries.
+
+        Tail latency: the first attempt's timeout is the connection's adaptive one
+        (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``): a call that hangs far past what
+        this server usually takes is abandoned and sent again, instead of holding its row for the full
+        ``timeout``. Retries get the full ``timeout``, so a call that is merely slow still finishes.
+
+        Returns (value or None, attempts, last error, seconds spent waiting).
+        """
+        gate = gate or self.gate
+        started = time.monotonic()
+        attempt = 0
+        budget_used = 0  # attempts that count against max_attempts
+        format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
+        waited = 0.0
+        while True:
+            attempt += 1
+            budget_used += 1
+            if self._cap is not None:
+                self._cap.acquire()
+            waited += gate.acquire(self._sleep)
+            with self._lock:
+                self._in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+            try:
+                self.usage.add(requests=1)
+                t_start = time.monotonic()
+                value = fn(gate.adaptive_timeout(self.timeout) if attempt == 1 else self.timeout)
+                gate.observe(time.monotonic() - t_start)
+                gate.succeeded()
+                return value, attempt, None, waited
+            except BackendError as e:
+                err = e
+            except Exception as e:  # a bug (ours or the SDK's), not a provider error: never retried
+                err = BackendError(ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
+            finally:
+                gate.release()
+                with self._lock:
+                    self._in_flight -= 1
+                if self._cap is not None:
+                    self._cap.release()
+            if err.kind is ErrorKind.RATE_LIMITED:
+                if err.retry_after is None:
+                    # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
+                    # is a rate window (requests or tokens per minute): the cool-down below waits exactly
+                    # that, and halving the concurrency too would leave the window unused once it reopens.
+                    gate.throttled()
+                self.usage.add(rate_limited=1)
+            if err.kind is ErrorKind.FORMAT_REJECTED:
+                # not a fault of this request's content: resend at once in the weaker mode; bounded by
+                # the number of modes (a backend that keeps refusing ends as a provider error)
+                format_refusals += 1
+                budget_used -= 1
+                if format_refusals <= 4:
+                    self.usage.add(format_refusals=1)
+                    continue
+                err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
+            told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
+            if told_when and attempt < MAX_RATE_LIMITED_ATTEMPTS:
+                # The server said when to come back: that wait is bounded by max_retry_time, not by
+                # max_attempts, so a long evaluation behind a busy quota does not lose rows.
+                budget_used -= 1
+            if not err.retryable or budget_used >= self.max_attempts:
+                return None, attempt, err, waited
+            if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
+                delay = err.retry_after
+                gate.cool_down(delay)  # everyone on this connection waits
+            else:
+                exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+                delay = exp * (0.5 + random.random() / 2)
+                if err.retry_after is not None:
+                    delay = max(delay, err.retry_after)
+            if time.monotonic() - started + delay > self.max_retry_time:
+                err.message += f" (gave up after {attempt} attempts: retry budget of {self.max_retry_time:g}s)"
+                return None, attempt, err, waited
+            self.usage.add(retries=1)
+            if delay > 0:
+                self._sleep(delay)
+                waited += delay
+
