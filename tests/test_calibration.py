@@ -18,13 +18,8 @@ from mlflow_ragjudge import InputError, evaluate_frame
 from mlflow_ragjudge.cli import main
 from mlflow_ragjudge.core.errors import CalibrationWarning
 from mlflow_ragjudge.engine.ppi import ppi_mean, ppi_paired_diff
-from mlflow_ragjudge.workflows.calibration import (
-    CALIBRATED_COLUMNS,
-    calibrate,
-    calibrate_traces,
-    label_sample,
-    queue_for_review,
-)
+from mlflow_ragjudge.workflows.calibration import CALIBRATED_COLUMNS, calibrate, label_sample
+from mlflow_ragjudge.workflows.calibration_traces import calibrate_traces, queue_for_review
 from mlflow_ragjudge.workflows.compare import COMPARISON_FILE
 
 N = 90

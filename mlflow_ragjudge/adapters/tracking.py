@@ -9,11 +9,13 @@ Every function here takes a run id and finds the run's experiment itself. MLflow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -188,3 +190,200 @@ def ui_hint(run_id: str | None = None, *, experiment_id: str | None = None) -> s
         return f"open it at {safe_tracking_uri(uri).rstrip('/')}/{page}"
     return (f"view it with: {env_command('mlflow')} ui --backend-store-uri {absolute_store_uri(uri)}   "
             f"(then http://127.0.0.1:5000/{page})")
+
+
+# --------------------------------------------------------------------------- runs, for the workflows
+# The workflows (sweeps, comparison, calibration) reach MLflow only through these, so that they stay free of it.
+
+
+def get_run(run_id: str) -> Any:
+    """The run (``mlflow.entities.Run``)."""
+    return _client().get_run(run_id)
+
+
+def run_name(run_id: str) -> str:
+    return str(_client().get_run(run_id).info.run_name or run_id)
+
+
+def child_runs(parent_run_id: str, tag: str, max_results: int = 1000) -> list[Any]:
+    """The runs of the parent's experiment whose ``tag`` names the parent, oldest first."""
+    client = _client()
+    parent = client.get_run(parent_run_id)
+    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{tag}` = '{parent_run_id}'",
+                              max_results=max_results)
+    return sorted(runs, key=lambda r: r.info.start_time or 0)
+
+
+def log_metrics(run_id: str, metrics: dict[str, float]) -> None:
+    """Log metrics into a run in batches (MLflow takes at most 1,000 per call); NaN values are left out."""
+    from mlflow.entities import Metric
+
+    ts = int(time.time() * 1000)
+    items = [Metric(k, float(v), ts, 0) for k, v in metrics.items() if v == v]
+    client = _client()
+    for start in range(0, len(items), 1000):
+        client.log_batch(run_id, metrics=items[start: start + 1000])
+
+
+def log_dict(run_id: str, value: Any, artifact_file: str) -> None:
+    _client().log_dict(run_id, value, artifact_file)
+
+
+def read_json_artifact(run_id: str, artifact_file: str) -> Any:
+    """A JSON artifact of a run, or None when the run has none by that name."""
+    import json
+    import tempfile
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = _client().download_artifacts(run_id, artifact_file, tmp)
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+    except Exception:
+        return None
+
+
+def log_figures(run_id: str, figures: dict[str, Any]) -> None:
+    """Log matplotlib figures as PNG artifacts and close them."""
+    import matplotlib.pyplot as plt
+
+    client = _client()
+    for name, fig in figures.items():
+        client.log_figure(run_id, fig, name)
+        plt.close(fig)
+
+
+def append_table(run_id: str, table: pd.DataFrame, artifact_file: str) -> None:
+    """``mlflow.log_table``: a table artifact the run's evaluation view lists (rows appended to an existing one)."""
+    import mlflow
+
+    mlflow.log_table(data=table, artifact_file=artifact_file, run_id=run_id)
+
+
+def replace_table(run_id: str, table: pd.DataFrame, artifact_file: str) -> None:
+    """Write a table artifact in MLflow's table layout, replacing an earlier one (``mlflow.log_table`` would append
+    to it), and record it as a table so the UI's evaluation view lists it."""
+    import json
+    import tempfile
+
+    client = _client()
+    folder, _, fname = artifact_file.rpartition("/")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / fname
+        data = table.astype(object).where(table.notna(), None).to_dict(orient="split")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"columns": data["columns"], "data": data["data"]}, fh, ensure_ascii=False, default=str)
+        client.log_artifact(run_id, str(path), folder or None)
+    tags = client.get_run(run_id).data.tags
+    logged = json.loads(tags.get("mlflow.loggedArtifacts", "[]") or "[]")
+    if not any(a.get("path") == artifact_file for a in logged):
+        logged.append({"path": artifact_file, "type": "table"})
+        client.set_tag(run_id, "mlflow.loggedArtifacts", json.dumps(logged))
+
+
+# --------------------------------------------------------------------------- the run a sweep is building
+
+
+class RunLog:
+    """One run being written by a workflow, opened with :func:`open_run` (the active MLflow run inside it)."""
+
+    def __init__(self, run: Any) -> None:
+        self.run_id = str(run.info.run_id)
+        self.experiment_id = str(run.info.experiment_id)
+
+    def params(self, params: dict[str, str]) -> None:
+        import mlflow
+
+        mlflow.log_params(params)
+
+    def tags(self, tags: dict[str, str]) -> None:
+        import mlflow
+
+        mlflow.set_tags(tags)
+
+    def metrics(self, metrics: dict[str, float]) -> None:
+        import mlflow
+
+        mlflow.log_metrics(metrics)
+
+    def dataset(self, data: pd.DataFrame, name: str) -> None:
+        """The data as the run's evaluation dataset (list cells as JSON text, which MLflow's schema wants)."""
+        import json
+
+        import mlflow
+        from mlflow.data.pandas_dataset import from_pandas
+
+        logged = data.copy()
+        for col in logged.columns:
+            if logged[col].map(lambda v: isinstance(v, (list, dict, tuple))).any():
+                logged[col] = logged[col].map(lambda v: json.dumps(v, ensure_ascii=False, default=str)
+                                              if isinstance(v, (list, dict, tuple)) else v)
+        mlflow.log_input(from_pandas(logged, name=name), context="evaluation")
+
+    def link_prompt(self, version: Any) -> None:
+        _client().link_prompt_version_to_run(self.run_id, version)
+
+
+@contextlib.contextmanager
+def open_run(name: str, *, nested: bool = False) -> Iterator[RunLog]:
+    """A run in the active experiment (a child of the active run with ``nested``), ended when the block ends."""
+    import mlflow
+
+    with mlflow.start_run(run_name=name, nested=nested) as run:
+        yield RunLog(run)
+
+
+# --------------------------------------------------------------------------- the prompt registry
+
+
+def load_prompt(uri: str) -> Any:
+    """A prompt version of MLflow's prompt registry (``prompts:/name/version`` or ``prompts:/name@alias``)."""
+    import mlflow
+
+    return mlflow.genai.load_prompt(uri, link_to_model=False)
+
+
+def register_prompt(name: str, template: str, commit_message: str) -> Any:
+    """The registry's version of this prompt: an existing version with the same text, else a new one."""
+    import mlflow
+
+    try:
+        latest = load_prompt(f"prompts:/{name}@latest")
+    except Exception:
+        latest = None
+    if latest is not None:
+        for v in range(int(latest.version), 0, -1):
+            try:
+                pv = load_prompt(f"prompts:/{name}/{v}")
+            except Exception:
+                continue
+            if pv.template == template:
+                return pv
+    return mlflow.genai.register_prompt(name, template, commit_message=commit_message)
+
+
+# --------------------------------------------------------------------------- review queues (mlflow.genai)
+
+
+def create_review_queue(run_id: str, trace_ids: list[str], schemas: dict[str, tuple[float, float, str]],
+                        queue_name: str) -> Any:
+    """An MLflow review queue (``mlflow.genai.review_queues``, experimental, open-source MLflow >= 3.14) holding
+    ``trace_ids``, with one numeric label schema per name (``name -> (min, max, instruction)``; an existing schema of
+    that name in the run's experiment is reused)."""
+    from mlflow.genai import label_schemas, review_queues
+
+    exp = run_experiment_id(run_id)
+    existing = {s.name: s for s in label_schemas.list_label_schemas(experiment_id=exp, max_results=1000)}
+    schema_ids = []
+    for name, (lo, hi, instruction) in schemas.items():
+        if name in existing:
+            schema_ids.append(existing[name].schema_id)
+            continue
+        widget = label_schemas.InputNumeric(min_value=lo, max_value=hi)
+        schema = label_schemas.create_label_schema(name, type="feedback", input=widget, instruction=instruction,
+                                                   experiment_id=exp)
+        schema_ids.append(schema.schema_id)
+    queue = review_queues.create_review_queue(queue_name, queue_type="custom", schema_ids=schema_ids,
+                                              experiment_id=exp)
+    review_queues.add_items_to_review_queue(queue.queue_id, item_ids=trace_ids)
+    return queue

@@ -681,7 +681,7 @@ def _exit_code(out: Any) -> int:
 def _labels_command(args: argparse.Namespace) -> int:
     """``ragjudge label-sample`` and ``ragjudge calibrate``."""
     from ..adapters.tracking import check_tracking_store, env_command
-    from ..workflows import calibration
+    from ..workflows import calibration, calibration_traces
 
     check_tracking_store(args.tracking_uri, None, nothing="Nothing was read or logged.")
     store = f" --tracking-uri {args.tracking_uri}" if args.tracking_uri else ""
@@ -691,7 +691,7 @@ def _labels_command(args: argparse.Namespace) -> int:
         if args.review_queue:
             if not metrics:
                 raise InputError("--review-queue needs --metrics (the metrics people label, e.g. correctness)")
-            queue = calibration.queue_for_review(args.run_id, metrics, args.n, seed=args.seed)
+            queue = calibration_traces.queue_for_review(args.run_id, metrics, args.n, seed=args.seed)
             print(f"review queue {queue.name} ({queue.queue_id}): sampled traces of run {args.run_id} to label "
                   f"for {', '.join(metrics)} in the MLflow UI; then: {ragjudge} calibrate {args.run_id} --metrics "
                   f"{','.join(metrics)}{store}")
@@ -713,7 +713,7 @@ def _labels_command(args: argparse.Namespace) -> int:
         return 0
     if not metrics:
         raise InputError("calibrate needs --labels FILE, or --metrics to read human feedback on the run's traces")
-    estimates = calibration.calibrate_traces(args.run_id, metrics, alpha=args.alpha, lam=lam)
+    estimates = calibration_traces.calibrate_traces(args.run_id, metrics, alpha=args.alpha, lam=lam)
     for m, e in estimates.items():
         print(f"{m}: calibrated {e.mean:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] from {e.n_labelled} human labels "
               f"(judge alone {e.judge_mean:.3f})")

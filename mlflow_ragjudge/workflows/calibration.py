@@ -24,9 +24,7 @@ per metric, so people label in the MLflow UI.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import tempfile
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -37,14 +35,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..adapters import tracking
 from ..adapters.evaluator import load_output
-from ..adapters.tracking import run_traces
 from ..core.errors import CalibrationWarning, InputError, TooFewLabels
 from ..engine import meta
 from ..engine.inputs import off_scale
 from ..engine.ppi import (
     MIN_LABELS,
-    CalibratedEstimate,
     LabelsOnlyEstimate,
     labels_needed,
     labels_only_mean,
@@ -54,7 +51,7 @@ from ..engine.ppi import (
 from ..metrics.spec import all_specs
 from .compare import COMPARISON_FILE, LOWER_IS_BETTER, _safe_file, _short
 
-__all__ = ["label_sample", "calibrate", "CalibrationResult", "calibrate_traces", "queue_for_review",
+__all__ = ["label_sample", "calibrate", "CalibrationResult", "scale_of",
            "SAMPLE_FILE", "LABELS_FILE", "CALIBRATION_FILE", "CALIBRATED_COLUMNS"]
 
 SAMPLE_FILE = "ragjudge/label_sample.json"
@@ -80,21 +77,16 @@ class _Runs:
 
 def _runs_of(run_id: str) -> _Runs:
     """The runs behind ``run_id``: the run itself, or a sweep parent's variant runs (with the baseline)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
     try:
-        run = client.get_run(run_id)
+        run = tracking.get_run(run_id)
     except Exception as e:
         raise InputError(f"No MLflow run {run_id!r} in the tracking store ({type(e).__name__}: {str(e)[:200]}); "
                          "check the run id and MLFLOW_TRACKING_URI.") from None
     if run.data.tags.get("ragjudge.sweep") != "parent":
         return _Runs({run.info.run_name or run_id: run_id}, None, None)
-    children = client.search_runs([run.info.experiment_id],
-                                  filter_string=f"tags.`ragjudge.sweep.parent` = '{run_id}'", max_results=1000)
     runs: dict[str, str] = {}
     baseline = None
-    for c in sorted(children, key=lambda c: c.info.start_time or 0):
+    for c in tracking.child_runs(run_id, "ragjudge.sweep.parent"):
         if c.data.tags.get("ragjudge.status") in ("evaluation_error", "no_answers"):
             continue
         name = c.info.run_name or c.info.run_id
@@ -142,7 +134,6 @@ def label_sample(run_id: str, n: int = 100, *, seed: int = 0, metrics: Sequence[
     Raises:
         InputError: an unknown run, a run without ``row_id``, ``n`` < 1, or metrics the run did not judge.
     """
-    import mlflow
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InputError(f"n={n!r} must be a whole number >= 1 (rows to label; at least {MIN_LABELS} for an interval)")
@@ -181,7 +172,7 @@ def label_sample(run_id: str, n: int = 100, *, seed: int = 0, metrics: Sequence[
     record = {"seed": seed, "n": len(picked), "asked": n, "population": len(pool), "row_ids": picked,
               "metrics": chosen, "runs": runs.runs, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "method": "uniform random sample without replacement (numpy default_rng(seed).choice)"}
-    mlflow.tracking.MlflowClient().log_dict(runs.parent or next(iter(runs.runs.values())), record, SAMPLE_FILE)
+    tracking.log_dict(runs.parent or next(iter(runs.runs.values())), record, SAMPLE_FILE)
     if path is not None:
         _write(frame, Path(path))
     return frame
@@ -267,7 +258,7 @@ class CalibrationResult:
         return "\n".join(lines)
 
 
-def _scale(metric: str) -> tuple[float, float] | None:
+def scale_of(metric: str) -> tuple[float, float] | None:
     for spec in all_specs():
         if spec.produces(metric):
             return spec.scale_of(metric)
@@ -328,7 +319,7 @@ def _check_labels(frame: pd.DataFrame, runs: _Runs, outs: Mapping[str, Any]) -> 
         if len(bad_rows):
             raise InputError(f"Label {raw[bad_rows.index[0]]!r} for {m!r} (row_id {bad_rows['row_id'].iloc[0]}) is "
                              "not a number; leave the cell empty where the row is not labelled.")
-        scale = _scale(m)
+        scale = scale_of(m)
         if scale is not None:
             lo, hi = scale
             six = scale == (1.0, 5.0)
@@ -437,15 +428,9 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
 
 def _sample_warnings(runs: _Runs, frame: pd.DataFrame, metrics: list[str]) -> list[str]:
     """Labels outside the sample label-sample recorded (or no recorded sample) mean the rows may not be random."""
-    from mlflow.tracking import MlflowClient
-
     where = runs.parent or next(iter(runs.runs.values()))
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = MlflowClient().download_artifacts(where, SAMPLE_FILE, tmp)
-            with open(path, encoding="utf-8") as fh:
-                sample = json.load(fh)
-    except Exception:
+    sample = tracking.read_json_artifact(where, SAMPLE_FILE)
+    if not isinstance(sample, dict):
         return [f"run {where} has no label sample drawn by `ragjudge label-sample`: the calibrated intervals assume "
                 "the labelled rows are a uniform random sample; make sure they are."]
     drawn = set(sample.get("row_ids") or [])
@@ -473,18 +458,11 @@ def _conclusion(low: Any, high: Any, diff: Any, significant: Any = None) -> str:
 
 def _calibrated_comparison(runs: _Runs, outs: Mapping[str, Any], human: Mapping[str, Mapping[str, pd.Series]],
                            alpha: float, lam: float | None, *, labels_only: bool = False) -> pd.DataFrame:
-    from mlflow.tracking import MlflowClient
-
     parent = runs.parent
     assert parent is not None and runs.baseline is not None
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            path = MlflowClient().download_artifacts(parent, COMPARISON_FILE, tmp)
-            with open(path, encoding="utf-8") as fh:
-                raw = json.load(fh)
-            table = pd.DataFrame(raw["data"], columns=raw["columns"])
-        except Exception:
-            table = pd.DataFrame(columns=["metric", "variant", "baseline"])
+    raw = tracking.read_json_artifact(parent, COMPARISON_FILE)
+    table = (pd.DataFrame(raw["data"], columns=raw["columns"]) if isinstance(raw, dict) and "data" in raw
+             else pd.DataFrame(columns=["metric", "variant", "baseline"]))
     table = table.drop(columns=[c for c in CALIBRATED_COLUMNS if c in table.columns])
     base = runs.baseline
     added: list[dict[str, Any]] = []
@@ -529,10 +507,6 @@ def _calibrated_comparison(runs: _Runs, outs: Mapping[str, Any], human: Mapping[
 
 def _log(runs: _Runs, outs: Mapping[str, Any], frame: pd.DataFrame, metrics: list[str], result: CalibrationResult,
          human: Mapping[str, Mapping[str, pd.Series]]) -> None:
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
     for name, per in result.estimates.items():
         rid = runs.runs[name]
         values: dict[str, float] = {}
@@ -546,37 +520,15 @@ def _log(runs: _Runs, outs: Mapping[str, Any], frame: pd.DataFrame, metrics: lis
             if len(pair) >= 3:
                 table = meta.meta_evaluate(pair, [m], ["human"], n_boot=0)
                 values.update({k.replace("/human/", "/human_labels/"): v for k, v in meta.meta_metrics(table).items()})
-        client.log_batch(rid, metrics=[mlflow.entities.Metric(k, float(v), int(time.time() * 1000), 0)
-                                       for k, v in values.items() if v == v])
+        tracking.log_metrics(rid, values)
         mine = frame[frame["run"] == name][["row_id", *metrics]].dropna(how="all", subset=metrics)
-        _replace_table(client, rid, LABELS_FILE, mine.reset_index(drop=True))
-        client.log_dict(rid, record, CALIBRATION_FILE)
+        tracking.replace_table(rid, mine.reset_index(drop=True), LABELS_FILE)
+        tracking.log_dict(rid, record, CALIBRATION_FILE)
     if result.comparison is not None and runs.parent is not None:
-        _replace_table(client, runs.parent, COMPARISON_FILE, result.comparison)
+        tracking.replace_table(runs.parent, result.comparison, COMPARISON_FILE)
         disagree = result.comparison["conclusions_agree"].map(lambda v: v is False).sum()
-        client.log_metric(runs.parent, "sweep/calibrated_disagreements", float(disagree))
-        for fname, fig in calibrated_figures(result.comparison).items():
-            client.log_figure(runs.parent, fig, fname)
-            import matplotlib.pyplot as plt
-
-            plt.close(fig)
-
-
-def _replace_table(client: Any, run_id: str, artifact_file: str, table: pd.DataFrame) -> None:
-    """Write a table artifact in MLflow's table layout, replacing an earlier one (``mlflow.log_table`` would append
-    to it), and record it as a table so the UI's evaluation view lists it."""
-    folder, _, fname = artifact_file.rpartition("/")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / fname
-        data = table.astype(object).where(table.notna(), None).to_dict(orient="split")
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"columns": data["columns"], "data": data["data"]}, fh, ensure_ascii=False, default=str)
-        client.log_artifact(run_id, str(path), folder or None)
-    tags = client.get_run(run_id).data.tags
-    logged = json.loads(tags.get("mlflow.loggedArtifacts", "[]") or "[]")
-    if not any(a.get("path") == artifact_file for a in logged):
-        logged.append({"path": artifact_file, "type": "table"})
-        client.set_tag(run_id, "mlflow.loggedArtifacts", json.dumps(logged))
+        tracking.log_metrics(runs.parent, {"sweep/calibrated_disagreements": float(disagree)})
+        tracking.log_figures(runs.parent, calibrated_figures(result.comparison))
 
 
 def calibrated_figures(comparison: pd.DataFrame) -> dict[str, Any]:
@@ -612,153 +564,8 @@ def calibrated_figures(comparison: pd.DataFrame) -> dict[str, Any]:
     return figures
 
 
-# --------------------------------------------------------------------------- mlflow.genai: traces
 
 
-def _millis(stamp: Any) -> float:
-    """An assessment's time in ms, whether MLflow gives milliseconds, a datetime or an ISO string."""
-    if stamp is None:
-        return 0.0
-    if isinstance(stamp, (int, float)):
-        return float(stamp)
-    try:
-        return float(pd.Timestamp(stamp).timestamp() * 1000)
-    except (TypeError, ValueError):
-        return 0.0
 
 
-def _human_labels_on_traces(traces: pd.DataFrame, metric: str) -> tuple[pd.Series, pd.Series]:
-    """Per trace id: the judge's latest score named ``metric`` (not HUMAN) and the latest valid HUMAN one."""
-    judge: dict[str, float] = {}
-    human: dict[str, float] = {}
-    for _, t in traces.iterrows():
-        tid = t["trace_id"]
-        latest: dict[bool, tuple[float, float]] = {}
-        for a in (t.get("assessments") or []):
-            get = a.get if isinstance(a, dict) else (lambda k, a=a: getattr(a, k, None))
-            if get("assessment_name") != metric and get("name") != metric:
-                continue
-            source = get("source")
-            stype = (source.get("source_type") if isinstance(source, dict) else getattr(source, "source_type", None))
-            fb = get("feedback")
-            value = fb.get("value") if isinstance(fb, dict) else getattr(fb, "value", None) if fb is not None else None
-            err = fb.get("error") if isinstance(fb, dict) else getattr(fb, "error", None) if fb is not None else None
-            meta = get("metadata") or {}
-            if get("valid") is False or err or (not str(stype).upper().endswith("HUMAN")
-                                                 and meta.get("status") in ("abstained", "failed")):
-                continue  # an invalid label, an error, or a judge that gave no score (correctness 0: not sure)
-            try:
-                v = float(value)  # type: ignore[arg-type]  # None raises TypeError, caught
-            except (TypeError, ValueError):
-                continue
-            if v != v:
-                continue
-            when = _millis(get("last_update_time_ms") or get("last_update_time") or get("create_time_ms")
-                           or get("create_time"))
-            is_human = str(stype).upper().endswith("HUMAN")
-            if is_human not in latest or when >= latest[is_human][0]:
-                latest[is_human] = (when, v)
-        if False in latest:
-            judge[tid] = latest[False][1]
-        if True in latest:
-            human[tid] = latest[True][1]
-    ids = list(traces["trace_id"])
-    return (pd.Series([judge.get(i, np.nan) for i in ids], index=ids, dtype=float),
-            pd.Series([human.get(i, np.nan) for i in ids], index=ids, dtype=float))
-
-
-def _traces(run_id: str) -> pd.DataFrame:
-    """The run's traces, wherever its experiment is; an unknown run is an input error."""
-    try:
-        return run_traces(run_id)
-    except Exception as e:
-        if "RESOURCE_DOES_NOT_EXIST" in str(e) or "not found" in str(e).lower():
-            raise InputError(f"No MLflow run {run_id!r} in the tracking store ({str(e)[:200]}); check the run id and "
-                             "the tracking URI.") from None
-        raise
-
-
-def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05, lam: float | None = None,
-                     log: bool = True) -> dict[str, CalibratedEstimate]:
-    """Calibrated estimates for an ``mlflow.genai.evaluate`` run from human feedback on its traces.
-
-    For each metric, the judge's score per trace is its latest assessment named after the metric that is not from
-    a human, and the label the latest valid assessment of that name whose source type is HUMAN (as the MLflow UI and
-    ``mlflow.log_feedback(source=AssessmentSource(source_type="HUMAN", ...))`` record it). Logs
-    ``<metric>/ppi_mean`` ... into the run.
-
-    Raises:
-        InputError: a run with no traces, a metric with no judge scores, or fewer than 30 human labels.
-    """
-    traces = _traces(run_id)
-    if traces is None or len(traces) == 0:
-        raise InputError(f"Run {run_id} has no traces; calibrate_traces is for mlflow.genai.evaluate runs.")
-    out: dict[str, CalibratedEstimate] = {}
-    values: dict[str, float] = {}
-    for m in metrics:
-        judge, human = _human_labels_on_traces(traces, m)
-        if judge.notna().sum() == 0:
-            raise InputError(f"No trace of run {run_id} has a judge assessment named {m!r}; name the scorer's metric.")
-        scale = _scale(m)
-        if scale is not None:
-            lo, hi = scale
-            off = human[off_scale(human, scale)]
-            if len(off):
-                raise InputError(f"Human feedback {off.iloc[0]:g} on trace {off.index[0]} for {m!r} is off the "
-                                 f"metric's scale {lo:g}..{hi:g}.")
-            if scale == (1.0, 5.0):
-                human = human.where(human != 0)
-        try:
-            est = ppi_mean(judge.to_numpy(), human.to_numpy(), alpha=alpha, lam=lam)
-        except TooFewLabels as e:
-            raise InputError(f"Run {run_id}, metric {m!r}: {e}") from None
-        out[m] = est
-        values.update(est.as_metrics(m))
-    if log:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient()
-        for k, v in values.items():
-            client.log_metric(run_id, k, v)
-        client.log_dict(run_id, {m: e.as_dict() for m, e in out.items()}, CALIBRATION_FILE)
-    return out
-
-
-def queue_for_review(run_id: str, metrics: Sequence[str], n: int = 100, *, seed: int = 0,
-                     queue_name: str | None = None) -> Any:
-    """Put a seeded uniform random sample of an ``mlflow.genai.evaluate`` run's traces into an MLflow review queue
-    (``mlflow.genai.review_queues``, experimental, open-source MLflow >= 3.14), with one numeric label schema per
-    metric on its scale, so that people label them in the MLflow UI; :func:`calibrate_traces` reads the labels back.
-    Returns the queue."""
-    import mlflow
-    from mlflow.genai import label_schemas, review_queues
-
-    traces = _traces(run_id)
-    if traces is None or len(traces) == 0:
-        raise InputError(f"Run {run_id} has no traces to queue for review.")
-    run = mlflow.tracking.MlflowClient().get_run(run_id)
-    exp = run.info.experiment_id
-    ids = sorted(traces["trace_id"])
-    rng = np.random.default_rng(seed)
-    picked = [ids[i] for i in sorted(rng.choice(len(ids), size=min(n, len(ids)), replace=False))]
-    existing = {s.name: s for s in label_schemas.list_label_schemas(experiment_id=exp, max_results=1000)}
-    schema_ids = []
-    for m in metrics:
-        if m in existing:
-            schema_ids.append(existing[m].schema_id)
-            continue
-        lo, hi = _scale(m) or (0.0, 1.0)
-        widget = label_schemas.InputNumeric(min_value=0.0 if (lo, hi) == (1.0, 5.0) else lo, max_value=hi)
-        schema = label_schemas.create_label_schema(
-            m, type="feedback", input=widget,
-            instruction=f"Your own judgement of {m} for this answer, {lo:g}..{hi:g}"
-                        + (" (0 = not sure)" if (lo, hi) == (1.0, 5.0) else "")
-                        + ". Do not look at the judge's score.",
-            experiment_id=exp)
-        schema_ids.append(schema.schema_id)
-    queue = review_queues.create_review_queue(queue_name or f"ragjudge-{run_id[:8]}-seed{seed}", queue_type="custom",
-                                              schema_ids=schema_ids, experiment_id=exp)
-    review_queues.add_items_to_review_queue(queue.queue_id, item_ids=picked)
-    mlflow.tracking.MlflowClient().log_dict(run_id, {"seed": seed, "n": len(picked), "trace_ids": picked,
-                                                     "metrics": list(metrics), "queue": queue.queue_id}, SAMPLE_FILE)
-    return queue
+# the trace path lives in calibration_traces; its names stay reachable from here, where the docs show them

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..adapters import tracking
 from ..adapters.evaluator import load_output
 from ..core.types import JudgeResult
 
@@ -221,15 +222,8 @@ def _fmt_p(p: Any) -> str:
 
 def log_comparison(run_id: str, comparison: pd.DataFrame, figures: Mapping[str, Any] | None = None) -> None:
     """Log the comparison table (``ragjudge/comparison.json``, an MLflow table) and the figures into a run."""
-    import matplotlib.pyplot as plt
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
-    mlflow.log_table(data=comparison, artifact_file=COMPARISON_FILE, run_id=run_id)
-    client = MlflowClient()
-    for name, fig in (figures or {}).items():
-        client.log_figure(run_id, fig, name)
-        plt.close(fig)
+    tracking.append_table(run_id, comparison, COMPARISON_FILE)
+    tracking.log_figures(run_id, dict(figures or {}))
 
 
 # --------------------------------------------------------------------------- existing runs
@@ -245,15 +239,12 @@ def compare_runs(run_ids: Sequence[str] | Mapping[str, str], baseline: int | str
     Raises:
         ValueError: fewer than two runs, an unknown baseline, or runs over different questions.
     """
-    from mlflow.tracking import MlflowClient
-
     if isinstance(run_ids, Mapping):
         named = dict(run_ids)
     else:
-        client = MlflowClient()
         named = {}
         for rid in run_ids:
-            name = client.get_run(rid).info.run_name or rid
+            name = tracking.run_name(rid)
             named[name if name not in named else f"{name} ({rid[:8]})"] = rid
     if len(named) < 2:
         raise ValueError("compare_runs needs at least two runs")

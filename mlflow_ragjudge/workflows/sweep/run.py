@@ -1,0 +1,300 @@
+"""The sweep itself, in its three steps: check everything and probe once, then one child run per variant, then the
+comparison on the parent (the package docstring says what each step does)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ...adapters import tracking
+from ...adapters.evaluator import log_output, save_local
+from ...core.errors import InputError
+from ...engine.config import RagJudgeConfig
+from ...engine.evaluate import EvalOutput, evaluate_frame
+from ..compare import COLUMNS, comparison_figures, log_comparison, paired_comparison, scores_by_row
+from .generation import OUTPUT_KEYS, Generations, generate, pipeline_identity, retriever_for
+from .result import SweepResult
+from .variants import PromptTemplate, expand_variants, params_key, resolve_prompts, variant_names
+
+__all__ = ["sweep", "GENERATIONS_FILE"]
+
+GENERATIONS_FILE = "ragjudge/generations.json"
+
+
+def _check_data(data: Any, cfg: RagJudgeConfig) -> pd.DataFrame:
+    if not isinstance(data, pd.DataFrame):
+        raise InputError(f"data must be a pandas DataFrame of questions, got {type(data).__name__}.")
+    if len(data) == 0:
+        raise InputError("data has no rows: give at least one question.")
+    qcol = cfg.column("question")
+    if qcol not in data.columns:
+        raise InputError(f"data has no '{qcol}' column (columns: {list(data.columns)}); a sweep asks the pipeline "
+                         "each question.")
+    for i, q in enumerate(data[qcol]):
+        if not isinstance(q, str) or not q.strip():
+            raise InputError(f"Column '{qcol}' row {i} is {q!r}; every question must be non-empty text.")
+    taken = [cfg.column(k) for k in OUTPUT_KEYS if cfg.column(k) in data.columns]
+    if taken:
+        raise InputError(f"data already has {taken}; in a sweep these come from the pipeline. Drop them (or rename "
+                         "them) before sweeping.")
+    return data.reset_index(drop=True)
+
+
+def dataset_name(data: pd.DataFrame, given: str | None) -> str:
+    """The dataset's name in MLflow: ``given``, else the DataFrame's own name (``df.attrs["name"]``, or a ``name``
+    attribute set on it), else ``data-<hash of its first column>``."""
+    import hashlib
+
+    if given:
+        return given
+    own = data.attrs.get("name") if isinstance(data.attrs, dict) else None
+    own = own or data.__dict__.get("name")
+    if isinstance(own, str) and own.strip():
+        return own.strip()
+    digest = hashlib.sha256("\x1f".join(map(str, data.iloc[:, 0].tolist())).encode("utf-8", "surrogatepass"))
+    return f"data-{digest.hexdigest()[:8]}"
+
+
+def _log(message: str, verbose: bool) -> None:
+    if verbose:
+        print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class _Plan:
+    """Everything a sweep knows once its inputs are checked and before it opens a run."""
+
+    config: dict[str, Any]
+    cfg: RagJudgeConfig
+    data: pd.DataFrame
+    names: list[str]
+    kwargs_list: list[dict[str, Any]]
+    prompt_versions: list[dict[str, Any]]
+    recorded: dict[str, dict[str, Any]]
+    base: str
+    gens: Generations
+    retriever: Callable[..., Any] | None
+    first: tuple[dict[str, Any], bool] = ({}, False)
+    questions: list[str] = field(default_factory=list)
+
+
+def _baseline_index(baseline: int | str, names: list[str], param_list: list[dict[str, Any]]) -> int | None:
+    """The baseline's index, or None when it names a prompt variant known only once its prompts are registered."""
+    if isinstance(baseline, int) and not isinstance(baseline, bool):
+        if not 0 <= baseline < len(names):
+            raise ValueError(f"baseline={baseline} is not a variant index (0..{len(names) - 1})")
+        return baseline
+    if baseline in names:
+        return names.index(str(baseline))
+    if not any(isinstance(v, PromptTemplate) or (isinstance(v, str) and v.startswith("prompts:/"))
+               for p in param_list for v in p.values()):
+        raise ValueError(f"baseline {baseline!r} is not one of the variants {names}")
+    return None
+
+
+def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_config: Mapping[str, Any] | None,
+          experiment: str | None, baseline: int | str, retriever: Callable[..., Any] | None,
+          pipeline_version: str | None, workers: int, tracking_uri: str | None) -> _Plan:
+    """Step 1: check the variants, the data, the config and the tracking store, register the prompts, then answer
+    the first question of the first variant and dry-run its evaluation -- before anything else is paid for."""
+    if not callable(pipeline):
+        raise InputError(f"pipeline must be callable: pipeline(question, **params) -> answer; got "
+                         f"{type(pipeline).__name__}.")
+    if retriever is not None and not callable(retriever):
+        raise InputError("retriever must be callable: retriever(query, **params) -> passages.")
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers={workers!r} must be a whole number >= 1")
+    config = dict(evaluator_config or {})
+    if "retriever" in config and retriever is not None:
+        raise ValueError("give the E3 retriever once: sweep(retriever=...) (called with each variant's parameters) "
+                         "or evaluator_config['retriever'], not both")
+    cfg = RagJudgeConfig.from_dict(config)
+    data = _check_data(data, cfg)
+    param_list = expand_variants(variants)
+    names = variant_names(param_list)
+    keys = [params_key({k: (v.name, v.template) if isinstance(v, PromptTemplate) else v for k, v in p.items()})
+            for p in param_list]
+    dupes = sorted({n for n, k in zip(names, keys) if keys.count(k) > 1})
+    if dupes:
+        raise ValueError(f"variants {dupes} appear more than once; each variant must differ in its parameters")
+    base_index = _baseline_index(baseline, names, param_list)
+    # the tracking store must answer before the pipeline or the judge is paid for
+    tracking.check_tracking_store(tracking_uri, experiment, nothing="Nothing was generated or judged.")
+    kwargs_list, prompt_versions = resolve_prompts(param_list)
+    # the parameters as recorded: a prompt as <name>@v<version>; the run names show them that way
+    recorded_list = [{k: (f"{pvs[k].name}@v{pvs[k].version}" if k in pvs else v) for k, v in p.items()}
+                     for p, pvs in zip(param_list, prompt_versions)]
+    names = variant_names(recorded_list)
+    if len(set(names)) < len(names):  # two templates that are one registered version
+        raise ValueError(f"two variants are the same after resolving their prompts: {names}")
+    if base_index is None:
+        if baseline not in names:
+            raise ValueError(f"baseline {baseline!r} is not one of the variants {names}")
+        base_index = names.index(str(baseline))
+    plan = _Plan(config, cfg, data, names, kwargs_list, prompt_versions, dict(zip(names, recorded_list)),
+                 names[base_index], Generations(pipeline, pipeline_identity(pipeline, pipeline_version), cfg.cache),
+                 retriever, questions=data[cfg.column("question")].tolist())
+    # the probe: one answer, one dry-run evaluation
+    plan.first = plan.gens.get(plan.questions[0], kwargs_list[0], params_key(kwargs_list[0]),
+                               f"row 0 of variant {names[0]!r}")
+    probe = data.iloc[:1].copy()
+    for k, v in plan.first[0].items():
+        probe[cfg.column(k)] = [v]
+    evaluate_frame(probe, {**config, "dry_run": True, "progress": False,
+                           "retriever": retriever_for(retriever, kwargs_list[0]) or config.get("retriever")})
+    return plan
+
+
+def _generations_table(questions: list[str], outs: list[dict[str, Any] | None], errors: list[str | None],
+                       cached: list[bool]) -> pd.DataFrame:
+    def cell(o: dict[str, Any] | None, key: str) -> Any:
+        return json.dumps(o.get(key), ensure_ascii=False) if o and key in o else None
+
+    return pd.DataFrame({
+        "question": questions, "answer": [o.get("answer") if o else None for o in outs],
+        "contexts": [cell(o, "contexts") for o in outs],
+        "retrieved_doc_ids": [cell(o, "retrieved_doc_ids") for o in outs],
+        "citations": [cell(o, "citations") for o in outs], "generation_error": errors, "from_cache": cached,
+    })
+
+
+def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str, result: SweepResult,
+             scores: dict[str, dict[str, dict[Any, float]]], workers: int, verbose: bool) -> None:
+    """Step 2, one variant: answer every question, evaluate the answers, log the child run."""
+    kwargs, pvs = plan.kwargs_list[i], plan.prompt_versions[i]
+    _log(f"[{i + 1}/{len(plan.names)}] {name}", verbose)
+    t0 = time.perf_counter()
+    done = {0: plan.first} if i == 0 else {}  # the probe already answered the first question of the first variant
+    outs, errors, cached = generate(plan.gens, plan.questions, kwargs, name, workers, done)
+    seconds = time.perf_counter() - t0
+    ok = [j for j in range(len(plan.questions)) if outs[j] is not None]
+    gen_stats = {"rows": len(plan.questions), "generated": sum(1 for j in ok if not cached[j]),
+                 "cached": sum(1 for j in ok if cached[j]), "failed": len(plan.questions) - len(ok),
+                 "seconds": round(seconds, 3)}
+    result.generation[name] = gen_stats
+    _log(f"    answers: {gen_stats['generated']} generated, {gen_stats['cached']} from the cache, "
+         f"{gen_stats['failed']} failed", verbose)
+    out: EvalOutput | None = None
+    if ok:
+        frame = plan.data.iloc[ok].reset_index(drop=True).copy()
+        for key in OUTPUT_KEYS:
+            if any(key in (outs[j] or {}) for j in ok):
+                frame[plan.cfg.column(key)] = [(outs[j] or {}).get(key) for j in ok]
+        try:
+            out = evaluate_frame(frame, {**plan.config, "retriever": retriever_for(plan.retriever, kwargs)
+                                         or plan.config.get("retriever")})
+            scores[name] = scores_by_row(out.results, rows=ok)
+        except InputError as e:  # this variant's answers cannot be evaluated (the first variant's could)
+            result.errors[name] = str(e)
+            _log(f"    not evaluated: {e}", verbose)
+    result.outputs[name] = out
+    with tracking.open_run(name, nested=True) as child:
+        result.run_ids[name] = child.run_id
+        child.params({**{f"variant.{k}": str(v)[:6000] for k, v in plan.recorded[name].items()},
+                      "variant.name": name})
+        child.tags({"ragjudge.sweep": "variant", "ragjudge.sweep.parent": parent.run_id,
+                    "ragjudge.sweep.baseline": str(name == plan.base).lower()})
+        child.dataset(plan.data, dname)
+        child.metrics({"generation/failed_rate": gen_stats["failed"] / len(plan.questions),
+                       "generation/seconds": seconds, "generation/cached": gen_stats["cached"],
+                       "generation/generated": gen_stats["generated"]})
+        for pv in pvs.values():
+            child.link_prompt(pv)
+        if pvs:
+            child.params({f"prompt.{k}": f"prompts:/{pv.name}/{pv.version}" for k, pv in pvs.items()})
+        tracking.append_table(child.run_id, _generations_table(plan.questions, outs, errors, cached),
+                              GENERATIONS_FILE)
+        if out is not None:
+            log_output(out, child.run_id, saved=save_local(out, f"sweep-{i}"))
+        else:
+            child.tags({"ragjudge.status": "evaluation_error" if name in result.errors else "no_answers"})
+            if name in result.errors:
+                child.tags({"ragjudge.evaluation_error": result.errors[name][:5000]})
+    _log(f"    run {child.run_id}", verbose)
+
+
+def sweep(
+    pipeline: Callable[..., Any],
+    variants: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]],
+    data: pd.DataFrame,
+    *,
+    evaluator_config: Mapping[str, Any] | None = None,
+    experiment: str | None = None,
+    baseline: int | str = 0,
+    run_name: str | None = None,
+    retriever: Callable[..., Any] | None = None,
+    data_name: str | None = None,
+    pipeline_version: str | None = None,
+    compare: Sequence[str] | None = None,
+    alpha: float = 0.05,
+    n_boot: int = 2000,
+    seed: int = 0,
+    workers: int = 1,
+    tracking_uri: str | None = None,
+    plots: bool = True,
+    verbose: bool = False,
+) -> SweepResult:
+    """Run every variant of ``pipeline`` over ``data``, each as a child run, and compare them (package docstring).
+
+    Args:
+        pipeline: your RAG system, ``pipeline(question, **params)`` -> the answer (str), or a dict with
+            ``answer`` and optionally ``contexts``, ``retrieved_doc_ids``, ``citations`` and ``raw_output`` (the
+            raw reply the answer was extracted from, for the output-contract check).
+        variants: a list of parameter dicts, or a grid ``{param: [values]}``. A value may be a
+            :class:`PromptTemplate` or a ``prompts:/name/version`` URI (the pipeline receives the template text).
+        data: the questions and whatever the metrics need besides the pipeline's outputs (``reference``,
+            ``relevant_doc_ids``, ``answerable``, human scores ...).
+        evaluator_config: the ``ragjudge`` settings (judge, metrics, ...), as for ``mlflow.evaluate``.
+        experiment: the MLflow experiment (created if missing; default: the active one).
+        baseline: the variant the others are compared with: its index or its name.
+        run_name: the parent run's name (default ``sweep-<data name>-<time>``).
+        retriever: the E3 retriever, ``retriever(query, **params)``, called with each variant's parameters (the
+            ones it accepts) and question + reference answer.
+        data_name: the dataset's name in MLflow (default: ``data.attrs["name"]`` where set, else
+            ``data-<hash of its first column>``; the CLI uses the data file's name).
+        pipeline_version: a label to add to the generation cache key (when the pipeline's behaviour changes
+            without its source changing).
+        compare: the metrics to compare (default: :func:`mlflow_ragjudge.workflows.compare.default_metrics`).
+        alpha, n_boot, seed: the comparison's level, bootstrap resamples and seed.
+        workers: questions answered in parallel by the pipeline (default 1: the pipeline need not be thread-safe).
+        tracking_uri: the MLflow tracking URI (default: the current one).
+        plots: log the comparison's PNG plots on the parent run.
+        verbose: print progress to stderr.
+
+    Raises:
+        InputError, ValueError: bad variants, data, configuration or pipeline output, found before the sweep
+            generates or judges anything beyond the first question.
+    """
+    given_name = dataset_name(data, data_name) if isinstance(data, pd.DataFrame) and len(data) else None
+    plan = _plan(pipeline, variants, data, evaluator_config, experiment, baseline, retriever, pipeline_version,
+                 workers, tracking_uri)
+    dname = given_name or dataset_name(plan.data, None)
+    result = SweepResult("", {}, pd.DataFrame(), plan.base, plan.recorded)
+    scores: dict[str, dict[str, dict[Any, float]]] = {}
+    with tracking.open_run(run_name or f"sweep-{dname}-{time.strftime('%Y%m%d-%H%M%S')}") as parent:
+        result.parent_run_id = parent.run_id
+        parent.params({"sweep.variants": str(len(plan.names)), "sweep.baseline": plan.base[:6000],
+                       "sweep.pipeline": plan.gens.identity[:6000], "sweep.data": dname,
+                       "sweep.rows": str(len(plan.data)),
+                       "sweep.grid": json.dumps(list(plan.recorded.values()), default=str)[:6000]})
+        parent.tags({"ragjudge.sweep": "parent"})
+        parent.dataset(plan.data, dname)
+        for i, name in enumerate(plan.names):
+            _variant(plan, i, name, parent, dname, result, scores, workers, verbose)
+        # step 3: the comparison on the parent
+        comparison = (paired_comparison(scores, plan.base, metrics=compare, alpha=alpha, n_boot=n_boot, seed=seed)
+                      if plan.base in scores else pd.DataFrame(columns=list(COLUMNS)))
+        result.comparison = comparison
+        figures = (comparison_figures(scores, comparison, plan.base, alpha=alpha, seed=seed)
+                   if plots and len(comparison) else {})
+        log_comparison(parent.run_id, comparison, figures)
+        parent.metrics({"sweep/significant_differences": float(len(result.significant()))})
+        result.prompts = {n: {k: f"prompts:/{pv.name}/{pv.version}" for k, pv in pvs.items()}
+                          for n, pvs in zip(plan.names, plan.prompt_versions) if pvs}
+    return result
