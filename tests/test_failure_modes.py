@@ -242,7 +242,7 @@ def test_a_failure_after_the_judge_calls_saves_the_results_so_far(judge, tmp_pat
     def broken_table(*args, **kwargs):  # stands for a bug in a step after the judge calls
         raise RuntimeError("table builder broke")
 
-    monkeypatch.setattr(evaluation, "_build_table", broken_table)
+    monkeypatch.setattr(evaluation, "build_table", broken_table)
     with pytest.raises(LoggingFailed, match="table builder broke") as e:
         evaluate_frame(ROWS, judge=judge, metrics=["correctness"], cache=False)
     saved = e.value.saved_to

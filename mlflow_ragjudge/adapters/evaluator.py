@@ -30,7 +30,8 @@ from mlflow.tracking import MlflowClient
 
 from ..core.errors import InputError, LoggingFailed
 from ..core.types import JudgeResult, Status
-from ..engine.evaluate import EvalOutput, evaluate_frame, local_output_root
+from ..engine.evaluate import EvalOutput, evaluate_frame
+from ..engine.record import local_output_root
 from .tracking import load_run_table
 
 __all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "load_local", "save_local", "MODEL_TYPE",

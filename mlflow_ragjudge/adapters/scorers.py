@@ -29,14 +29,15 @@ from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceT
 from mlflow.genai.scorers import Scorer
 from pydantic import PrivateAttr
 
-from ..core.constants import is_offline_judge
+from ..core.constants import LOGICAL_COLUMNS, is_offline_judge
 from ..core.errors import EmbeddingsUnavailable, InputError
 from ..core.types import JudgeResult, Row, Status
 from ..engine.config import RagJudgeConfig
-from ..engine.inputs import e3_query, passages_from_retriever, resolve_context_modes, resolve_row_contexts
+from ..engine.schedule import by_output, prepare_metrics, score_row
 from ..llm.client import JudgeClient
 from ..llm.embeddings import embeddings_fix, resolve_embedder
 from ..llm.prompts import reference_text
+from ..metrics.contexts import e3_query, passages_from_retriever
 from ..metrics.multiturn import MultiTurnRunner
 from ..metrics.offline import resolve_offline
 from ..metrics.spec import MetricSpec, RunContext, get_metric
@@ -165,10 +166,6 @@ class MetricScorer(Scorer):
             raise InputError("missing " + ", ".join(missing_fields(row, alternatives[0])))
         if spec.validate is not None:
             spec.validate([row], cfg)
-        if spec.needs_judge_contexts:
-            modes = resolve_context_modes(cfg.context_mode, retriever=cfg.retriever,
-                                          has=lambda c: getattr(row, c, None) is not None)
-            resolve_row_contexts(row, modes, cfg.retriever)
         return row
 
     def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
@@ -178,15 +175,20 @@ class MetricScorer(Scorer):
             row = self._row(inputs, outputs, expectations, trace)
         except (InputError, ValueError) as e:
             return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}
-        ctx = RunContext(self._ctx.client, self._ctx.cfg, self._ctx.embed, metrics=self._ctx.metrics,
-                         context_mode=row.context_mode, rows=[row], _shared=self._ctx._shared)
+        cfg = self._ctx.cfg
+        # the row as a one-row run: its fields are the columns it has; the metric's prepare hook (the judge
+        # contexts: the same context-mode and E3 rules as the evaluator) runs on it, then the engine's row path
+        present = frozenset(cfg.column(f) for f in LOGICAL_COLUMNS if getattr(row, f, None) is not None)
+        one = RunContext(None, cfg, rows=[row], columns=present)
+        try:
+            prepare_metrics([spec], one)
+        except (InputError, ValueError) as e:
+            return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}
+        ctx = RunContext(self._ctx.client, cfg, self._ctx.embed, metrics=self._ctx.metrics,
+                         context_mode=one.context_mode, rows=[row], columns=present, _shared=self._ctx._shared)
         state = self._state if spec.judged else (spec.setup(ctx) if spec.setup is not None else None)
-        if spec.score is not None:
-            got = spec.score(state, row, ctx)
-        else:
-            assert spec.score_batch is not None
-            got = spec.score_batch(state, [row], ctx)[0]
-        return {spec.name: got} if isinstance(got, JudgeResult) else dict(got)
+        results = by_output(spec, [score_row(spec, state, row, ctx)])
+        return {name: res[0] for name, res in results.items()}
 
     def _single_names(self) -> list[str]:
         names = [o for o in self._spec.output_names if not o.endswith("_")]

@@ -49,7 +49,11 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+import warnings
 from collections.abc import Sequence
+from typing import Any
+
+from .errors import InvalidTextWarning
 
 __all__ = [
     "CJK_RANGES",
@@ -63,6 +67,7 @@ __all__ = [
     "NUMBER_ABBREVIATIONS",
     "clean_text",
     "as_text_list",
+    "Repairs",
     "split_context_sentences",
 ]
 
@@ -315,3 +320,28 @@ def split_context_sentences(contexts: Sequence[str] | None) -> list[tuple[int, s
     for i, passage in enumerate(as_text_list(contexts), 1):
         out.extend((i, s) for s in split_sentences(passage))
     return out
+
+
+class Repairs:
+    """Text repairs made while reading the data: recorded in the run's config and announced once."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def text(self, value: Any, column: str, row: int) -> Any:
+        if isinstance(value, str):
+            value, n = clean_text(value)
+            if n:
+                self.items.append({"row": row, "column": column, "replaced": n})
+        return value
+
+    def announce(self) -> None:
+        if self.items:
+            total = sum(i["replaced"] for i in self.items)
+            where = ", ".join(f"row {i['row']} '{i['column']}'" for i in self.items[:5])
+            more = f" and {len(self.items) - 5} more" if len(self.items) > 5 else ""
+            warnings.warn(
+                f"{total} invalid character(s) (lone surrogates, which UTF-8 cannot encode) were replaced with "
+                f"U+FFFD in {where}{more}; fix the data's encoding to keep the original text.",
+                InvalidTextWarning, stacklevel=3,
+            )

@@ -301,6 +301,10 @@ class RagJudgeConfig:
         if self.batch:
             BatchOptions.of(self.batch)  # unknown options are refused here
 
+    def as_dict(self) -> dict[str, Any]:
+        """Every setting as given (the inverse of :meth:`from_dict`)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     def column(self, logical: str) -> str:
         return self.col_mapping.get(logical, logical)
 

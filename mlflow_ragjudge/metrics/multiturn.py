@@ -60,6 +60,7 @@ from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import Prompt, load_prompt, reference_text
+from .contexts import prepare_judge_contexts
 from .correctness import CorrectnessJudge, shared_correctness_judge
 from .spec import Finish, MetricSpec
 from .statements import add_estimates, approx_tokens, estimate_messages, prompt_version
@@ -828,7 +829,7 @@ def _spec() -> Any:
         judged=True,
         scale=None,  # lscore counts turns
         batchable=False,  # each turn needs the last: synchronous even with batch on
-        needs_judge_contexts=True,
+        prepare=prepare_judge_contexts,
         default=lambda cfg: cfg.multiturn_system is not None,  # needs a live system: not a default without one
         check=lambda cfg: None if cfg.multiturn_system is not None else (
             "Metric 'multiturn' converses with the RAG system under test: pass multiturn_system=<callable "

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import numbers
 import threading
@@ -1020,6 +1021,7 @@ def _spec() -> Any:
         validate=_validate,
         score=_score,
         finish=_finish,
+        params=lambda state, ctx: {"ragjudge.k": json.dumps(ctx.cfg.k)},
         description="retrieval: trec_eval-exact P/R/F1/hit rate/nDCG@k, MRR, MAP; chunk-level ROUGE-L coverage",
     )
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import MetricUnavailable
+from ..core.text import Repairs
 from ..core.types import JudgeResult, Row
 from .offline import OfflineJudge
 
@@ -32,6 +33,7 @@ __all__ = [
     "MetricSpec",
     "RunContext",
     "Finish",
+    "Prepared",
     "MetricUnavailable",
     "register_metric",
     "get_metric",
@@ -51,6 +53,15 @@ BUILTIN_MODULES = (
     "mlflow_ragjudge.metrics.checks",
     "mlflow_ragjudge.metrics.multiturn",
 )
+
+
+@dataclass
+class Prepared:
+    """What a metric's ``prepare`` hook found out about the run, before any judge call: entries for the run record
+    (``ragjudge/config.json``) and MLflow params."""
+
+    record: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,11 +90,12 @@ class MetricSpec:
         judged: it calls the judge model (needs ``judge``; abstain and error rates are logged and failures
             reported).
         needs_embeddings: it needs the run's embeddings.
-        needs_judge_contexts: it needs the six-level judge's contexts (the context mode is resolved and E3
-            retrieval is done before any call).
         required_text: the text columns every row must fill; default: the text columns of ``requires[0]``.
         default: runs by default when its columns are there (a function of the config may say no).
         check: a reason it cannot run with this config, or None (asked for by name: an input error).
+        prepare: run-level work on the rows before any call and before ``setup`` (the judge contexts and their E3
+            retrieval, :func:`mlflow_ragjudge.metrics.contexts.prepare_judge_contexts`); returns what to record
+            (:class:`Prepared`). Metrics that share the work share the function, which does it once per run.
         setup: builds the metric's state for a run (a judge object ...), before any call; may raise
             :class:`MetricUnavailable` or an input error.
         validate: checks the rows before any call (raise an input error naming the row and the fix).
@@ -115,10 +127,10 @@ class MetricSpec:
     outputs: tuple[str, ...] = ()
     judged: bool = False
     needs_embeddings: bool = False
-    needs_judge_contexts: bool = False
     required_text: tuple[str, ...] | None = None
     default: bool | Callable[[RagJudgeConfig], bool] = True
     check: Callable[[RagJudgeConfig], str | None] | None = None
+    prepare: Callable[[RunContext], Prepared | None] | None = None
     setup: Callable[[RunContext], Any] | None = None
     validate: Callable[[Sequence[Row], RagJudgeConfig], None] | None = None
     score: Callable[[Any, Row, RunContext], dict[str, JudgeResult] | JudgeResult] | None = None
@@ -207,8 +219,18 @@ class RunContext:
     metrics: tuple[str, ...] = ()
     context_mode: str | None = None
     rows: Sequence[Row] = ()
+    #: the data's column names (for ``has_column``) and where text repairs are recorded
+    columns: frozenset[str] = frozenset()
+    repairs: Repairs | None = None
     _shared: dict[str, Any] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: Any = field(default_factory=threading.RLock)
+
+    def has_column(self, logical: str) -> bool:
+        """Whether the data has the column a logical name maps to (``col_mapping``)."""
+        return self.cfg.column(logical) in self.columns
+
+    def has_raw_columns(self, *names: str) -> bool:
+        return set(names) <= self.columns
 
     def shared(self, key: str, factory: Callable[[], Any]) -> Any:
         with self._lock:

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...core.errors import InputError
-from ...engine.inputs import passages_from_retriever
 from ...llm.cache import CallCache, cache_key
+from ...metrics.contexts import passages_from_retriever
 from .variants import params_key
 
 __all__ = ["OUTPUT_KEYS", "Generations", "pipeline_identity", "normalise", "retriever_for", "generate"]

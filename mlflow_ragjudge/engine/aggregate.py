@@ -1,0 +1,161 @@
+"""Step 4 of an evaluation: per-row results into the run's numbers -- each output's mean with what became of its rows
+(scored, abstained, failed), per group; the per-row table; a judged metric that failed too often, reported loudly
+with the likely fix; the ``fail_under`` gate; what each metric cost."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from ..core.types import JudgeResult, Row, Status, aggregate, metric_name_safe
+from ..metrics.spec import Finish, MetricSpec
+from .config import RagJudgeConfig
+from .inputs import row_ids
+from .schedule import ERROR_KEY
+from .select import gate_metric_name
+
+__all__ = ["aggregate_metric", "build_table", "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX"]
+
+
+def aggregate_metric(name: str, results: list[JudgeResult], rows: Sequence[Row], judged: bool) -> dict[str, float]:
+    """One output's metrics: ``<name>/mean`` over the scored rows and, for a judged output, what became of the
+    rows (:meth:`~mlflow_ragjudge.core.types.Aggregate.as_metrics`); per group too."""
+    agg = aggregate(results)
+    out: dict[str, float] = {}
+    if judged:
+        out.update(agg.as_metrics(name))
+    elif agg.mean is not None:
+        out[f"{name}/mean"] = agg.mean
+    groups = sorted({r.group for r in rows if r.group is not None})
+    for g in groups:
+        sub = [res for res, r in zip(results, rows) if r.group == g]
+        gagg = aggregate(sub)
+        gname = metric_name_safe(g)
+        if gagg.mean is not None:
+            out[f"{name}/mean/{gname}"] = gagg.mean
+        if judged:
+            out[f"{name}/count/{gname}"] = float(gagg.count)
+            out[f"{name}/n_scored/{gname}"] = float(gagg.n_scored)
+    return out
+
+def _on_levels(spec: MetricSpec, name: str) -> bool:
+    """Whether an output is on the six-level scale (its abstention "not sure" is shown as level 0 in the table)."""
+    return spec.scale_of(name) == (1.0, 5.0) and bool(spec.levels)
+
+def _safe_cell(build: Callable[[dict[str, JudgeResult]], Any], res: dict[str, JudgeResult]) -> Any:
+    try:
+        return build(res)
+    except Exception:  # an extra column never costs the table
+        return None
+
+def _cell(res: JudgeResult, level: bool = False) -> Any:
+    if res.status is Status.SCORED:
+        return res.value
+    if level and res.status is Status.ABSTAINED and res.details.get("level") == 0:
+        return 0.0
+    return None
+
+def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[str, dict[str, list[JudgeResult]]],
+                 per_row: dict[str, list[dict[str, JudgeResult]]], finishes: dict[str, Finish],
+                 df: pd.DataFrame, cfg: RagJudgeConfig) -> pd.DataFrame:
+    cols: dict[str, list[Any]] = {}
+    cols["question"] = [r.question if r.question is not None else f"row {r.index}" for r in rows]
+    ordered = sorted(specs, key=lambda s: not s.headline)  # the headline score right after the question
+    for spec in ordered:
+        for name, res in results[spec.name].items():
+            cols[f"{name}/score"] = [_cell(x, level=_on_levels(spec, name)) for x in res]
+            if spec.judged:
+                cols[f"{name}/justification"] = [x.rationale for x in res]
+                cols[f"{name}/status"] = [x.status.value + (f":{x.reason}" if x.reason else "") for x in res]
+    for spec in specs:
+        for column, build in spec.columns.items():
+            cols[column] = [None if ERROR_KEY in res else _safe_cell(build, res) for res in per_row[spec.name]]
+        cols.update(finishes[spec.name].columns)
+    if any(r.answer is not None for r in rows):
+        cols["answer"] = [r.answer for r in rows]
+    if any(r.reference is not None for r in rows):
+        # several acceptable answers are shown as a JSON list, one answer as its text
+        cols["reference"] = [json.dumps(r.references, ensure_ascii=False) if r.references else r.reference
+                             for r in rows]
+    if any(r.group is not None for r in rows):
+        cols["group"] = [r.group for r in rows]
+    cols["row_id"] = row_ids(df, cfg, rows)
+    for hc in dict.fromkeys([*cfg.human_columns, *cfg.human_labels.values()]):
+        cols[hc] = pd.to_numeric(df[hc], errors="coerce").tolist()
+    return pd.DataFrame(cols)
+
+#: what most often causes each failure reason, and what to do about it
+LIKELY_FIX: dict[str, str] = {
+    "parse_error": "the judge's replies could not be read in the requested format; look at raw_reply in "
+                   "ragjudge/judge_transcripts.jsonl, use a model that follows JSON instructions, or pin "
+                   "structured=json_object (or text) in the judge URI if the server mishandles JSON schemas",
+    "inconsistent": "the judge's verdict lists did not cover every item even after asking again; use a stronger "
+                    "judge model, or a server that enforces JSON schemas (structured=json_schema)",
+    "ambiguous": "the judge gave two different verdicts in one reply; use a stronger judge model (with "
+                 "Prometheus-style output, one that writes a single [RESULT])",
+    "timeout": "judge requests timed out; raise timeout= (seconds per request) or lower max_concurrency",
+    "rate_limited": "the provider kept rate-limiting; lower max_concurrency or set requests_per_minute to your "
+                    "provider's limit",
+    "connection_error": "the judge server could not be reached; check the base_url and that the server is running",
+    "provider_error": "the provider answered with errors; check the model name and API key, and the 'error' field "
+                      "of the transcripts",
+    "refused": "the model refused to judge (content policy); try another judge model",
+    "invalid_input": "rows lack what the metric needs; see the justification column of the per-row table",
+    "internal_error": "an error inside mlflow-ragjudge; please report it with the transcript",
+    "system_error": "the RAG system under test raised; see ragjudge/multiturn_conversations.jsonl",
+}
+
+def failure_report(name: str, results: Sequence[JudgeResult], max_error_rate: float) -> dict[str, Any] | None:
+    failed = [r for r in results if r.status is Status.FAILED]
+    if not results or len(failed) / len(results) <= max_error_rate:
+        return None
+    reasons = Counter(r.reason or "unknown" for r in failed)
+    top = reasons.most_common(1)[0][0]
+    shown = ", ".join(f"{reason} x{count}" for reason, count in reasons.most_common())
+    message = (
+        f"'{name}' failed on {len(failed)} of {len(results)} rows (error rate {len(failed) / len(results):.2f} > "
+        f"max_error_rate {max_error_rate:g}): {shown}. Likely fix: {LIKELY_FIX.get(top, 'see the transcripts')}."
+    )
+    example = next((r.rationale for r in failed if r.reason == top and r.rationale), "")
+    if example:
+        message += f" First error: {example[:200]}"
+    return {"metric": name, "error_rate": len(failed) / len(results), "failed": len(failed), "rows": len(results),
+            "reasons": dict(reasons), "message": message}
+
+def gate_outcome(fail_under: dict[str, float], metrics_out: dict[str, float]) -> list[dict[str, Any]]:
+    out = []
+    for raw, threshold in fail_under.items():
+        key = gate_metric_name(raw)
+        value = metrics_out.get(key)
+        out.append({"metric": key, "threshold": float(threshold), "value": value,
+                    "passed": value is not None and value >= threshold})
+    return out
+
+def usage_by_metric(transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict[str, dict[str, float]]:
+    """Requests sent, cache hits and tokens per metric, and requests per row: what each metric costs.
+
+    ``cache_hits`` are answers read from the persistent cache (an earlier run paid for them; the metrics' counts add
+    up to the run's ``judge/cache_hits``); ``shared`` are this metric's recorded calls answered by an identical call
+    of this run (sent once: the verdicts context precision and recall share). The run's ``judge/shared`` counts
+    every such call, also those no metric records twice (a statement extraction another metric already made)."""
+    out: dict[str, dict[str, float]] = {}
+    for rec in transcripts:
+        u = out.setdefault(rec["metric"], {"requests": 0.0, "cache_hits": 0.0, "shared": 0.0, "input_tokens": 0.0,
+                                           "output_tokens": 0.0})
+        if rec.get("cache_hit") and rec.get("shared"):
+            u["shared"] += 1
+        elif rec.get("cache_hit"):
+            u["cache_hits"] += 1
+        elif rec.get("via") == "batch":
+            u["batch_lines"] = u.get("batch_lines", 0.0) + float(rec.get("batch_rounds") or 0)
+        else:
+            u["requests"] += float(rec.get("attempts") or 0)
+        u["input_tokens"] += float(rec.get("input_tokens") or 0)
+        u["output_tokens"] += float(rec.get("output_tokens") or 0)
+    for u in out.values():
+        u["requests_per_row"] = u["requests"] / max(1, n_rows)
+    return out

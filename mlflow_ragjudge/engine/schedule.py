@@ -1,0 +1,163 @@
+"""Step 3 of an evaluation: every (row, metric) task in one pool, the judge client's provider gate bounding the calls
+in flight -- no barrier between metrics, so a slow or hung call delays only its own row -- and one row scored the
+way the ``mlflow.genai`` scorers score it too (:func:`score_row`). A metric's exception fails its row
+(``internal_error``), never the run."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..core.types import JudgeResult, Row
+from ..metrics.spec import MetricSpec, Prepared, RunContext
+
+__all__ = ["schedule", "score_row", "prepare_metrics", "by_output", "ERROR_KEY"]
+
+
+def _progress_bar(total: int, desc: str, setting: bool | str) -> Any:
+    """A tqdm bar on stderr (``progress='auto'``: only on a terminal), or None."""
+    if setting is False or (setting == "auto" and not sys.stderr.isatty()):
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="task", file=sys.stderr)
+
+ERROR_KEY = "__error__"
+
+def _as_results(spec: MetricSpec, value: Any) -> dict[str, JudgeResult]:
+    if isinstance(value, JudgeResult):
+        return {spec.name: value}
+    if not isinstance(value, dict) or not all(isinstance(v, JudgeResult) for v in value.values()):
+        raise TypeError(f"metric {spec.name!r} returned {type(value).__name__}; it must return a JudgeResult "
+                        "or a dict of output name -> JudgeResult")
+    return value
+
+def _crash(e: BaseException) -> dict[str, JudgeResult]:
+    return {ERROR_KEY: JudgeResult.failed("internal_error", f"{type(e).__name__}: {e}")}
+
+def _workers(ctx: RunContext, tasks: int) -> int:
+    """Threads for the pool: enough to keep the provider gate full while some tasks wait on earlier calls of
+    their row (a task makes one to three calls in a row); the gate, not the pool, bounds what is in flight."""
+    if ctx.client is None:
+        return 1
+    limit = ctx.client.max_concurrency or ctx.client.gate.ceiling
+    return max(1, min(tasks, 256, max(8, 2 * limit)))
+
+def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence[Row],
+              ctx: RunContext) -> dict[str, list[dict[str, JudgeResult]]]:
+    """Score every (row, metric) in one pool; returns metric -> per-row results. Never raises for a metric's
+    exception: it fails that row (``internal_error``) and the run goes on."""
+    out: dict[str, list[dict[str, JudgeResult]]] = {s.name: [{} for _ in rows] for s in specs}
+    per_row = [s for s in specs if s.score is not None]
+    batched = [s for s in specs if s.score_batch is not None]
+    total = len(rows) * len(per_row) + len(batched)
+    names = ", ".join(s.name for s in specs)
+    bar = _progress_bar(total, f"ragjudge ({names})" if len(names) <= 60 else "ragjudge", ctx.cfg.progress)
+
+    runner = ctx.client.batch if ctx.client is not None else None
+
+    def one(spec: MetricSpec, i: int) -> None:
+        try:
+            with _task(runner, spec):
+                out[spec.name][i] = score_row(spec, states[spec.name], rows[i], ctx)
+        finally:
+            if bar is not None:
+                bar.update(1)
+
+    def batch(spec: MetricSpec) -> None:
+        try:
+            assert spec.score_batch is not None
+            with _task(runner, spec):
+                got = spec.score_batch(states[spec.name], rows, ctx)
+            if len(got) != len(rows):
+                raise ValueError(f"metric {spec.name!r} returned {len(got)} results for {len(rows)} rows")
+            out[spec.name] = [_as_results(spec, g) for g in got]
+        except Exception as e:
+            out[spec.name] = [_crash(e) for _ in rows]
+        finally:
+            if bar is not None:
+                bar.update(1)
+
+    jobs: list[Callable[[], None]] = [lambda s=s: batch(s) for s in batched]  # type: ignore[misc]
+    # row-major: a row's metrics start together, so work they share (one statement extraction, one combined
+    # call) is asked for once and its row finishes early
+    jobs += [lambda s=s, i=i: one(s, i) for i in range(len(rows)) for s in per_row]  # type: ignore[misc]
+    try:
+        workers = _workers(ctx, len(jobs))
+        if runner is not None:  # every running task may add a line to the next batch: run them all at once
+            workers = max(1, min(len(jobs), runner.options.threads))
+        if workers <= 1:
+            for job in jobs:
+                job()
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge") as pool:
+                for f in [pool.submit(job) for job in jobs]:
+                    f.result()
+    finally:
+        if bar is not None:
+            bar.close()
+        if runner is not None:
+            runner.close()
+    return out
+
+def _task(runner: Any, spec: MetricSpec) -> Any:
+    """The context a task runs in: inside the batch runner for a batchable metric, synchronous otherwise."""
+    if runner is None:
+        return contextlib.nullcontext()
+    return runner.task() if spec.batchable else runner.synchronous()
+
+def by_output(spec: MetricSpec, per_row: list[dict[str, JudgeResult]]) -> dict[str, list[JudgeResult]]:
+    """Per-row results of one metric, as output name -> list over rows; a row whose scoring crashed fails each
+    output with the error."""
+    names: list[str] = []
+    for res in per_row:
+        for name in res:
+            if name != ERROR_KEY and name not in names:
+                names.append(name)
+    if not names and any(ERROR_KEY in r for r in per_row):
+        names = [o for o in spec.output_names if not o.endswith("_")] or [spec.name]
+    out: dict[str, list[JudgeResult]] = {n: [] for n in names}
+    for res in per_row:
+        for n in names:
+            if n in res:
+                out[n].append(res[n])
+            elif ERROR_KEY in res:
+                err = res[ERROR_KEY]
+                out[n].append(JudgeResult.failed(err.reason or "internal_error", err.rationale))
+            else:
+                out[n].append(JudgeResult.abstained("not_applicable", f"{spec.name} gave no {n} for this row"))
+    return out
+
+
+def prepare_metrics(specs: Sequence[MetricSpec], ctx: RunContext) -> Prepared:
+    """Each metric's ``prepare`` hook, in order, before any judge call; what they found, merged. Metrics that share
+    a hook share its work (it runs once per run)."""
+    found = Prepared()
+    for spec in specs:
+        if spec.prepare is not None:
+            got = spec.prepare(ctx)
+            if got is not None:
+                found.record.update(got.record)
+                found.params.update(got.params)
+    return found
+
+
+def score_row(spec: MetricSpec, state: Any, row: Row, ctx: RunContext) -> dict[str, JudgeResult]:
+    """One row of one metric, as the evaluator scores it and the ``mlflow.genai`` scorers score it: the spec's
+    ``score`` (or ``score_batch`` on the one row), its results by output name; an exception is the row's
+    ``internal_error`` (under :data:`ERROR_KEY`, which :func:`by_output` spreads over the outputs)."""
+    try:
+        if spec.score is not None:
+            return _as_results(spec, spec.score(state, row, ctx))
+        assert spec.score_batch is not None
+        got = spec.score_batch(state, [row], ctx)
+        if len(got) != 1:
+            raise ValueError(f"metric {spec.name!r} returned {len(got)} results for 1 row")
+        return _as_results(spec, got[0])
+    except Exception as e:  # a bug must not lose the row or the run
+        return _crash(e)
