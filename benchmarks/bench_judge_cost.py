@@ -45,8 +45,8 @@ from fakellm import FakeLLMServer  # noqa: E402
 from mlflow_ragjudge.core.text import split_sentences, word_set  # noqa: E402
 from mlflow_ragjudge.llm.backends import ChatRequest  # noqa: E402
 from mlflow_ragjudge.llm.client import JudgeClient  # noqa: E402
+from mlflow_ragjudge.metrics import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge  # noqa: E402
 from mlflow_ragjudge.metrics.answer_relevancy import AnswerRelevancyJudge  # noqa: E402
-from mlflow_ragjudge.metrics.context import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge  # noqa: E402,E501
 from mlflow_ragjudge.metrics.faithfulness import FaithfulnessJudge  # noqa: E402
 from mlflow_ragjudge.metrics.statements import StatementExtractor  # noqa: E402
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from mlflow_ragjudge import InputError, evaluate_frame
-from mlflow_ragjudge.metrics.checks import contract_violation, is_refusal
+from mlflow_ragjudge.metrics.output_contract import contract_violation
+from mlflow_ragjudge.metrics.refusal import is_refusal
 
 SCHEMA = {
     "type": "object",

@@ -12,8 +12,8 @@ from fakellm import Reply, embed_text
 from mlflow_ragjudge.core.text import split_context_sentences
 from mlflow_ragjudge.core.types import Status
 from mlflow_ragjudge.llm.client import JudgeClient
+from mlflow_ragjudge.metrics import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge
 from mlflow_ragjudge.metrics.answer_relevancy import AnswerRelevancyJudge
-from mlflow_ragjudge.metrics.context import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge
 from mlflow_ragjudge.metrics.statements import StatementExtractor
 
 PRECISION_MARK = "were retrieved for the QUESTION"

@@ -29,11 +29,12 @@ from typing import Any
 
 from ..core import claims as claim_math
 from ..core.types import FailureReason, JudgeResult
+from ..core.values import is_int
 from ..llm.backends import BackendError, ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import FAILURE_FOR_KIND, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import load_prompt
-from .spec import MetricSpec
+from .spec import MetricSpec, Option
 from .statements import estimate_messages, failed_result, prompt_version
 
 __all__ = ["AnswerRelevancyJudge"]
@@ -166,9 +167,17 @@ def _setup(ctx: Any) -> AnswerRelevancyJudge:
                                 language=ctx.cfg.language)
 
 
+#: answer relevancy's own setting
+OPTIONS = (
+    Option("answer_relevancy_n", 3, lambda v: is_int(v) and v >= 1,
+           "a whole number >= 1 (questions generated per response)", "3"),
+)
+
+
 def _spec() -> Any:
     return MetricSpec(
         "answer_relevancy",
+        options=OPTIONS,
         requires=(("question", "answer"),),
         judged=True,
         needs_embeddings=True,

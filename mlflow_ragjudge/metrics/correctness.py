@@ -19,13 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.constants import CONTEXT_PROVENANCE
+from ..core.matching import declines_to_answer
 from ..core.types import JudgeResult, aggregate
+from ..core.values import is_int
 from ..llm.backends import ChatRequest, JsonSchema
 from ..llm.client import JudgeClient
 from ..llm.parsing import parse_score_reply
 from ..llm.prompts import Prompt, load_prompt, reference_text
 from .contexts import prepare_judge_contexts
-from .spec import Finish, MetricSpec
+from .offline_evidence import LEVEL_WORDS, OfflineEvidence, answer_features
+from .spec import Finish, MetricSpec, Option
 from .statements import estimate_messages
 
 __all__ = ["CorrectnessJudge", "format_contexts", "LEVELS"]
@@ -211,7 +214,7 @@ def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult | dict[st
 
 
 def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
-    return _per_context_mode(row, lambda contexts: judge.correctness(row.question or "", row.answer or "",
+    return _per_context_mode(row, lambda contexts: offline_correctness(judge, row.question or "", row.answer or "",
                                                                      row.acceptable_answers, contexts))
 
 
@@ -252,9 +255,53 @@ def _finish(state: Any, rows: Sequence[Any], by_row: list[dict[str, JudgeResult]
     return Finish(metrics=metrics)
 
 
+def offline_correctness(ev: OfflineEvidence, question: str, response: str, references: Sequence[str],
+                        contexts: Sequence[str] | None = None) -> JudgeResult:
+    """Six-level correctness of ``response`` against the acceptable answers ``references`` (the best one
+    counts), with the context mode's passages as trusted evidence."""
+    if declines_to_answer(response, question):
+        return JudgeResult.abstained("not_sure", "(offline judge) The response declines to answer.",
+                                     details=ev.details(level=0))
+    best: tuple[float, int, dict[str, float]] | None = None
+    for i, ref in enumerate(references):
+        f = answer_features(question, response, ref, contexts or ())
+        if f is None:
+            continue
+        p = ev.calibration.probability(f)
+        if best is None or p > best[0]:
+            best = (p, i, f)
+    if best is None:
+        return JudgeResult.failed("invalid_input", "the reference has no words to compare with",
+                                  details=ev.details())
+    p, i, f = best
+    level = ev.calibration.level(p, f["recall"])
+    shown = {k: round(v, 3) for k, v in f.items()}
+    rationale = (f"(offline judge, lexical evidence, not an LLM) level {level} ({LEVEL_WORDS[level]}): "
+                 f"P(acceptable)={p:.2f}; {f['recall']:.0%} of the reference's content words found"
+                 + (", as a phrase" if f["phrase"] else "")
+                 + ("; a number of the reference is missing" if f["number_missing"] else "")
+                 + ("; the response gives other numbers" if f["number_conflict"] else "")
+                 + f"; {f['support']:.0%} of the response is backed by the reference, contexts or question"
+                 + (f" (best of {len(references)} acceptable answers: #{i + 1})" if len(references) > 1 else "")
+                 + ".")
+    return JudgeResult.scored(level, rationale, details=ev.details(
+        level=level, probability=round(p, 4), features=shown, matched_reference=references[i],
+        matched_reference_index=i))
+
+
+#: correctness's own settings (given in the evaluator config with the run's)
+OPTIONS = (
+    Option("judge_output", "auto", lambda v: v in ("auto", "json", "prometheus"), "'auto', 'json' or 'prometheus' "
+           "(auto: the Prometheus form for Prometheus-family models, JSON otherwise)", "'json'"),
+    Option("max_context_chars", 12_000, lambda v: is_int(v) and v >= 500,
+           "a whole number of characters >= 500 (the judge's context budget)", "12000"),
+)
+
+
 def _spec() -> Any:
     return MetricSpec(
         "correctness",
+        options=OPTIONS,
         requires=(("question", "answer", "reference"),),
         judged=True,
         prepare=prepare_judge_contexts,

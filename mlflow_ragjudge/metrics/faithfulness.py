@@ -36,11 +36,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
+from ..core.matching import content_tokens, declines_to_answer
 from ..core.text import split_sentences, word_set
 from ..core.types import JudgeResult
+from ..core.values import is_int
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
-from .spec import MetricSpec
+from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share, token_set
+from .spec import MetricSpec, Option
 from .statements import (
     StatementExtractor,
     add_estimates,
@@ -311,7 +314,7 @@ def _score(judge: FaithfulnessJudge, row: Any, ctx: Any) -> JudgeResult:
 
 
 def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult:
-    return _retrieval_miss(row, ctx) or judge.faithfulness(row.answer or "", _evidence(row, ctx.cfg))
+    return _retrieval_miss(row, ctx) or offline_faithfulness(judge, row.answer or "", _evidence(row, ctx.cfg))
 
 
 def _claims_column(res: dict[str, JudgeResult]) -> Any:
@@ -319,9 +322,56 @@ def _claims_column(res: dict[str, JudgeResult]) -> Any:
     return json.dumps(d["claims"], ensure_ascii=False) if "claims" in d else None
 
 
+def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[str] | None) -> JudgeResult:
+    """Mean support of the response's claim-like sentences by the evidence passages."""
+    passages = [p for p in (evidence or []) if p and p.strip()]
+    if not passages:
+        return JudgeResult.abstained("no_evidence", "No evidence passages to check the response against.",
+                                     details=ev.details())
+    if declines_to_answer(response):
+        return JudgeResult.abstained("no_claims", "(offline judge) The response declines to answer; it makes "
+                                     "no claim to check.", details=ev.details(claims=[]))
+    sentences = [s for s in split_sentences(response or "") if is_claim_sentence(s)]
+    claims = [s for s in sentences if len(content_tokens(s)) >= 2]
+    if not claims and content_tokens(response):
+        claims = [(response or "").strip()]  # a one-word answer is still a claim
+    if not claims:
+        return JudgeResult.abstained("no_claims", "(offline judge) The response makes no claim.",
+                                     details=ev.details(claims=[]))
+    backed = token_set(passages)
+    tau = ev.calibration.support_threshold
+    rows: list[dict[str, Any]] = []
+    for c in claims:
+        share, missing = support_share(content_tokens(c), backed)
+        rows.append({"claim": c, "support": round(share, 4), "supported": share >= tau,
+                     "reason": "all content words found" if not missing else "not in the evidence: "
+                     + ", ".join(missing[:8])})
+    score = math.fsum(r["support"] for r in rows) / len(rows)
+    bad = [r for r in rows if not r["supported"]]
+    rationale = (f"(offline judge, word overlap, not an LLM) mean support {score:.2f} over {len(rows)} "
+                 f"sentence{'s' if len(rows) != 1 else ''}; {len(rows) - len(bad)} supported (>= {tau:.2f}).")
+    if bad:
+        rationale += " Unsupported: " + "; ".join(f"\"{r['claim'][:120]}\" ({r['reason']})" for r in bad[:3])
+        rationale += f"; and {len(bad) - 3} more." if len(bad) > 3 else "."
+    return JudgeResult.scored(score, rationale, details=ev.details(
+        claims=rows, n_supported=len(rows) - len(bad), support_threshold=tau))
+
+
+#: faithfulness's own settings
+OPTIONS = (
+    Option("faithfulness_evidence", "contexts", lambda v: v in ("contexts", "gold"),
+           "'contexts' (RAGAS's definition) or 'gold' (the gold_documents; seed 001's variant)", "'gold'"),
+    Option("faithfulness_require_retrieval_hit", False, lambda v: isinstance(v, bool),
+           "True or False (score only rows where a relevant document was retrieved)", "True"),
+    Option("faithfulness_evidence_chars", 24_000, lambda v: is_int(v) and v >= 1000,
+           "a whole number of characters >= 1000 (the evidence budget per call)", "24000"),
+)
+
+
 def _spec() -> Any:
     return MetricSpec(
         "faithfulness",
+        options=OPTIONS,
         requires=_requires,
         judged=True,
         setup=lambda ctx: FaithfulnessJudge(ctx.judge_client, language=ctx.cfg.language,

@@ -32,7 +32,7 @@ from ..core.errors import BertScoreUnavailable, InputError, LocalModelUnavailabl
 from ..core.text import tokenize
 from ..core.types import JudgeResult
 from ..llm.local_model import DEFAULT_MODEL_PACKAGE, MODEL_ENV_VAR, BertScorer, LocalEmbedder, find_local_model
-from .spec import Finish, MetricSpec
+from .spec import Finish, MetricSpec, Option
 
 if TYPE_CHECKING:  # pragma: no cover
     from rouge_score.rouge_scorer import RougeScorer
@@ -251,9 +251,17 @@ def _finish(state: _LexicalState, rows: Sequence[Any], results: Any, ctx: Any) -
     return Finish(skipped={"bertscore_f1": state.skip} if state.skip else {}, columns=columns)
 
 
+#: the lexical baselines' own setting
+OPTIONS = (
+    Option("bertscore", False, lambda v: v is True or v is False or v == "auto",
+           "True, False or 'auto' (BERTScore runs a local transformer over every row: only when asked)", "True"),
+)
+
+
 def _spec() -> Any:
     return MetricSpec(
         "lexical",
+        options=OPTIONS,
         requires=(("answer", "reference"),),
         outputs=("word_recall", "rougeL", "bertscore_f1"),
         setup=_setup,

@@ -56,13 +56,14 @@ from typing import Any
 from ..core.errors import InputError, MultiTurnContextWarning
 from ..core.text import clean_text
 from ..core.types import FailureReason, JudgeResult, Status, aggregate, metric_name_safe
+from ..core.values import is_int
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import Prompt, load_prompt, reference_text
 from .contexts import prepare_judge_contexts
 from .correctness import CorrectnessJudge, shared_correctness_judge
-from .spec import Finish, MetricSpec
+from .spec import Finish, MetricSpec, Option
 from .statements import add_estimates, approx_tokens, estimate_messages, prompt_version
 
 __all__ = [
@@ -819,11 +820,23 @@ def _settings(state: _MultiTurnState) -> dict[str, Any]:
     return {k: v for k, v in state.runner.settings.items() if k != "prompt_versions"}
 
 
+#: multi-turn's own settings
+OPTIONS = (
+    Option("multiturn_system", None, lambda v: v is None or callable(v),
+           "a callable: system(query, history) -> answer", "my_rag_system"),
+    Option("multiturn_turns", 5, lambda v: is_int(v) and v >= 2, "a whole number >= 2 (the turn budget n)", "5"),
+    Option("multiturn_require_e3", True, lambda v: isinstance(v, bool), "True or False", "False"),
+    Option("multiturn_final_score", "append", lambda v: v in ("append", "replace"), "'append' or 'replace'",
+           "'replace'"),
+)
+
+
 def _spec() -> Any:
     import json
 
     return MetricSpec(
         "multiturn",
+        options=OPTIONS,
         requires=(("question", "reference"),),
         outputs=MULTITURN_METRICS,
         judged=True,

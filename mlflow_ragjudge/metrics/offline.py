@@ -1,268 +1,30 @@
-"""The offline judge, ``offline:/lexical``: calibrated lexical evidence, **not a language model**.
-
-It scores correctness, faithfulness and the context metrics of a row from the words the texts share, with no
-network, no model download and no PyTorch. Its cut-points are fitted on public human labels (OpenQA-eval NQ301
-and MTRAG, one half of each) and shipped with the package (``data/offline_judge.json``); its agreement with the
-humans on the other half is in docs/offline-judge.md, with the command that reproduces it
-(:mod:`mlflow_ragjudge.offline_fit`). What it is good for: CI smoke tests, cheap triage, a floor. What it is
-not: a judge of meaning. It cannot tell a right answer worded with other words from a wrong one, and it never
-sees that a fluent sentence built from the passages' words says something they do not.
-
-How each metric is scored (the same rules as the LLM judges' definitions where a word count can follow them):
-
-* **correctness** (six levels) -- for every acceptable answer of the reference, features of the whole
-  response against that answer (:func:`answer_features`); a logistic model turns them into the probability
-  that a human accepts the response, and the best acceptable answer wins. Fitted cut-points on that
-  probability give levels 5 and 4 (accepted); below them, fitted cut-points on how much of the answer's
-  content the response contains give 3, 2 or 1 (none of it: wrong outright). Level 0 ("not sure") only when
-  the whole response declines to answer (:func:`declines_to_answer`), never because a partial answer says it
-  lacks some detail.
-* **faithfulness** -- the response is cut into claim-like sentences; each sentence's support is the share of
-  its content words found in the evidence; the score is the mean support. Sentences below the fitted
-  ``support_threshold`` are listed as unsupported, with the words the evidence lacks.
-* **context precision** -- a chunk is relevant when it supports an acceptable answer (share of the answer's
-  content words in the chunk at or above the threshold, or the whole answer as a phrase); average precision
-  over the ranked chunks, as the LLM metric.
-* **context recall** -- each sentence of an acceptable answer is attributed when its support in the contexts is
-  at or above the threshold; attributed / all, the best acceptable answer counting.
-* **context relevance** -- a context sentence is needed when it shares at least two content words with the
-  question and the reference, one of them the reference's; needed / all sentences.
-
-Answer relevancy and multi-turn need a model that writes text; under the offline judge they are skipped with
-that reason.
-
-Tokens are :func:`mlflow_ragjudge.text.tokenize`'s, then matched leniently (:func:`match_tokens`): accents
-folded on Latin letters, thousands separators dropped (``2,579`` is one number), number words and ordinals
-read as digits (``eight`` = ``8``, ``14th`` = ``14``), and a light English suffix stripping
-(``sharecroppers`` = ``sharecropping``). Content words are the tokens outside a short list of English function
-words (:data:`STOPWORDS`). The calibration was fitted on English data; other languages run with the same rules
-(CJK text character by character), uncalibrated.
+"""The offline judge, ``offline:/lexical``, as one object: calibrated lexical evidence, **not a language model**
+(docs/offline-judge.md). Each metric's offline rule lives beside its LLM judge, in the metric's own module
+(:func:`~mlflow_ragjudge.metrics.correctness.offline_correctness` ...); :class:`OfflineJudge` gathers them for
+callers who want the offline judge's verdicts directly, and :func:`resolve_offline` names it from its URI. The
+evidence they share (tokens, features, the calibration) is :mod:`~mlflow_ragjudge.metrics.offline_evidence`.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import math
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
+from collections.abc import Sequence
 
-from ..core.claims import average_precision
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, OFFLINE_MODELS, OFFLINE_PROVIDER, is_offline_judge
-from ..core.matching import (
-    COURTESY_PATTERN,
-    DECLINE_PATTERN,
-    STOPWORDS,
-    content_tokens,
-    declines_to_answer,
-    match_tokens,
-)
-from ..core.text import split_context_sentences, split_sentences
+from ..core.matching import STOPWORDS, content_tokens, declines_to_answer, match_tokens
 from ..core.types import JudgeResult
+from .context_precision import offline_context_precision
+from .context_recall import offline_context_recall
+from .context_relevance import offline_context_relevance
+from .correctness import offline_correctness
+from .faithfulness import offline_faithfulness
+from .offline_evidence import FEATURES, Calibration, OfflineEvidence, answer_features
 
-__all__ = [
-    "OFFLINE_PROVIDER",
-    "DEFAULT_OFFLINE_JUDGE",
-    "OfflineJudge",
-    "Calibration",
-    "is_offline_judge",
-    "match_tokens",
-    "content_tokens",
-    "declines_to_answer",
-    "answer_features",
-    "FEATURES",
-    "STOPWORDS",
-]
-
-CALIBRATION_FILE = "offline_judge.json"
+__all__ = ["OfflineJudge", "resolve_offline", "OfflineEvidence", "Calibration", "answer_features", "FEATURES",
+           "DEFAULT_OFFLINE_JUDGE", "OFFLINE_PROVIDER", "is_offline_judge", "match_tokens", "content_tokens",
+           "declines_to_answer", "STOPWORDS"]
 
 
-# --------------------------------------------------------------------------- tokens
-
-
-
-# --------------------------------------------------------------------------- "not sure"
-
-
-# --------------------------------------------------------------------------- correctness features
-
-#: the features of one response against one acceptable answer, in the calibration's order
-FEATURES = ("recall", "phrase", "char_recall", "number_missing", "number_conflict", "support", "unbacked",
-            "response_length", "answer_length")
-
-
-def _present(token: str, tokens: set[str], ordered: Sequence[str]) -> bool:
-    if token in tokens:
-        return True
-    if len(token) == 1 and token.isalpha() and token.isascii():  # an initial: "B. R. Ambedkar"
-        return any(t.startswith(token) for t in ordered)
-    return any(len(t) == 1 and t.isalpha() and t.isascii() and token.startswith(t) for t in ordered)
-
-
-def _trigrams(tokens: Sequence[str]) -> Counter[str]:
-    s = " ".join(tokens)
-    return Counter(s[i: i + 3] for i in range(len(s) - 2))
-
-
-def answer_features(question: str, response: str, answer: str, contexts: Sequence[str] = ()) -> dict[str, float] | None:
-    """The evidence that ``response`` gives ``answer`` (one acceptable answer), or None when the answer has no
-    tokens. All shares are in [0, 1]:
-
-    * ``recall`` -- share of the answer's distinct content words found in the response (an initial matches a
-      word it starts: ``B. R.`` matches ``Bhimrao Ramji``);
-    * ``phrase`` -- 1 when the answer's whole token sequence appears in the response;
-    * ``char_recall`` -- share of the answer's character trigrams found in the response (spelling variants:
-      ``Abidali`` / ``Abid Ali``);
-    * ``number_missing`` -- 1 when a number of the answer is not in the response;
-    * ``number_conflict`` -- 1 when the answer has numbers and the response gives others (not in the question)
-      and none of the answer's;
-    * ``support`` -- share of the response's content words found in the answer, the contexts or the question
-      (how much of the response is backed by what the judge trusts);
-    * ``unbacked`` -- share of the response's content words found in neither the answer nor the question;
-    * ``response_length``, ``answer_length`` -- log(1 + content words) of the response and of the answer.
-
-    A calibration uses some of these (:attr:`Calibration.features`).
-    """
-    answer_all = match_tokens(answer)
-    answer_content = [t for t in answer_all if t not in STOPWORDS] or answer_all
-    if not answer_content:
-        return None
-    resp_all = match_tokens(response)
-    resp_set = set(resp_all)
-    resp_content = [t for t in resp_all if t not in STOPWORDS]
-    asked = set(content_tokens(question))
-    distinct = list(dict.fromkeys(answer_content))
-    recall = sum(_present(t, resp_set, resp_content) for t in distinct) / len(distinct)
-    phrase = float(f" {' '.join(answer_all)} " in f" {' '.join(resp_all)} ")
-    want = _trigrams(answer_all)
-    char_recall = sum((want & _trigrams(resp_all)).values()) / max(1, sum(want.values()))
-    numbers = [t for t in distinct if t.isdigit()]
-    given = [t for t in resp_content if t.isdigit() and t not in asked]
-    backed = set(distinct) | asked
-    for c in contexts:
-        backed.update(content_tokens(c))
-    return {
-        "recall": recall,
-        "phrase": phrase,
-        "char_recall": char_recall,
-        "number_missing": float(any(t not in resp_set for t in numbers)),
-        "number_conflict": float(bool(numbers) and bool(given) and not any(t in distinct for t in given)),
-        "support": (sum(t in backed for t in resp_content) / len(resp_content)) if resp_content else 0.0,
-        "unbacked": (sum(t not in distinct and t not in asked for t in resp_content) / len(resp_content))
-        if resp_content else 0.0,
-        "response_length": math.log1p(len(resp_content)),
-        "answer_length": math.log1p(len(distinct)),
-    }
-
-
-# --------------------------------------------------------------------------- calibration
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The fitted numbers of the offline judge (``data/offline_judge.json``, written by
-    :mod:`mlflow_ragjudge.offline_fit`).
-
-    Attributes:
-        version: calibration version (recorded with every result and in the run's params).
-        features: feature names, in the order of ``weights``.
-        weights, bias: the logistic model: P(a human accepts the response) = sigmoid(bias + weights . features).
-        cuts: probability cut-points ``{"4": c4, "5": c5}``: level 5 from ``c5``, level 4 from ``c4`` (levels 4-5
-            are "a human accepts it").
-        recall_cuts: below ``c4`` the level says how much of the best acceptable answer the response contains:
-            ``{"2": r2, "3": r3}`` on :func:`answer_features`' ``recall`` -- level 3 from ``r3``, 2 from ``r2``,
-            else 1 (no content word of any acceptable answer: wrong outright).
-        support_threshold: a sentence is supported by passages when at least this share of its content words
-            occur in them (faithfulness, context recall, context precision).
-        fit: provenance and held-out measurements (data, split rule, sizes, agreement).
-    """
-
-    version: str
-    features: tuple[str, ...]
-    weights: tuple[float, ...]
-    bias: float
-    cuts: dict[str, float]
-    recall_cuts: dict[str, float]
-    support_threshold: float
-    fit: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Calibration:
-        cal = cls(str(d["version"]), tuple(d["features"]), tuple(float(w) for w in d["weights"]), float(d["bias"]),
-                  {str(k): float(v) for k, v in d["cuts"].items()},
-                  {str(k): float(v) for k, v in d["recall_cuts"].items()}, float(d["support_threshold"]),
-                  dict(d.get("fit", {})))
-        if len(cal.features) != len(cal.weights) or set(cal.features) - set(FEATURES):
-            raise ValueError(f"offline judge calibration {cal.version}: features {cal.features} do not match "
-                             f"weights or are unknown (known: {FEATURES})")
-        for name, cuts, keys in (("cut-points", cal.cuts, ("4", "5")), ("recall cut-points", cal.recall_cuts,
-                                                                          ("2", "3"))):
-            values = [cuts[k] for k in keys]
-            if values != sorted(values):
-                raise ValueError(f"offline judge calibration {cal.version}: {name} {cuts} are not increasing")
-        if cal.recall_cuts["2"] <= 0:
-            raise ValueError(f"offline judge calibration {cal.version}: recall cut-point 2 must be above 0 (a "
-                             "response with no word of the answer is level 1)")
-        return cal
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "features": list(self.features), "weights": list(self.weights),
-                "bias": self.bias, "cuts": self.cuts, "recall_cuts": self.recall_cuts,
-                "support_threshold": self.support_threshold, "fit": self.fit}
-
-    @staticmethod
-    @functools.cache
-    def shipped() -> Calibration:
-        """The calibration shipped with the package."""
-        text = (resources.files("mlflow_ragjudge") / "data" / CALIBRATION_FILE).read_text(encoding="utf-8")
-        return Calibration.from_dict(json.loads(text))
-
-    def probability(self, features: dict[str, float]) -> float:
-        z = self.bias + math.fsum(w * features[f] for f, w in zip(self.features, self.weights))
-        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
-
-    def level(self, p: float, recall: float) -> int:
-        """The six-level score (1..5) of a response with acceptance probability ``p`` whose best acceptable
-        answer's content words it contains at share ``recall``."""
-        if p >= self.cuts["5"]:
-            return 5
-        if p >= self.cuts["4"]:
-            return 4
-        if recall >= self.recall_cuts["3"]:
-            return 3
-        return 2 if recall >= self.recall_cuts["2"] else 1
-
-
-# --------------------------------------------------------------------------- the judge
-
-_LEVEL_WORDS = {5: "correct and complete", 4: "largely correct, but incomplete", 3: "partly correct, partly wrong",
-                2: "mostly wrong", 1: "wrong"}
-
-
-def _is_claim_sentence(sentence: str) -> bool:
-    s = sentence.strip()
-    return bool(s) and not s.endswith(("?", "？")) and not COURTESY_PATTERN.match(s) and not DECLINE_PATTERN.search(s)
-
-
-def _support(tokens: Sequence[str], backed: set[str]) -> tuple[float, list[str]]:
-    if not tokens:
-        return 1.0, []
-    missing = [t for t in dict.fromkeys(tokens) if t not in backed]
-    return sum(t in backed for t in tokens) / len(tokens), missing
-
-
-def _token_set(texts: Iterable[str]) -> set[str]:
-    out: set[str] = set()
-    for t in texts:
-        out.update(content_tokens(t))
-    return out
-
-
-@dataclass
-class OfflineJudge:
+class OfflineJudge(OfflineEvidence):
     """The offline judge's scorers, one per metric it can answer; every result is labelled with its method
     (``details["judge"] = "offline:/lexical"``) and the calibration version.
 
@@ -270,168 +32,25 @@ class OfflineJudge:
         calibration: the fitted numbers (default: the shipped ones).
     """
 
-    calibration: Calibration = field(default_factory=Calibration.shipped)
-
-    @property
-    def uri(self) -> str:
-        return DEFAULT_OFFLINE_JUDGE
-
-    @property
-    def version(self) -> str:
-        return f"offline-lexical-{self.calibration.version}"
-
-    def _details(self, **kw: Any) -> dict[str, Any]:
-        return {"judge": self.uri, "calibration": self.calibration.version, **kw}
-
-    # ----------------------------------------------------------------- correctness
-
     def correctness(self, question: str, response: str, references: Sequence[str],
                     contexts: Sequence[str] | None = None) -> JudgeResult:
-        """Six-level correctness of ``response`` against the acceptable answers ``references`` (the best one
-        counts), with the context mode's passages as trusted evidence."""
-        if declines_to_answer(response, question):
-            return JudgeResult.abstained("not_sure", "(offline judge) The response declines to answer.",
-                                         details=self._details(level=0))
-        best: tuple[float, int, dict[str, float]] | None = None
-        for i, ref in enumerate(references):
-            f = answer_features(question, response, ref, contexts or ())
-            if f is None:
-                continue
-            p = self.calibration.probability(f)
-            if best is None or p > best[0]:
-                best = (p, i, f)
-        if best is None:
-            return JudgeResult.failed("invalid_input", "the reference has no words to compare with",
-                                      details=self._details())
-        p, i, f = best
-        level = self.calibration.level(p, f["recall"])
-        shown = {k: round(v, 3) for k, v in f.items()}
-        rationale = (f"(offline judge, lexical evidence, not an LLM) level {level} ({_LEVEL_WORDS[level]}): "
-                     f"P(acceptable)={p:.2f}; {f['recall']:.0%} of the reference's content words found"
-                     + (", as a phrase" if f["phrase"] else "")
-                     + ("; a number of the reference is missing" if f["number_missing"] else "")
-                     + ("; the response gives other numbers" if f["number_conflict"] else "")
-                     + f"; {f['support']:.0%} of the response is backed by the reference, contexts or question"
-                     + (f" (best of {len(references)} acceptable answers: #{i + 1})" if len(references) > 1 else "")
-                     + ".")
-        return JudgeResult.scored(level, rationale, details=self._details(
-            level=level, probability=round(p, 4), features=shown, matched_reference=references[i],
-            matched_reference_index=i))
-
-    # ----------------------------------------------------------------- faithfulness
+        """Six-level correctness (:func:`~mlflow_ragjudge.metrics.correctness.offline_correctness`)."""
+        return offline_correctness(self, question, response, references, contexts)
 
     def faithfulness(self, response: str, evidence: Sequence[str] | None) -> JudgeResult:
-        """Mean support of the response's claim-like sentences by the evidence passages."""
-        passages = [p for p in (evidence or []) if p and p.strip()]
-        if not passages:
-            return JudgeResult.abstained("no_evidence", "No evidence passages to check the response against.",
-                                         details=self._details())
-        if declines_to_answer(response):
-            return JudgeResult.abstained("no_claims", "(offline judge) The response declines to answer; it makes "
-                                         "no claim to check.", details=self._details(claims=[]))
-        sentences = [s for s in split_sentences(response or "") if _is_claim_sentence(s)]
-        claims = [s for s in sentences if len(content_tokens(s)) >= 2]
-        if not claims and content_tokens(response):
-            claims = [(response or "").strip()]  # a one-word answer is still a claim
-        if not claims:
-            return JudgeResult.abstained("no_claims", "(offline judge) The response makes no claim.",
-                                         details=self._details(claims=[]))
-        backed = _token_set(passages)
-        tau = self.calibration.support_threshold
-        rows: list[dict[str, Any]] = []
-        for c in claims:
-            share, missing = _support(content_tokens(c), backed)
-            rows.append({"claim": c, "support": round(share, 4), "supported": share >= tau,
-                         "reason": "all content words found" if not missing else "not in the evidence: "
-                         + ", ".join(missing[:8])})
-        score = math.fsum(r["support"] for r in rows) / len(rows)
-        bad = [r for r in rows if not r["supported"]]
-        rationale = (f"(offline judge, word overlap, not an LLM) mean support {score:.2f} over {len(rows)} "
-                     f"sentence{'s' if len(rows) != 1 else ''}; {len(rows) - len(bad)} supported (>= {tau:.2f}).")
-        if bad:
-            rationale += " Unsupported: " + "; ".join(f"\"{r['claim'][:120]}\" ({r['reason']})" for r in bad[:3])
-            rationale += f"; and {len(bad) - 3} more." if len(bad) > 3 else "."
-        return JudgeResult.scored(score, rationale, details=self._details(
-            claims=rows, n_supported=len(rows) - len(bad), support_threshold=tau))
-
-    # ----------------------------------------------------------------- context metrics
-
-    def _supports_answer(self, passage: str, answer: str) -> bool:
-        want = list(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
-        if not want:
-            return False
-        have = match_tokens(passage)
-        if f" {' '.join(match_tokens(answer))} " in f" {' '.join(have)} ":
-            return True
-        return sum(t in set(have) for t in want) / len(want) >= self.calibration.support_threshold
+        """Support of the response's sentences (:func:`~mlflow_ragjudge.metrics.faithfulness.offline_faithfulness`)."""
+        return offline_faithfulness(self, response, evidence)
 
     def context_precision(self, question: str, references: Sequence[str],
                           contexts: Sequence[str] | None) -> JudgeResult:
-        """Average precision of the ranked chunks, a chunk being relevant when it supports an acceptable
-        answer."""
-        chunks = list(contexts or [])
-        if not any(c and c.strip() for c in chunks):
-            return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
-                                         details=self._details())
-        refs = [r for r in references if match_tokens(r)]
-        if not refs:
-            return JudgeResult.abstained("no_reference", "Context precision needs a reference answer; it is empty.",
-                                         details=self._details())
-        rels = [any(self._supports_answer(c or "", r) for r in refs) for c in chunks]
-        score = average_precision(rels)
-        assert score is not None
-        ranks = [i for i, r in enumerate(rels, 1) if r]
-        rationale = (f"(offline judge, word overlap) {len(ranks)} of {len(rels)} chunks support the reference"
-                     + (f", at rank(s) {ranks}" if ranks else "") + f"; average precision {score:.3f}.")
-        return JudgeResult.scored(score, rationale, details=self._details(
-            chunks=[{"rank": i, "relevant": r} for i, r in enumerate(rels, 1)], n_relevant=len(ranks)))
+        return offline_context_precision(self, question, references, contexts)
 
     def context_recall(self, references: Sequence[str], contexts: Sequence[str] | None) -> JudgeResult:
-        """Share of an acceptable answer's sentences the contexts support (the best answer counts)."""
-        refs = [r for r in references if r and content_tokens(r)]
-        if not refs:
-            return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
-                                         details=self._details())
-        passages = [p for p in (contexts or []) if p and p.strip()]
-        backed = _token_set(passages)
-        tau = self.calibration.support_threshold
-        best: tuple[float, int, list[dict[str, Any]]] | None = None
-        for i, ref in enumerate(refs):
-            statements = [s for s in split_sentences(ref) if content_tokens(s)] or [ref]
-            rows: list[dict[str, Any]] = []
-            for s in statements:
-                share, missing = _support(content_tokens(s), backed)
-                rows.append({"statement": s, "attributed": share >= tau, "support": round(share, 4),
-                             "reason": "all content words found" if not missing else "not in the contexts: "
-                             + ", ".join(missing[:8])})
-            score = sum(r["attributed"] for r in rows) / len(rows)
-            if best is None or score > best[0]:
-                best = (score, i, rows)
-        assert best is not None
-        score, i, rows = best
-        rationale = (f"(offline judge, word overlap) {sum(r['attributed'] for r in rows)} of {len(rows)} reference "
-                     f"statements found in the contexts (support >= {tau:.2f})"
-                     + (f"; best of {len(refs)} acceptable answers: #{i + 1}" if len(refs) > 1 else "") + ".")
-        return JudgeResult.scored(score, rationale, details=self._details(statements=rows, matched_reference=refs[i]))
+        return offline_context_recall(self, references, contexts)
 
     def context_relevance(self, question: str, references: Sequence[str],
                           contexts: Sequence[str] | None) -> JudgeResult:
-        """Share of the context sentences that carry the question's and the reference's words."""
-        sentences = split_context_sentences(contexts)
-        if not sentences:
-            return JudgeResult.abstained("no_contexts", "The contexts have no sentence.", details=self._details())
-        asked = set(content_tokens(question))
-        ref = _token_set(references)
-        wanted = asked | ref
-        chosen = []
-        for n, (_, s) in enumerate(sentences, 1):
-            toks = set(content_tokens(s))
-            if len(toks & wanted) >= 2 and (not ref or toks & ref):
-                chosen.append(n)
-        score = len(chosen) / len(sentences)
-        rationale = (f"(offline judge, word overlap) {len(chosen)} of {len(sentences)} context sentences share at "
-                     "least two content words with the question and the reference.")
-        return JudgeResult.scored(score, rationale, details=self._details(selected=chosen, n_sentences=len(sentences)))
+        return offline_context_relevance(self, question, references, contexts)
 
 
 def resolve_offline(judge: str) -> OfflineJudge:

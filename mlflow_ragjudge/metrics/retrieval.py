@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ..core.types import JudgeResult
 from . import lexical
-from .spec import Finish, MetricSpec
+from .spec import Finish, MetricSpec, Option
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -1010,9 +1010,18 @@ def _finish(state: _RetrievalState, rows: Sequence[Any], results: Any, ctx: Any)
     return fin
 
 
+def _check_ks(k: Any) -> None:
+    validate_ks(k)
+
+
+#: retrieval's own setting
+OPTIONS = (Option("k", [1, 3, 5, 10], check=_check_ks, public=lambda k: k),)
+
+
 def _spec() -> Any:
     return MetricSpec(
         "retrieval",
+        options=OPTIONS,
         requires=(("retrieved_doc_ids", "relevant_doc_ids"), ("contexts", "reference")),
         outputs=("precision_at_", "recall_at_", "f1_at_", "hit_rate_at_", "ndcg_at_", "ndcg", "mrr", "map",
                  *SET_KEYS, "context_rougeL_"),

@@ -7,14 +7,14 @@ it checks its inputs and builds its state before any call, how it scores one row
 and which table columns, run-level metrics, artifacts and params it adds. The metric list of the config, the
 CLI and the docs comes from here.
 
-A metric lives in its own module, which defines its spec; registering it is one line (the built-in ones are
-listed in :data:`BUILTIN_MODULES`; your own: :func:`register_metric`). See docs/extending.md.
+A metric lives in its own module, which defines its spec; registering it is one line: a built-in one in the list of
+:mod:`mlflow_ragjudge.metrics` (which registers them in order when the package is imported, and which every import of
+this module imports first), your own with :func:`register_metric`. See docs/extending.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import MetricUnavailable
 from ..core.text import Repairs
 from ..core.types import JudgeResult, Row
-from .offline import OfflineJudge
+from .offline_evidence import OfflineEvidence
 
 if TYPE_CHECKING:
     from ..engine.config import RagJudgeConfig
@@ -33,26 +33,57 @@ __all__ = [
     "MetricSpec",
     "RunContext",
     "Finish",
+    "Option",
+    "all_options",
     "Prepared",
     "MetricUnavailable",
     "register_metric",
     "get_metric",
     "metric_names",
-    "BUILTIN_MODULES",
 ]
 
-#: modules that define the built-in metrics (each has a module-level ``METRICS`` tuple of specs), in the
-#: order metrics run and appear in the per-row table
-BUILTIN_MODULES = (
-    "mlflow_ragjudge.metrics.correctness",
-    "mlflow_ragjudge.metrics.lexical",
-    "mlflow_ragjudge.metrics.retrieval",
-    "mlflow_ragjudge.metrics.faithfulness",
-    "mlflow_ragjudge.metrics.answer_relevancy",
-    "mlflow_ragjudge.metrics.context",
-    "mlflow_ragjudge.metrics.checks",
-    "mlflow_ragjudge.metrics.multiturn",
-)
+@dataclass(frozen=True)
+class Option:
+    """A setting of one metric, given in the evaluator config (``evaluator_config``, ``--config``, scorer keyword
+    arguments) like any other key, and read back as ``ctx.cfg.<name>``; the metric declares it, with its check.
+
+    Attributes:
+        name: the config key (prefix it with the metric's name when it is not obviously the metric's own).
+        default: the value when it is not given.
+        accepts: whether a value has the right type and range (a bad one is refused naming ``what`` and ``example``).
+        what, example: what the value must be, and an example, for that message.
+        normalize: turns an accepted value into the form the metric reads (a phrase into a list of phrases ...).
+        check: deeper validation after ``accepts``; raises ``ValueError`` naming the problem and the fix.
+        public: the value as recorded in the run's params (default: as it is; a callable by its name).
+    """
+
+    name: str
+    default: Any = None
+    accepts: Callable[[Any], bool] = lambda v: True
+    what: str = ""
+    example: str = ""
+    normalize: Callable[[Any], Any] | None = None
+    check: Callable[[Any], None] | None = None
+    public: Callable[[Any], Any] | None = None
+
+    def validate(self, value: Any) -> Any:
+        """The value as the metric reads it, or a ``ValueError`` naming the key, the value and the fix."""
+        if not self.accepts(value):
+            shown = repr(value) if not callable(value) else type(value).__name__
+            raise ValueError(f"Config {self.name}={shown[:80]} is not valid: it must be {self.what}, e.g. "
+                             f"{self.name}={self.example}.")
+        if self.normalize is not None:
+            value = self.normalize(value)
+        if self.check is not None:
+            self.check(value)
+        return value
+
+    def recorded(self, value: Any) -> Any:
+        if self.public is not None:
+            return self.public(value)
+        if callable(value):
+            return getattr(value, "__name__", type(value).__name__)
+        return value
 
 
 @dataclass
@@ -112,7 +143,7 @@ class MetricSpec:
         params: extra MLflow params.
         description: one line for ``ragjudge metrics`` and the docs.
         offline: how the offline judge (``offline:/lexical``, :mod:`mlflow_ragjudge.offline`) scores one row of a
-            judged metric: ``(OfflineJudge, row, ctx) -> JudgeResult | {output: JudgeResult}``; None when it
+            judged metric: ``(OfflineEvidence, row, ctx) -> JudgeResult | {output: JudgeResult}``; None when it
             cannot (the metric is then skipped under the offline judge, with ``offline_unavailable`` as the reason).
         offline_unavailable: why the offline judge cannot score this metric.
         scale: the (lowest, highest) value of its outputs that are not on the six-level scale (human labels given
@@ -120,6 +151,7 @@ class MetricSpec:
             1..5 (0 = "not sure").
         batchable: with ``batch`` on, its judge calls may go through the provider's batch API (False: they stay
             synchronous, as multi-turn's, where each turn needs the last).
+        options: the metric's own settings (:class:`Option`), given in the evaluator config with the run's.
     """
 
     name: str
@@ -148,6 +180,7 @@ class MetricSpec:
     offline_unavailable: str = "it needs a language model"
     scale: tuple[float, float] | None = (0.0, 1.0)
     batchable: bool = True
+    options: tuple[Option, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.score is None) == (self.score_batch is None):
@@ -178,7 +211,7 @@ class MetricSpec:
                 f"{self.offline_unavailable}; set judge='openai:/gpt-4o-mini' (or any judge URI) to run it")
 
     def for_offline_judge(self) -> MetricSpec:
-        """This metric as the offline judge runs it: its offline scorer, the run's one :class:`OfflineJudge` as
+        """This metric as the offline judge runs it: its offline scorer, the run's one :class:`OfflineEvidence` as
         state, no judge calls (so a zero estimate) and the calibration as its prompt version. A metric that needs
         no judge is returned as it is.
 
@@ -246,33 +279,18 @@ class RunContext:
 
 
 def _offline_setup(ctx: RunContext) -> Any:
-    return ctx.shared("offline_judge", OfflineJudge)
+    return ctx.shared("offline_judge", OfflineEvidence)
 
 
 _REGISTRY: dict[str, MetricSpec] = {}
-_LOADED = False
-_LOAD_LOCK = threading.RLock()
-
-
-def _load_builtins() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    with _LOAD_LOCK:
-        if _LOADED:
-            return
-        for module in BUILTIN_MODULES:
-            for spec in importlib.import_module(module).METRICS:
-                _REGISTRY.setdefault(spec.name, spec)
-        _LOADED = True
+_LOCK = threading.RLock()
 
 
 def register_metric(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
     """Add a metric to the registry (``replace=True`` to override one with the same name)."""
     if not isinstance(spec, MetricSpec):
         raise TypeError(f"register_metric takes a MetricSpec, got {type(spec).__name__}")
-    _load_builtins()
-    with _LOAD_LOCK:
+    with _LOCK:
         if spec.name in _REGISTRY and not replace:
             raise ValueError(f"a metric named {spec.name!r} is already registered (pass replace=True to override it)")
         _REGISTRY[spec.name] = spec
@@ -280,14 +298,12 @@ def register_metric(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
 
 
 def unregister_metric(name: str) -> None:
-    """Remove a metric added with :func:`register_metric` (built-in ones come back on the next load)."""
-    _load_builtins()
-    with _LOAD_LOCK:
+    """Remove a metric from the registry (a built-in one too, for this process)."""
+    with _LOCK:
         _REGISTRY.pop(name, None)
 
 
 def get_metric(name: str) -> MetricSpec:
-    _load_builtins()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -296,10 +312,17 @@ def get_metric(name: str) -> MetricSpec:
 
 def metric_names() -> tuple[str, ...]:
     """Every registered metric, built-in ones first, in run order."""
-    _load_builtins()
     return tuple(_REGISTRY)
 
 
 def all_specs() -> list[MetricSpec]:
-    _load_builtins()
     return list(_REGISTRY.values())
+
+
+def all_options() -> dict[str, Option]:
+    """Every registered metric's options, by name (a name two metrics declare is the first one's)."""
+    out: dict[str, Option] = {}
+    for spec in all_specs():
+        for opt in spec.options:
+            out.setdefault(opt.name, opt)
+    return out

@@ -1,0 +1,294 @@
+"""The offline judge, ``offline:/lexical``: calibrated lexical evidence, **not a language model** -- what its
+scorers share (features, the calibration, support by word overlap); each metric's offline scorer is in the
+metric's own module.
+
+It scores correctness, faithfulness and the context metrics of a row from the words the texts share, with no
+network, no model download and no PyTorch. Its cut-points are fitted on public human labels (OpenQA-eval NQ301
+and MTRAG, one half of each) and shipped with the package (``data/offline_judge.json``); its agreement with the
+humans on the other half is in docs/offline-judge.md, with the command that reproduces it
+(:mod:`mlflow_ragjudge.offline_fit`). What it is good for: CI smoke tests, cheap triage, a floor. What it is
+not: a judge of meaning. It cannot tell a right answer worded with other words from a wrong one, and it never
+sees that a fluent sentence built from the passages' words says something they do not.
+
+How each metric is scored (the same rules as the LLM judges' definitions where a word count can follow them):
+
+* **correctness** (six levels) -- for every acceptable answer of the reference, features of the whole
+  response against that answer (:func:`answer_features`); a logistic model turns them into the probability
+  that a human accepts the response, and the best acceptable answer wins. Fitted cut-points on that
+  probability give levels 5 and 4 (accepted); below them, fitted cut-points on how much of the answer's
+  content the response contains give 3, 2 or 1 (none of it: wrong outright). Level 0 ("not sure") only when
+  the whole response declines to answer (:func:`declines_to_answer`), never because a partial answer says it
+  lacks some detail.
+* **faithfulness** -- the response is cut into claim-like sentences; each sentence's support is the share of
+  its content words found in the evidence; the score is the mean support. Sentences below the fitted
+  ``support_threshold`` are listed as unsupported, with the words the evidence lacks.
+* **context precision** -- a chunk is relevant when it supports an acceptable answer (share of the answer's
+  content words in the chunk at or above the threshold, or the whole answer as a phrase); average precision
+  over the ranked chunks, as the LLM metric.
+* **context recall** -- each sentence of an acceptable answer is attributed when its support in the contexts is
+  at or above the threshold; attributed / all, the best acceptable answer counting.
+* **context relevance** -- a context sentence is needed when it shares at least two content words with the
+  question and the reference, one of them the reference's; needed / all sentences.
+
+Answer relevancy and multi-turn need a model that writes text; under the offline judge they are skipped with
+that reason.
+
+Tokens are :func:`mlflow_ragjudge.text.tokenize`'s, then matched leniently (:func:`match_tokens`): accents
+folded on Latin letters, thousands separators dropped (``2,579`` is one number), number words and ordinals
+read as digits (``eight`` = ``8``, ``14th`` = ``14``), and a light English suffix stripping
+(``sharecroppers`` = ``sharecropping``). Content words are the tokens outside a short list of English function
+words (:data:`STOPWORDS`). The calibration was fitted on English data; other languages run with the same rules
+(CJK text character by character), uncalibrated.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from ..core.constants import DEFAULT_OFFLINE_JUDGE, OFFLINE_PROVIDER, is_offline_judge
+from ..core.matching import (
+    COURTESY_PATTERN,
+    DECLINE_PATTERN,
+    STOPWORDS,
+    content_tokens,
+    declines_to_answer,
+    match_tokens,
+)
+
+__all__ = [
+    "OFFLINE_PROVIDER",
+    "DEFAULT_OFFLINE_JUDGE",
+    "OfflineEvidence", "LEVEL_WORDS", "is_claim_sentence", "support_share", "token_set",
+    "Calibration",
+    "is_offline_judge",
+    "match_tokens",
+    "content_tokens",
+    "declines_to_answer",
+    "answer_features",
+    "FEATURES",
+    "STOPWORDS",
+]
+
+CALIBRATION_FILE = "offline_judge.json"
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+# --------------------------------------------------------------------------- "not sure"
+
+
+# --------------------------------------------------------------------------- correctness features
+
+#: the features of one response against one acceptable answer, in the calibration's order
+FEATURES = ("recall", "phrase", "char_recall", "number_missing", "number_conflict", "support", "unbacked",
+            "response_length", "answer_length")
+
+
+def _present(token: str, tokens: set[str], ordered: Sequence[str]) -> bool:
+    if token in tokens:
+        return True
+    if len(token) == 1 and token.isalpha() and token.isascii():  # an initial: "B. R. Ambedkar"
+        return any(t.startswith(token) for t in ordered)
+    return any(len(t) == 1 and t.isalpha() and t.isascii() and token.startswith(t) for t in ordered)
+
+
+def _trigrams(tokens: Sequence[str]) -> Counter[str]:
+    s = " ".join(tokens)
+    return Counter(s[i: i + 3] for i in range(len(s) - 2))
+
+
+def answer_features(question: str, response: str, answer: str, contexts: Sequence[str] = ()) -> dict[str, float] | None:
+    """The evidence that ``response`` gives ``answer`` (one acceptable answer), or None when the answer has no
+    tokens. All shares are in [0, 1]:
+
+    * ``recall`` -- share of the answer's distinct content words found in the response (an initial matches a
+      word it starts: ``B. R.`` matches ``Bhimrao Ramji``);
+    * ``phrase`` -- 1 when the answer's whole token sequence appears in the response;
+    * ``char_recall`` -- share of the answer's character trigrams found in the response (spelling variants:
+      ``Abidali`` / ``Abid Ali``);
+    * ``number_missing`` -- 1 when a number of the answer is not in the response;
+    * ``number_conflict`` -- 1 when the answer has numbers and the response gives others (not in the question)
+      and none of the answer's;
+    * ``support`` -- share of the response's content words found in the answer, the contexts or the question
+      (how much of the response is backed by what the judge trusts);
+    * ``unbacked`` -- share of the response's content words found in neither the answer nor the question;
+    * ``response_length``, ``answer_length`` -- log(1 + content words) of the response and of the answer.
+
+    A calibration uses some of these (:attr:`Calibration.features`).
+    """
+    answer_all = match_tokens(answer)
+    answer_content = [t for t in answer_all if t not in STOPWORDS] or answer_all
+    if not answer_content:
+        return None
+    resp_all = match_tokens(response)
+    resp_set = set(resp_all)
+    resp_content = [t for t in resp_all if t not in STOPWORDS]
+    asked = set(content_tokens(question))
+    distinct = list(dict.fromkeys(answer_content))
+    recall = sum(_present(t, resp_set, resp_content) for t in distinct) / len(distinct)
+    phrase = float(f" {' '.join(answer_all)} " in f" {' '.join(resp_all)} ")
+    want = _trigrams(answer_all)
+    char_recall = sum((want & _trigrams(resp_all)).values()) / max(1, sum(want.values()))
+    numbers = [t for t in distinct if t.isdigit()]
+    given = [t for t in resp_content if t.isdigit() and t not in asked]
+    backed = set(distinct) | asked
+    for c in contexts:
+        backed.update(content_tokens(c))
+    return {
+        "recall": recall,
+        "phrase": phrase,
+        "char_recall": char_recall,
+        "number_missing": float(any(t not in resp_set for t in numbers)),
+        "number_conflict": float(bool(numbers) and bool(given) and not any(t in distinct for t in given)),
+        "support": (sum(t in backed for t in resp_content) / len(resp_content)) if resp_content else 0.0,
+        "unbacked": (sum(t not in distinct and t not in asked for t in resp_content) / len(resp_content))
+        if resp_content else 0.0,
+        "response_length": math.log1p(len(resp_content)),
+        "answer_length": math.log1p(len(distinct)),
+    }
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted numbers of the offline judge (``data/offline_judge.json``, written by
+    :mod:`mlflow_ragjudge.offline_fit`).
+
+    Attributes:
+        version: calibration version (recorded with every result and in the run's params).
+        features: feature names, in the order of ``weights``.
+        weights, bias: the logistic model: P(a human accepts the response) = sigmoid(bias + weights . features).
+        cuts: probability cut-points ``{"4": c4, "5": c5}``: level 5 from ``c5``, level 4 from ``c4`` (levels 4-5
+            are "a human accepts it").
+        recall_cuts: below ``c4`` the level says how much of the best acceptable answer the response contains:
+            ``{"2": r2, "3": r3}`` on :func:`answer_features`' ``recall`` -- level 3 from ``r3``, 2 from ``r2``,
+            else 1 (no content word of any acceptable answer: wrong outright).
+        support_threshold: a sentence is supported by passages when at least this share of its content words
+            occur in them (faithfulness, context recall, context precision).
+        fit: provenance and held-out measurements (data, split rule, sizes, agreement).
+    """
+
+    version: str
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    bias: float
+    cuts: dict[str, float]
+    recall_cuts: dict[str, float]
+    support_threshold: float
+    fit: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
+        cal = cls(str(d["version"]), tuple(d["features"]), tuple(float(w) for w in d["weights"]), float(d["bias"]),
+                  {str(k): float(v) for k, v in d["cuts"].items()},
+                  {str(k): float(v) for k, v in d["recall_cuts"].items()}, float(d["support_threshold"]),
+                  dict(d.get("fit", {})))
+        if len(cal.features) != len(cal.weights) or set(cal.features) - set(FEATURES):
+            raise ValueError(f"offline judge calibration {cal.version}: features {cal.features} do not match "
+                             f"weights or are unknown (known: {FEATURES})")
+        for name, cuts, keys in (("cut-points", cal.cuts, ("4", "5")), ("recall cut-points", cal.recall_cuts,
+                                                                          ("2", "3"))):
+            values = [cuts[k] for k in keys]
+            if values != sorted(values):
+                raise ValueError(f"offline judge calibration {cal.version}: {name} {cuts} are not increasing")
+        if cal.recall_cuts["2"] <= 0:
+            raise ValueError(f"offline judge calibration {cal.version}: recall cut-point 2 must be above 0 (a "
+                             "response with no word of the answer is level 1)")
+        return cal
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "features": list(self.features), "weights": list(self.weights),
+                "bias": self.bias, "cuts": self.cuts, "recall_cuts": self.recall_cuts,
+                "support_threshold": self.support_threshold, "fit": self.fit}
+
+    @staticmethod
+    @functools.cache
+    def shipped() -> Calibration:
+        """The calibration shipped with the package."""
+        text = (resources.files("mlflow_ragjudge") / "data" / CALIBRATION_FILE).read_text(encoding="utf-8")
+        return Calibration.from_dict(json.loads(text))
+
+    def probability(self, features: dict[str, float]) -> float:
+        z = self.bias + math.fsum(w * features[f] for f, w in zip(self.features, self.weights))
+        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+    def level(self, p: float, recall: float) -> int:
+        """The six-level score (1..5) of a response with acceptance probability ``p`` whose best acceptable
+        answer's content words it contains at share ``recall``."""
+        if p >= self.cuts["5"]:
+            return 5
+        if p >= self.cuts["4"]:
+            return 4
+        if recall >= self.recall_cuts["3"]:
+            return 3
+        return 2 if recall >= self.recall_cuts["2"] else 1
+
+
+# --------------------------------------------------------------------------- the judge
+
+LEVEL_WORDS = {5: "correct and complete", 4: "largely correct, but incomplete", 3: "partly correct, partly wrong",
+                2: "mostly wrong", 1: "wrong"}
+
+
+def is_claim_sentence(sentence: str) -> bool:
+    s = sentence.strip()
+    return bool(s) and not s.endswith(("?", "？")) and not COURTESY_PATTERN.match(s) and not DECLINE_PATTERN.search(s)
+
+
+def support_share(tokens: Sequence[str], backed: set[str]) -> tuple[float, list[str]]:
+    if not tokens:
+        return 1.0, []
+    missing = [t for t in dict.fromkeys(tokens) if t not in backed]
+    return sum(t in backed for t in tokens) / len(tokens), missing
+
+
+def token_set(texts: Iterable[str]) -> set[str]:
+    out: set[str] = set()
+    for t in texts:
+        out.update(content_tokens(t))
+    return out
+
+
+@dataclass
+class OfflineEvidence:
+    """What every offline scorer works from: the calibration, the offline judge's name and version, and the labels
+    each result carries (``details["judge"] = "offline:/lexical"``, the calibration version). Each metric's offline
+    scorer lives in the metric's own module (``offline_correctness`` in :mod:`~mlflow_ragjudge.metrics.correctness`
+    ...); :class:`~mlflow_ragjudge.metrics.offline.OfflineJudge` gathers them.
+
+    Args:
+        calibration: the fitted numbers (default: the shipped ones).
+    """
+
+    calibration: Calibration = field(default_factory=Calibration.shipped)
+
+    @property
+    def uri(self) -> str:
+        return DEFAULT_OFFLINE_JUDGE
+
+    @property
+    def version(self) -> str:
+        return f"offline-lexical-{self.calibration.version}"
+
+    def details(self, **kw: Any) -> dict[str, Any]:
+        return {"judge": self.uri, "calibration": self.calibration.version, **kw}
+
+
+    def supports_answer(self, passage: str, answer: str) -> bool:
+        want = list(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
+        if not want:
+            return False
+        have = match_tokens(passage)
+        if f" {' '.join(match_tokens(answer))} " in f" {' '.join(have)} ":
+            return True
+        return sum(t in set(have) for t in want) / len(want) >= self.calibration.support_threshold
