@@ -65,7 +65,7 @@ def chromium(url: str, *, screenshot: Path | None = None, width: int = 1500, hei
     browser = chromium_path()
     if browser is None:
         raise FileNotFoundError("chromium not found: apt-get install chromium")
-    with tempfile.TemporaryDirectory() as profile:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:  # chromium helpers may still write
         args = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
                 f"--virtual-time-budget={budget_ms}"]
         args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
@@ -131,7 +131,7 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
             return str(got.get("result", {}).get("value", ""))
 
     port = free_port()
-    with tempfile.TemporaryDirectory() as profile:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:  # chromium helpers may still write
         proc = subprocess.Popen([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
                                  f"--window-size={width},{height}", f"--remote-debugging-port={port}", "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

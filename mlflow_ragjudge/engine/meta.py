@@ -398,54 +398,69 @@ def meta_evaluate(
         parsed = [_number(v, f"column {metric!r}, row {i}") for i, v in enumerate(df[metric].tolist())]
         abstained = flags | np.array([a for _, a in parsed], dtype=bool)
         m_values = [v for v, _ in parsed]
-        n_abst = int(abstained.sum())
         for human in humans:
             h_values = [_number(v, f"column {human!r}, row {i}")[0] for i, v in enumerate(df[human].tolist())]
             unsure_values = human_not_sure.get(human) if isinstance(human_not_sure, Mapping) else human_not_sure
             unsure = {float(x) for x in (unsure_values or [])}
             not_sure = [h is not None and float(h) in unsure for h in h_values]
-            n_unsure = sum(not_sure)
             for subset in SUBSETS:
-                keep = [
-                    i
-                    for i in range(len(df))
-                    if not (subset == "no_abstentions" and abstained[i])
-                    and not not_sure[i]
-                    and m_values[i] is not None
-                    and h_values[i] is not None
-                ]
-                pairs = [(m_values[i], h_values[i]) for i in keep]
-                excluded = (n_abst if subset == "no_abstentions" else 0) + sum(
-                    1 for i in range(len(df)) if not_sure[i] and not (subset == "no_abstentions" and abstained[i]))
-                result = _correlate(
-                    pairs,  # type: ignore[arg-type]
-                    len(df) - excluded - len(pairs),
-                    n_boot=int(n_boot),
-                    rng=np.random.default_rng(int(seed)),
-                    ci=ci,
-                )
-                row: dict[str, Any] = {
-                    "metric": metric,
-                    "human": human,
-                    "subset": subset,
-                    "n": result["n"],
-                    "n_dropped": result["n_dropped"],
-                    "n_abstained": n_abst,
-                    "n_human_not_sure": n_unsure,
-                    "mean": float(np.mean([p[0] for p in pairs])) if pairs else None,
-                    "human_mean": float(np.mean([p[1] for p in pairs])) if pairs else None,
-                }
-                for coef in COEFFICIENTS:
-                    for key in (coef, f"{coef}_p", f"{coef}_ci_low", f"{coef}_ci_high"):
-                        row[key] = result[key]
-                row["reason"] = result["reason"]
-                rows.append(row)
+                cell = _cell(m_values, h_values, abstained, not_sure, subset, n_boot=int(n_boot), seed=int(seed), ci=ci)
+                rows.append({"metric": metric, "human": human, "subset": subset, **cell})
     table = pd.DataFrame(rows)
     # object dtype keeps None as None (a float column would turn it into NaN).
     return table.astype(object).where(table.notna(), None)
 
 
 
+
+
+def _cell(
+    m_values: list[float | None],
+    h_values: list[float | None],
+    abstained: np.ndarray,
+    not_sure: list[bool],
+    subset: str,
+    *,
+    n_boot: int,
+    seed: int,
+    ci: float,
+) -> dict[str, Any]:
+    """One (metric, human, subset) row of :func:`meta_evaluate`, without its three names."""
+    n_rows = len(m_values)
+    skip_abstained = subset == "no_abstentions"
+    n_abst = int(abstained.sum())
+    keep = [
+        i
+        for i in range(n_rows)
+        if not (skip_abstained and abstained[i])
+        and not not_sure[i]
+        and m_values[i] is not None
+        and h_values[i] is not None
+    ]
+    pairs = [(m_values[i], h_values[i]) for i in keep]
+    excluded = (n_abst if skip_abstained else 0) + sum(
+        1 for i in range(n_rows) if not_sure[i] and not (skip_abstained and abstained[i])
+    )
+    result = _correlate(
+        pairs,  # type: ignore[arg-type]
+        n_rows - excluded - len(pairs),
+        n_boot=n_boot,
+        rng=np.random.default_rng(seed),
+        ci=ci,
+    )
+    row: dict[str, Any] = {
+        "n": result["n"],
+        "n_dropped": result["n_dropped"],
+        "n_abstained": n_abst,
+        "n_human_not_sure": sum(not_sure),
+        "mean": float(np.mean([p[0] for p in pairs])) if pairs else None,  # type: ignore[misc]
+        "human_mean": float(np.mean([p[1] for p in pairs])) if pairs else None,  # type: ignore[misc]
+    }
+    for coef in COEFFICIENTS:
+        for key in (coef, f"{coef}_p", f"{coef}_ci_low", f"{coef}_ci_high"):
+            row[key] = result[key]
+    row["reason"] = result["reason"]
+    return row
 
 def _name_part(value: Any) -> str:
     """One segment of an MLflow metric name, injective (:func:`mlflow_ragjudge.types.metric_name_part`)."""

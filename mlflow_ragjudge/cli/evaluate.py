@@ -1,0 +1,272 @@
+"""``ragjudge evaluate``, ``estimate`` and ``metrics``: one evaluation as an MLflow run, its summary and exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import warnings
+from typing import Any
+
+import pandas as pd
+
+from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
+from ..core.errors import LoggingFailed
+from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
+from .parser import kv
+from .reading import read_corpus, read_table
+
+__all__ = ["metrics_table", "config_from_args", "model_config", "run_evaluation", "summary", "exit_code",
+           "testset_command", "estimate_command"]
+
+
+def metrics_table() -> str:
+    """The registered metrics as a text table (from the registry, so a metric added with register_metric is
+    listed too)."""
+    from ..engine.config import RagJudgeConfig
+    from ..metrics.spec import all_specs
+
+    cfg = RagJudgeConfig()
+    lines = ["metric               judge  needs columns                            what it measures"]
+    for spec in all_specs():
+        cols = " or ".join("+".join(alt) for alt in spec.requirements(cfg))
+        lines.append(f"{spec.name:<20} {'yes' if spec.judged else 'no':<6} {cols:<40} {spec.description}")
+    return "\n".join(lines)
+
+def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        cfg: dict[str, Any] = json.loads(args.config) if args.config else {}
+    except ValueError as e:
+        raise ValueError(f"--config is not valid JSON ({e}); give a JSON object, e.g. "
+                         "--config '{\"max_context_chars\": 8000}'") from None
+    if not isinstance(cfg, dict):
+        raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
+    if args.judge:
+        cfg["judge"] = args.judge
+    elif args.command == "evaluate":
+        cfg.setdefault("judge", DEFAULT_OFFLINE_JUDGE)  # no model configured: the offline judge, labelled as such
+    if args.metrics:
+        cfg["metrics"] = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    cfg["context_mode"] = args.context_mode
+    if getattr(args, "group_column", None):
+        cfg["group_column"] = args.group_column
+    if getattr(args, "human_columns", None):
+        cfg["human_columns"] = [c.strip() for c in args.human_columns.split(",") if c.strip()]
+    if getattr(args, "human_labels", None):
+        cfg["human_labels"] = kv(args.human_labels, "--human-labels")
+    if args.col:
+        cfg["col_mapping"] = kv(args.col, "--col")
+    cfg["language"] = args.language
+    model_config(args, cfg)
+    if getattr(args, "k", None):
+        cfg["k"] = [int(x) for x in args.k.split(",")]
+    if getattr(args, "no_cache", False):
+        cfg["cache"] = False
+    if getattr(args, "batch", False) and not cfg.get("batch"):
+        cfg["batch"] = True  # options given in --config stay
+    if getattr(args, "max_concurrency", None) is not None:
+        cfg["max_concurrency"] = args.max_concurrency  # 0 is refused by the config check, not ignored
+    if getattr(args, "max_error_rate", None) is not None:
+        cfg["max_error_rate"] = args.max_error_rate
+    if getattr(args, "fail_under", None):
+        gates: dict[str, float] = {}
+        for name, value in kv(args.fail_under, "--fail-under").items():
+            try:
+                gates[name] = float(value)
+            except ValueError:
+                raise ValueError(f"--fail-under {name}={value!r}: the threshold must be a number, "
+                                 f"e.g. --fail-under {name}=3.5") from None
+        cfg["fail_under"] = gates
+    return cfg
+
+def model_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    if getattr(args, "embeddings", None):
+        cfg["embeddings"] = args.embeddings
+    if getattr(args, "bertscore", False):
+        cfg["bertscore"] = True
+
+def run_evaluation(
+    df: pd.DataFrame, cfg: dict[str, Any], *, experiment: str | None, run_name: str | None, tracking_uri: str | None
+) -> tuple[str, Any]:
+    import mlflow
+
+    from ..adapters.evaluator import log_output, save_local
+    from ..adapters.tracking import check_tracking_store
+    from ..core.errors import CalibrationWarning, JudgeFailureWarning
+    from ..engine.evaluate import evaluate_frame
+
+    # the tracking store must answer before a judge call is paid for
+    check_tracking_store(tracking_uri, experiment, nothing="Nothing was sent to the judge.")
+    with warnings.catch_warnings():
+        # the CLI names failing metrics itself, after the summary (see exit_code), and the summary says what
+        # became of each calibrated estimate
+        warnings.simplefilter("ignore", JudgeFailureWarning)
+        warnings.simplefilter("ignore", CalibrationWarning)
+        out = evaluate_frame(df, cfg)  # validates before starting a run: bad input leaves no empty run
+    saved = save_local(out, run_name or "cli")  # before MLflow sees anything: a failing store cannot lose it
+    try:
+        with mlflow.start_run(run_name=run_name) as run:
+            log_output(out, run.info.run_id, saved=saved)
+    except LoggingFailed:
+        raise
+    except Exception as e:  # the run could not even be created (store unreachable, bad experiment ...)
+        raise LoggingFailed(f"Could not create an MLflow run ({type(e).__name__}: {e}); the results are not lost: "
+                            + (f"they are saved at {saved}." if saved else "they could not be saved locally."),
+                            saved) from e
+    return run.info.run_id, out
+
+_AT_K = re.compile(r"_at_(\d+)/")
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+def summary(run_id: str, out: Any) -> str:
+    """The headline first: each judged metric's mean, count, error and abstain rates; then the metrics
+    that need no judge (retrieval @k only at the middle cut-off); judge bookkeeping last."""
+    import mlflow
+
+    m = out.metrics
+    lines = [f"rows: {out.config['rows']}   metrics: {', '.join(out.config['metrics_run'])}"]
+    offline = is_offline_judge(out.params.get("ragjudge.judge"))
+    if offline:
+        held = (out.config.get("judge") or {}).get("held_out") or {}
+        nq = held.get("nq301") or {}
+        lines.append(
+            f"judge: {out.params['ragjudge.judge']} -- the OFFLINE judge (calibrated lexical evidence, not an LLM): "
+            "the judged numbers below are offline estimates"
+            + (f" (held-out agreement with humans: {nq['agreement']:.1%} on NQ301, Spearman "
+               f"{held['mtrag_faithfulness_spearman']:.2f} with MTRAG faithfulness; docs/offline-judge.md)"
+               if nq and "mtrag_faithfulness_spearman" in held else ""))
+    elif out.params.get("ragjudge.judge", "none") != "none":
+        structured = out.params.get("ragjudge.judge.structured")
+        judge = f"judge: {out.params['ragjudge.judge']} (structured output: {structured})"
+        if out.config.get("context_mode"):
+            judge += f"   context mode: {out.config['context_mode']}"
+        lines.append(judge)
+    judged = [name for name in out.results if f"{name}/error_rate" in m]
+    if judged:
+        # counts, not rates: the mean is over the scored rows; abstained and failed rows are not in it
+        lines.append(f"  {'metric':<22} {'mean':>8} {'scored':>7} {'abstained':>10} {'failed':>7}   (of rows)")
+        for name in judged:
+            failing = {f["metric"] for f in out.failures}
+            flag = "   <-- FAILING" if name in failing or (name in ("wscore", "lscore", "mscore")
+                                                          and "multiturn" in failing) else ""
+            rows = int(m.get(f"{name}/count", 0))
+            counts = [int(m.get(f"{name}/{k}", 0)) for k in ("n_scored", "n_abstained", "n_failed")]
+            lines.append(f"  {name:<22} {_fmt(m.get(f'{name}/mean')):>8} {counts[0]:>7} {counts[1]:>10} "
+                         f"{counts[2]:>7}   ({rows}){flag}")
+    if out.skipped:
+        lines.append("skipped (not in this run):")
+        for name, reason in out.skipped.items():
+            lines.append(f"  {name}: {reason}")
+    for name, cal in (out.config.get("calibration") or {}).items():
+        if "error" in cal:
+            lines.append(f"  {name}: no calibrated estimate -- {cal['error']}")
+        else:
+            alone = f"[{cal['classical_ci_low']:.3f}, {cal['classical_ci_high']:.3f}]"
+            lines.append(f"  {name}: calibrated by {int(cal['n_labelled'])} human labels: {cal['mean']:.3f} "
+                         f"[{cal['ci_low']:.3f}, {cal['ci_high']:.3f}] (95%; labels alone {alone})"
+                         + (f"  warning: {cal['warning']}" if "warning" in cal else ""))
+    ks = sorted({int(mt.group(1)) for k in m if (mt := _AT_K.search(k))})
+    shown_k = ks[len(ks) // 2] if ks else None
+    plain = []
+    for k in sorted(m):
+        at = _AT_K.search(k)
+        if k.count("/") != 1 or not k.endswith("/mean") or k.split("/")[0] in judged or k.startswith("judge/"):
+            continue
+        if at and int(at.group(1)) != shown_k:
+            continue
+        plain.append(f"  {k:<34} {m[k]:.4f}")
+    if plain:
+        lines.append("no judge needed:")
+        lines += plain
+        if shown_k is not None and len(ks) > 1:
+            lines.append(f"  (retrieval shown at k={shown_k}; k={ks} are all logged)")
+    if "judge/calls" in m:
+        cost = m.get("judge/cost_usd")
+        usage = out.config.get("usage") or {}
+        shared = int(m.get("judge/shared", 0))
+        lines.append(
+            f"judge usage: {int(usage.get('requests', 0))} requests sent, {int(m['judge/cache_hits'])} answered from "
+            f"the cache" + (f", {shared} shared by identical calls of this run" if shared else "")
+            + f", {int(m['judge/input_tokens'])} input / {int(m['judge/output_tokens'])} output tokens"
+            + (f", ${cost:.4f}" if cost is not None else "")
+        )
+    for g in out.gate:
+        verdict = "passed" if g["passed"] else "FAILED"
+        value = "not produced" if g["value"] is None else f"{g['value']:.4f}"
+        lines.append(f"gate {verdict}: {g['metric']} = {value} (threshold {g['threshold']:g})")
+    if offline:
+        lines.append("For LLM judgements: --judge openai:/gpt-4o-mini (OPENAI_API_KEY set), or any OpenAI-compatible "
+                     "server: --judge 'openai:/<model>?base_url=http://host:port/v1'.")
+    from ..adapters.tracking import safe_tracking_uri, ui_hint
+
+    run = mlflow.get_run(run_id)
+    lines.append(f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at "
+                 f"{safe_tracking_uri(mlflow.get_tracking_uri())}")
+    lines.append(f"  {ui_hint(run_id, experiment_id=run.info.experiment_id)}")
+    return "\n".join(lines)
+
+def exit_code(out: Any) -> int:
+    """3 when a judged metric failed on too many rows (each named on stderr), 4 when a gate failed, else 0."""
+    for f in out.failures:
+        print(f"WARNING: {f['message']}", file=sys.stderr)
+    if out.failures:
+        print(f"error: {len(out.failures)} judged metric(s) failed on more than max_error_rate of their rows; "
+              f"the run was logged, but its judged numbers are not usable (exit {EXIT_JUDGE_FAILURES})",
+              file=sys.stderr)
+        return EXIT_JUDGE_FAILURES
+    failed = [g for g in out.gate if not g["passed"]]
+    for g in failed:
+        value = "was not produced" if g["value"] is None else f"= {g['value']:.4f}"
+        print(f"error: gate failed: {g['metric']} {value}, below {g['threshold']:g}", file=sys.stderr)
+    return EXIT_GATE_FAILED if failed else EXIT_OK
+
+
+def testset_command(args: argparse.Namespace) -> int:
+    """``ragjudge testset``: (question, answer, gold document) rows from a corpus."""
+    from ..llm.client import JudgeClient
+    from ..workflows.testset import generate_testset
+
+    corpus = read_corpus(args.corpus)
+    if args.corpus_out and args.distractors_per_positive is None:
+        raise ValueError("--corpus-out needs --distractors-per-positive (how many distractors per positive)")
+    df, report = generate_testset(corpus, JudgeClient(args.judge), sample=args.sample, seed=args.seed,
+                                  language=args.language, min_positive_chars=args.min_positive_chars,
+                                  distractors_per_positive=args.distractors_per_positive)
+    df.to_json(args.out, orient="records", lines=True, force_ascii=False)
+    if args.corpus_out:
+        pd.DataFrame([{"id": d, "text": corpus[d]} for d in report.corpus_ids]).to_json(
+            args.corpus_out, orient="records", lines=True, force_ascii=False)
+        print(f"corpus: {len(report.generated)} positives + {len(report.distractor_ids)} distractors "
+              f"-> {args.corpus_out}")
+    print(f"{len(report.generated)} questions from {len(corpus)} documents "
+          f"({len(report.declined)} declined, {len(report.failed)} failed) -> {args.out}")
+    for doc_id, why in report.failed.items():
+        print(f"  failed {doc_id}: {why}")
+    return 0
+
+
+def estimate_command(args: argparse.Namespace) -> int:
+    """``ragjudge estimate``: calls and tokens per metric, nothing sent."""
+    from ..engine.evaluate import evaluate_frame
+
+    cfg = config_from_args(args)
+    cfg["dry_run"] = True
+    out = evaluate_frame(read_table(args.data), cfg)
+    print(out.table.to_string(index=False))
+    total = {k: int(out.metrics[f"estimate/total/{k}"]) for k in ("calls", "input_tokens", "output_tokens")}
+    cost = out.metrics.get("estimate/total/cost_usd")
+    if is_offline_judge(cfg.get("judge")):
+        print("total: 0 calls -- the offline judge (offline:/lexical) sends nothing and costs nothing")
+        return 0
+    batch_cost = out.metrics.get("estimate/total/batch_cost_usd")
+    print(
+        f"total: {total['calls']} calls, ~{total['input_tokens']} input and ~{total['output_tokens']} "
+        f"output tokens" + (f", ~${cost:.4f} synchronous" if cost is not None
+                            else " (no price known for this model)")
+        + (f", ~${batch_cost:.4f} through the batch API (--batch)" if batch_cost is not None else "")
+    )
+    print("(rough estimate: tokens from text length; re-asks and cache hits are not counted)")
+    return 0

@@ -1,0 +1,16 @@
+"""The exit codes of ``ragjudge`` (docs/failure-modes.md)."""
+
+from __future__ import annotations
+
+__all__ = ["EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED", "EXIT_NOT_LOGGED"]
+
+#: done, every gate passed
+EXIT_OK = 0
+#: bad input or configuration, found before any judge call (nothing was sent)
+EXIT_BAD_INPUT = 2
+#: logged, but a judged metric failed on more than --max-error-rate of its rows
+EXIT_JUDGE_FAILURES = 3
+#: logged, but a --fail-under gate was not met
+EXIT_GATE_FAILED = 4
+#: evaluated, but MLflow could not take the results (saved locally first; ragjudge log-saved logs them later)
+EXIT_NOT_LOGGED = 5

@@ -1,0 +1,76 @@
+"""``ragjudge label-sample``, ``calibrate`` and ``log-saved``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..core.errors import InputError
+from .evaluate import exit_code, summary
+
+__all__ = ['labels_command', 'log_saved_command']
+
+
+def labels_command(args: argparse.Namespace) -> int:
+    """``ragjudge label-sample`` and ``ragjudge calibrate``."""
+    from ..adapters.tracking import check_tracking_store, env_command
+    from ..workflows import calibration, calibration_traces
+
+    check_tracking_store(args.tracking_uri, None, nothing="Nothing was read or logged.")
+    store = f" --tracking-uri {args.tracking_uri}" if args.tracking_uri else ""
+    ragjudge = env_command("ragjudge")
+    metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()] or None
+    if args.command == "label-sample":
+        if args.review_queue:
+            if not metrics:
+                raise InputError("--review-queue needs --metrics (the metrics people label, e.g. correctness)")
+            queue = calibration_traces.queue_for_review(args.run_id, metrics, args.n, seed=args.seed)
+            print(f"review queue {queue.name} ({queue.queue_id}): sampled traces of run {args.run_id} to label "
+                  f"for {', '.join(metrics)} in the MLflow UI; then: {ragjudge} calibrate {args.run_id} --metrics "
+                  f"{','.join(metrics)}{store}")
+            return 0
+        if not args.out:
+            raise InputError("label-sample needs --out FILE (.csv, .jsonl or .xlsx), or --review-queue")
+        frame = calibration.label_sample(args.run_id, args.n, seed=args.seed, metrics=metrics, path=args.out)
+        label_cols = [c for c in frame.columns if c not in calibration.INFO_COLUMNS]
+        print(f"{len(frame)} rows to label -> {args.out} ({frame['row_id'].nunique()} questions x "
+              f"{frame['run_id'].nunique()} run(s), shuffled, no judge verdicts). Fill {', '.join(label_cols)} on each "
+              f"metric's scale (leave blank what you skip), then: {ragjudge} calibrate {args.run_id} --labels "
+              f"{args.out}{store}")
+        return 0
+    lam = 1.0 if args.ppi else None
+    if args.labels:
+        result = calibration.calibrate(args.run_id, args.labels, alpha=args.alpha, lam=lam,
+                                       target_width=args.target_width, labels_only=args.labels_only)
+        print(result.summary())
+        return 0
+    if not metrics:
+        raise InputError("calibrate needs --labels FILE, or --metrics to read human feedback on the run's traces")
+    estimates = calibration_traces.calibrate_traces(args.run_id, metrics, alpha=args.alpha, lam=lam)
+    for m, e in estimates.items():
+        print(f"{m}: calibrated {e.mean:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] from {e.n_labelled} human labels "
+              f"(judge alone {e.judge_mean:.3f})")
+    return 0
+
+def log_saved_command(args: argparse.Namespace) -> int:
+    """``ragjudge log-saved FOLDER``: an evaluation saved locally when MLflow could not take it (exit 5), logged now
+    into a new run (or ``--run-id``), with the same summary and exit code as ``ragjudge evaluate``."""
+    import mlflow
+
+    from ..adapters.evaluator import load_local, log_output
+    from ..adapters.tracking import check_tracking_store
+
+    out = load_local(args.folder)
+    check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was logged; the saved folder is kept.")
+    if args.run_id:
+        mlflow.tracking.MlflowClient().get_run(args.run_id)  # an unknown run fails here, before anything is logged
+        log_output(out, args.run_id, saved=Path(args.folder), keep_local=True)
+        run_id = args.run_id
+    else:
+        with mlflow.start_run(run_name=args.run_name) as run:
+            log_output(out, run.info.run_id, saved=Path(args.folder), keep_local=True)
+            mlflow.set_tag("ragjudge.logged_from", str(Path(args.folder).resolve()))
+        run_id = run.info.run_id
+    print(summary(run_id, out))
+    print(f"(logged from {args.folder}; that folder is kept and can be deleted now)")
+    return exit_code(out)

@@ -1,0 +1,268 @@
+"""The command line's arguments, one function per command."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..core.constants import CONTEXT_MODES, DEFAULT_OFFLINE_JUDGE
+
+__all__ = ["build_parser", "kv", "model_options"]
+
+
+def kv(items: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"{what} takes NAME=VALUE pairs, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragjudge", description="RAG evaluation judges for MLflow.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (
+        _evaluate,
+        _estimate,
+        _testset,
+        _sweep,
+        _metrics,
+        _quickstart,
+        _label_sample,
+        _calibrate,
+        _log_saved,
+        _offline_judge,
+    ):
+        add(sub)
+    return parser
+
+
+def _evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="evaluate a dataset file and log an MLflow run")
+    p.add_argument("data", help="dataset file (.jsonl, .csv, .parquet)")
+    p.add_argument(
+        "--judge",
+        help="judge model URI, e.g. openai:/gpt-4o-mini (default: offline:/lexical, the "
+        "offline judge: calibrated lexical evidence, no LLM)",
+    )
+    p.add_argument(
+        "--metrics", help="comma-separated metric names (default: all the data supports); `ragjudge metrics` lists them"
+    )
+    p.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
+    p.add_argument("--group-column", help="column for per-group breakdowns")
+    p.add_argument(
+        "--human-columns",
+        help="comma-separated human-score columns to correlate with every metric "
+        "(meta-evaluation), e.g. one overall rating",
+    )
+    p.add_argument(
+        "--human-labels",
+        action="append",
+        metavar="METRIC=COLUMN",
+        help="human labels of a metric on its own scale, empty where unlabelled (repeatable): logs the "
+        "calibrated <metric>/ppi_mean with its 95%% interval from >= 30 random labels",
+    )
+    p.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
+    p.add_argument("--language", default="en", help="judge prompt language (en, ja)")
+    p.add_argument("--k", help="retrieval cut-offs, e.g. 1,3,5,10")
+    model_options(p)
+    p.add_argument("--config", help="extra evaluator_config as a JSON object")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
+    p.add_argument("--max-concurrency", type=int)
+    p.add_argument(
+        "--batch",
+        action="store_true",
+        help="send the judge calls through the provider's batch API (OpenAI, Anthropic): half the price, "
+        "outside the synchronous rate limits, results usually within minutes (at most 24 h); a killed "
+        "run re-attaches to its batches",
+    )
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        metavar="SHARE",
+        help="exit 3 when a judged metric fails on more than this share of rows (default 0.2)",
+    )
+    p.add_argument(
+        "--fail-under",
+        action="append",
+        metavar="METRIC=VALUE",
+        help="quality gate, repeatable: exit 4 when METRIC (e.g. correctness, faithfulness/mean) is below VALUE",
+    )
+    p.add_argument("--experiment", help="MLflow experiment name (created if missing)")
+    p.add_argument("--run-name", help="MLflow run name")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _estimate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="estimate judge calls and tokens for a dataset, calling nothing")
+    p.add_argument("data")
+    p.add_argument("--judge", required=True)
+    p.add_argument("--metrics")
+    p.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
+    p.add_argument("--col", action="append", metavar="LOGICAL=COLUMN")
+    p.add_argument("--language", default="en")
+    model_options(p)
+    p.add_argument("--config")
+
+
+def _testset(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("testset", help="generate (question, answer, gold document) rows from a corpus")
+    p.add_argument("corpus", help="a JSON object {doc_id: text}, or JSONL rows with 'id' and 'text'")
+    p.add_argument("--judge", required=True, help="the model that writes the questions (URI)")
+    p.add_argument("--out", required=True, help="output .jsonl (the evaluator's columns)")
+    p.add_argument("--sample", type=int, help="ask only this many documents (the rest stay distractors)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--language", default="en")
+    p.add_argument(
+        "--min-positive-chars",
+        type=int,
+        default=0,
+        help="never ask documents shorter than this (they stay distractors)",
+    )
+    p.add_argument(
+        "--distractors-per-positive",
+        type=int,
+        help="also write the corpus to index: the positives mixed with this many distractors each",
+    )
+    p.add_argument(
+        "--corpus-out",
+        help="where that corpus goes (.jsonl rows with 'id' and 'text'; needs --distractors-per-positive)",
+    )
+
+
+def _sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run every variant of your RAG pipeline over a dataset, each as a child run, "
+        "and compare them (parent run: ragjudge/comparison.json)",
+    )
+    p.add_argument("data", help="questions (.jsonl, .csv, .parquet): question, and reference etc. for the metrics")
+    p.add_argument(
+        "--pipeline",
+        required=True,
+        metavar="MODULE:FUNCTION",
+        help="your RAG system, pipeline(question, **params) -> answer or dict (a module importable from "
+        "the current directory, or path/to/file.py:function)",
+    )
+    p.add_argument(
+        "--grid",
+        required=True,
+        metavar="FILE",
+        help="the variants: JSON or YAML, a list of parameter dicts or a grid {param: [values]}; a prompt "
+        'template is {"name": ..., "template": ...} or "prompts:/name/version"',
+    )
+    p.add_argument(
+        "--retriever", metavar="MODULE:FUNCTION", help="the E3 retriever, retriever(query, **params) -> passages"
+    )
+    p.add_argument("--judge", help="judge URI (default: offline:/lexical, the offline judge)")
+    p.add_argument("--metrics", help="comma-separated metric names (default: all the data supports)")
+    p.add_argument("--compare", help="comma-separated metrics to compare (default: all but near-duplicates)")
+    p.add_argument("--baseline", default="0", help="the baseline variant: its index in the grid or its name")
+    model_options(p)
+    p.add_argument("--config", help="extra evaluator_config as a JSON object")
+    p.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
+    p.add_argument("--data-name", help="the dataset's name in MLflow (default: the data file's name)")
+    p.add_argument("--workers", type=int, default=1, help="questions answered in parallel (default 1)")
+    p.add_argument("--batch", action="store_true", help="judge calls through the provider's batch API (see evaluate)")
+    p.add_argument("--experiment", help="MLflow experiment name (created if missing)")
+    p.add_argument("--run-name", help="the parent run's name")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _metrics(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("metrics", help="list the registered metrics: columns they need, whether they call a judge")
+
+
+def _quickstart(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "quickstart",
+        help="a small sweep: three variants of the bundled example RAG system over the "
+        "bundled questions, judged by the offline judge (no LLM), compared in MLflow",
+    )
+    p.add_argument("--experiment", default="ragjudge-quickstart")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///ragjudge-quickstart.db)")
+    p.add_argument(
+        "--judge",
+        default=DEFAULT_OFFLINE_JUDGE,
+        help=f"judge URI (default: {DEFAULT_OFFLINE_JUDGE}, the offline judge)",
+    )
+    p.add_argument("--run-name", help="the parent run's name (default: quickstart-<judge>-<time>)")
+
+
+def _label_sample(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "label-sample",
+        help="draw a seeded random sample of a run's (or a sweep's) rows to label blind, for calibrated estimates",
+    )
+    p.add_argument("run_id", help="a ragjudge run, or a sweep's parent run (the same questions in every variant)")
+    p.add_argument("--n", type=int, default=100, help="rows to draw (default 100; at least 30 labels per interval)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--metrics", help="comma-separated metrics to label (default: the run's judged metrics)")
+    p.add_argument("--out", help="the file to label (.csv, .jsonl, .xlsx); not needed with --review-queue")
+    p.add_argument(
+        "--review-queue",
+        action="store_true",
+        help="an mlflow.genai.evaluate run: put the sampled traces into an MLflow review queue instead",
+    )
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _calibrate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="read human labels and log calibrated estimates (PPI) into the run(s)")
+    p.add_argument("run_id", help="the run, or the sweep's parent run, that label-sample drew from")
+    p.add_argument("--labels", help="the filled label file (without it: human feedback on the run's traces)")
+    p.add_argument("--metrics", help="with traces: comma-separated metrics whose human feedback to read")
+    p.add_argument("--alpha", type=float, default=0.05, help="error level of the intervals (default 0.05: 95%%)")
+    p.add_argument("--ppi", action="store_true", help="plain PPI (lambda = 1) instead of PPI++")
+    p.add_argument(
+        "--labels-only",
+        action="store_true",
+        help="the classical interval of the labels alone (no judge score needed: rows the judge "
+        "abstained on or failed count too), logged as <metric>/labels_only_*",
+    )
+    p.add_argument(
+        "--target-width", type=float, help="also say about how many random labels give an interval this wide"
+    )
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _log_saved(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "log-saved",
+        help="log an evaluation saved locally (after exit 5: the tracking store was "
+        "unavailable) into MLflow, now that the store answers",
+    )
+    p.add_argument("folder", help="the folder the failed run named (under RAGJUDGE_OUTPUT_DIR)")
+    p.add_argument(
+        "--run-id",
+        help="log into this existing run (e.g. the sweep child that could not be logged); default: a new run",
+    )
+    p.add_argument("--experiment", help="MLflow experiment name for the new run (created if missing)")
+    p.add_argument("--run-name", help="the new run's name")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _offline_judge(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "offline-judge",
+        add_help=False,
+        help="fit or measure the offline judge on public human labels (fit|report --data DIR)",
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def model_options(p: argparse.ArgumentParser) -> None:
+    """The options that pick models besides the judge."""
+    p.add_argument(
+        "--embeddings",
+        metavar="URI",
+        help="embedding model for answer relevancy, e.g. openai:/text-embedding-3-small or "
+        "'openai:/<embedding model>?base_url=http://host:port/v1' (default: the local MiniLM when "
+        "the 'local' extra is installed, else answer relevancy is skipped, saying so)",
+    )
+    p.add_argument(
+        "--bertscore",
+        action="store_true",
+        help="also compute BERTScore F1 (a local transformer over every row; needs the 'local' extra)",
+    )

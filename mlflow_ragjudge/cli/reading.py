@@ -1,0 +1,201 @@
+"""Reading what the user gives the CLI: data files (JSONL, CSV, Parquet), corpora, grid files, and their
+pipeline or retriever as ``module:function`` or ``path/to/file.py:function``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..core.errors import InputError
+
+__all__ = ['read_table', 'read_corpus', 'read_grid', 'import_callable']
+
+
+def _clean(value: Any, counter: list[int]) -> Any:
+    """Lone surrogates (``"\\ud800"`` escapes) replaced in every string of a parsed JSON value."""
+    from ..core.text import clean_text
+
+    if isinstance(value, str):
+        value, n = clean_text(value)
+        counter[0] += n
+        return value
+    if isinstance(value, list):
+        return [_clean(v, counter) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k, counter): _clean(v, counter) for k, v in value.items()}
+    return value
+
+def _read_jsonl(p: Path) -> list[dict[str, Any]]:
+    """JSON Lines, one object per line; a line that is not an object is an error naming the line. Invalid
+    Unicode (lone surrogates) is replaced with U+FFFD, with a warning naming the lines."""
+    from ..core.errors import InvalidTextWarning
+
+    rows: list[dict[str, Any]] = []
+    repaired: list[int] = []
+    with open(p, encoding="utf-8", errors="surrogateescape") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{p.name} line {n} is not valid JSON ({e}); each line must be one JSON object, "
+                                 'e.g. {"question": "...", "answer": "...", "reference": "..."}.') from None
+            if not isinstance(value, dict):
+                raise InputError(f"{p.name} line {n} is a JSON {type(value).__name__}, not an object; each line must "
+                                 'be one row as an object, e.g. {"question": "...", "answer": "..."}.')
+            counter = [0]
+            rows.append(_clean(value, counter))
+            if counter[0]:
+                repaired.append(n)
+    if not rows:
+        raise InputError(f"{p.name} has no rows.")
+    if repaired:
+        warnings.warn(f"{p.name}: invalid characters (lone surrogates, which UTF-8 cannot encode) were replaced with "
+                      f"U+FFFD on line(s) {repaired[:10]}{' ...' if len(repaired) > 10 else ''}.",
+                      InvalidTextWarning, stacklevel=2)
+    return rows
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a dataset file: ``.jsonl``/``.json``, ``.csv`` or ``.parquet``.
+
+    Raises:
+        InputError: the file is missing, of an unknown type, or not readable as that type (the message
+            names the line or the problem).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"No such file: {p}")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            return pd.DataFrame(_read_jsonl(p))
+        if suffix == ".json":
+            data = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+                raise InputError(f"{p.name} must hold a JSON list of row objects; for one object per line use .jsonl.")
+            return pd.DataFrame(data)
+        if suffix == ".csv":
+            return pd.read_csv(p, keep_default_na=False, na_values=[""])
+        if suffix in (".parquet", ".pq"):
+            return pd.read_parquet(p)
+    except InputError:
+        raise
+    except (ValueError, OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p.name} could not be read as {suffix} ({type(e).__name__}: {e}).") from None
+    raise InputError(f"{p.name}: unsupported file type {suffix!r}; use .jsonl, .csv or .parquet")
+
+def read_corpus(path: str) -> dict[str, str]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"No such file: {p}")
+    if p.suffix.lower() in (".jsonl", ".ndjson"):
+        rows = _read_jsonl(p)
+        missing = [i for i, r in enumerate(rows) if "id" not in r or not isinstance(r.get("text"), str)]
+        if missing:
+            raise InputError(f"{p.name} row {missing[0] + 1} needs an 'id' and a 'text' (str) field")
+        return {str(r["id"]): r["text"] for r in rows}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise InputError(f"{p.name} is not valid JSON ({e}).") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise InputError(f"{p.name} must be a JSON object {{doc_id: text}} with text values")
+    return {str(k): v for k, v in data.items()}
+
+def import_callable(spec: str, what: str) -> Any:
+    """``module:function`` (importable from the current directory) or ``path/to/file.py:function``.
+
+    A file is loaded as Python runs a script: its own directory goes first on the import path, so it can import
+    the modules beside it. Any failure to import it (a missing module, a syntax error, an exception at import) is
+    a :class:`ValueError` naming the file or module and the error, which the CLI turns into exit 2.
+    """
+    import importlib
+    import importlib.util
+    import traceback
+
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--{what} {spec!r}: give MODULE:FUNCTION, e.g. my_rag:answer")
+
+    def failed(where: str, e: BaseException) -> ValueError:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
+        at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        if isinstance(e, SyntaxError) and e.filename:
+            at = f" at {Path(e.filename).name}:{e.lineno}"
+        hint = ""
+        if isinstance(e, ModuleNotFoundError):
+            hint = (f"; install {e.name!r} in this environment ({sys.executable} -m pip install ...) or put the module "
+                    "beside the pipeline file")
+        return ValueError(f"--{what} {spec!r}: importing {where} failed{at}: {type(e).__name__}: {e}{hint}")
+
+    if module_name.endswith(".py"):
+        path = Path(module_name).expanduser()
+        if not path.is_file():
+            raise ValueError(f"--{what} {spec!r}: no such file {path}")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # as `python path/to/file.py` does: the modules beside it import
+        name = f"_ragjudge_{what}_{path.stem}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ValueError(f"--{what} {spec!r}: cannot load {path}")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module  # pickling, dataclasses and typing look the module up by name
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as e:
+            sys.modules.pop(name, None)
+            raise failed(str(path), e) from None
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name and module_name.split(".")[0] == e.name.split(".")[0]:
+                raise ValueError(f"--{what} {spec!r}: no module {module_name!r} here ({e}); run from the directory "
+                                 "that holds it, or give path/to/file.py:function") from None
+            raise failed(f"module {module_name!r}", e) from None
+        except Exception as e:
+            raise failed(f"module {module_name!r}", e) from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"--{what} {spec!r}: {module_name} has no function {attr!r}")
+    return fn
+
+def read_grid(path: str | Path) -> Any:
+    """A grid file (JSON, or YAML for .yaml/.yml): a list of parameter dicts or ``{param: [values]}``; a value
+    ``{"name": ..., "template": ...}`` is a :class:`~mlflow_ragjudge.sweep.PromptTemplate`."""
+    from ..workflows.sweep import PromptTemplate
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"No such grid file: {p}")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            grid = yaml.safe_load(text)
+        else:
+            grid = json.loads(text)
+    except Exception as e:
+        raise InputError(f"{p.name} could not be read ({type(e).__name__}: {e}).") from None
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, dict) and {"name", "template"} <= set(v) and set(v) <= {"name", "template", "commit_message"}:
+            return PromptTemplate(v["name"], v["template"], v.get("commit_message"))
+        return v
+
+    if isinstance(grid, dict):
+        return {k: [convert(x) for x in vals] if isinstance(vals, list) else vals for k, vals in grid.items()}
+    if isinstance(grid, list):
+        return [{k: convert(x) for k, x in v.items()} if isinstance(v, dict) else v for v in grid]
+    raise InputError(f"{p.name} must hold a list of parameter dicts or a grid {{param: [values]}}.")

@@ -1,0 +1,129 @@
+"""Multi-turn evaluation as the ``multiturn`` metric of a run: a runner per run, one conversation per row."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ...core.errors import InputError, MultiTurnContextWarning
+from ...core.types import JudgeResult
+from ...core.values import is_int
+from ...llm.prompts import reference_text
+from ..contexts import prepare_judge_contexts
+from ..correctness import shared_correctness_judge
+from ..spec import Finish, MetricSpec, Option
+from .runner import MultiTurnRunner
+from .scores import MULTITURN_METRICS, MultiTurnResult, RagSystem
+
+__all__ = ["METRICS", "OPTIONS"]
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+class _MultiTurnState:
+    """The runner of one evaluation run and the conversations it held, by row."""
+
+    def __init__(self, runner: MultiTurnRunner, system: RagSystem) -> None:
+
+        self.runner = runner
+        self.system = system
+        self.outcomes: dict[int, MultiTurnResult] = {}
+        self._lock = threading.Lock()
+
+    def score(self, row: Any) -> dict[str, JudgeResult]:
+        out = self.runner.run(self.system, row.question or "", _gold(row, self.runner), row.judge_contexts)
+        with self._lock:
+            self.outcomes[row.index] = out
+        return out.to_judge_results()
+
+
+def _gold(row: Any, runner: Any) -> str:
+    """The gold answer as the agents see it: every acceptable answer, shown as alternatives."""
+    return reference_text(row.acceptable_answers, runner.language)
+
+
+def _setup(ctx: Any) -> _MultiTurnState:
+    import warnings
+
+    cfg = ctx.cfg
+    if ctx.context_mode != "reference":
+        what = {"generation": "the first turn's own generation contexts (E2, the setting the paper shows inflates "
+                              "scores)", "gold": "the gold documents", "none": "no context at all"}.get(
+            ctx.context_mode, str(ctx.context_mode))
+        if cfg.multiturn_require_e3:
+            raise InputError(
+                f"Metric 'multiturn' judges every turn with contexts retrieved with question + reference answer "
+                f"(E3), but this run would give its judge {what}. Pass retriever=<callable query -> passages> or "
+                "add a 'reference_contexts' column; or set multiturn_require_e3=False to run with these contexts "
+                "(a warning, and the context mode recorded with the results).")
+        warnings.warn(f"multi-turn evaluation runs without E3 contexts: its judge sees {what} "
+                      f"(context_mode={ctx.context_mode!r}, recorded in the run).", MultiTurnContextWarning,
+                      stacklevel=2)
+    runner = MultiTurnRunner(ctx.judge_client, n_turns=cfg.multiturn_turns, language=cfg.language,
+                             judge=shared_correctness_judge(ctx), max_context_chars=cfg.max_context_chars,
+                             final_score=cfg.multiturn_final_score)
+    return _MultiTurnState(runner, cfg.multiturn_system)
+
+
+def _finish(state: _MultiTurnState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
+    import json
+
+    outs = [state.outcomes.get(r.index) for r in rows]
+    return Finish(
+        columns={
+            "multiturn/sigma": [json.dumps(o.sigma) if o is not None else None for o in outs],
+            "multiturn/stop": [o.stop if o is not None else None for o in outs],
+            "multiturn/final_answer": [o.final_answer if o is not None else None for o in outs],
+        },
+        artifacts={"multiturn_conversations.jsonl": [{"row": r.index, **o.to_dict()}
+                                                     for r, o in zip(rows, outs) if o is not None]},
+    )
+
+
+def _settings(state: _MultiTurnState) -> dict[str, Any]:
+    return {k: v for k, v in state.runner.settings.items() if k != "prompt_versions"}
+
+
+#: multi-turn's own settings
+OPTIONS = (
+    Option("multiturn_system", None, lambda v: v is None or callable(v),
+           "a callable: system(query, history) -> answer", "my_rag_system"),
+    Option("multiturn_turns", 5, lambda v: is_int(v) and v >= 2, "a whole number >= 2 (the turn budget n)", "5"),
+    Option("multiturn_require_e3", True, lambda v: isinstance(v, bool), "True or False", "False"),
+    Option("multiturn_final_score", "append", lambda v: v in ("append", "replace"), "'append' or 'replace'",
+           "'replace'"),
+)
+
+
+def _spec() -> Any:
+    import json
+
+    return MetricSpec(
+        "multiturn",
+        options=OPTIONS,
+        requires=(("question", "reference"),),
+        outputs=MULTITURN_METRICS,
+        judged=True,
+        scale=None,  # lscore counts turns
+        batchable=False,  # each turn needs the last: synchronous even with batch on
+        prepare=prepare_judge_contexts,
+        default=lambda cfg: cfg.multiturn_system is not None,  # needs a live system: not a default without one
+        check=lambda cfg: None if cfg.multiturn_system is not None else (
+            "Metric 'multiturn' converses with the RAG system under test: pass multiturn_system=<callable "
+            "(query, history) -> answer>, where history is the list of earlier {'question', 'answer'} exchanges."),
+        setup=_setup,
+        score=lambda state, row, ctx: state.score(row),
+        estimate=lambda state, r, ctx: state.runner.estimate(r.question or "", _gold(r, state.runner),
+                                                             r.judge_contexts),
+        finish=_finish,
+        prompt_versions=lambda state: state.runner.prompt_versions,
+        record=lambda state, ctx: {"multiturn": {**_settings(state), "context_mode": ctx.context_mode}},
+        params=lambda state, ctx: {"ragjudge.multiturn": json.dumps(_settings(state), sort_keys=True)},
+        description="multi-turn: three agents converse with multiturn_system; wscore, lscore, mscore (SPEC 2.2)",
+        offline_unavailable="its three agents are language models that write questions and answers",
+    )
+
+
+METRICS = (_spec(),)

@@ -1,0 +1,226 @@
+"""The package's structure, measured from its source (docs/architecture.md).
+
+* Layers, each importing only those below it: ``core`` < ``llm`` < ``metrics`` < ``engine`` < ``adapters`` <
+  ``workflows`` < ``cli`` (the package's ``__init__`` and ``__main__`` on top). The graph is built with ``ast`` from
+  every module, counting the imports written inside functions and ``importlib.import_module`` calls on literal
+  names, not ``if TYPE_CHECKING:`` blocks; it must have no cycle and no edge that goes up a layer.
+* Only the adapters and the CLI import mlflow.
+* Imports of the package's own modules inside functions, outside the CLI, are few and each has a reason
+  (start-up time, an optional extra); none dodges a cycle.
+* No module over 700 lines, no function over 100.
+* ``import mlflow_ragjudge`` loads neither pandas nor mlflow, and every public name and documented module path
+  resolves.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG_DIR = Path(__file__).resolve().parents[1] / "mlflow_ragjudge"
+PKG = PKG_DIR.name
+LAYERS = ("core", "llm", "metrics", "engine", "adapters", "workflows", "cli")
+#: the imports of the package's own modules that stay inside functions (outside the CLI), with why
+ALLOWED_INNER = {
+    ("mlflow_ragjudge.llm.backends", "mlflow_ragjudge.llm.backends.openai"):
+        "start-up time: the openai SDK loads only when an OpenAI-style judge is named",
+    ("mlflow_ragjudge.llm.backends", "mlflow_ragjudge.llm.backends.anthropic"):
+        "start-up time: the anthropic SDK loads only when an Anthropic judge is named",
+}
+MAX_INNER = 12
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    out = {}
+    for path in PKG_DIR.rglob("*.py"):
+        parts = list(path.relative_to(PKG_DIR.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        out[".".join(parts)] = (path, is_pkg)
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, is_pkg: bool, level: int, name: str | None) -> str:
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(module: str) -> list[tuple[str, bool, int]]:
+    """``(imported module, inside a function?, line)`` for every import of a module of the package."""
+    path, is_pkg = MODULES[module]
+    found: list[tuple[str, bool, int]] = []
+
+    def add(target: str, inner: bool, line: int) -> None:
+        if target in MODULES and target != module:
+            found.append((target, inner, line))
+
+    def visit(node: ast.AST, inner: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for c in child.orelse:
+                    visit(c, inner)
+                continue
+            here = inner or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.ImportFrom):
+                base = _resolve(module, is_pkg, child.level, child.module) if child.level else (child.module or "")
+                for alias in child.names:
+                    sub = f"{base}.{alias.name}"
+                    add(sub if sub in MODULES else base, here, child.lineno)
+            elif isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name, here, child.lineno)
+            elif (isinstance(child, ast.Call) and child.args and isinstance(child.args[0], ast.Constant)
+                  and isinstance(child.args[0].value, str)
+                  and getattr(child.func, "attr", getattr(child.func, "id", None)) == "import_module"):
+                add(child.args[0].value, here, child.lineno)
+            visit(child, here)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return len(LAYERS)  # the package's own __init__ and __main__: the top
+    assert parts[1] in LAYERS, f"{module} is in no layer: put it in one of {LAYERS}"
+    return LAYERS.index(parts[1])
+
+
+def test_every_module_is_in_a_layer():
+    for module in MODULES:
+        _layer(module)
+
+
+def test_no_import_goes_up_a_layer():
+    up = [f"{a} (layer {LAYERS[_layer(a)] if _layer(a) < len(LAYERS) else 'top'}) imports {b} "
+          f"({LAYERS[_layer(b)] if _layer(b) < len(LAYERS) else 'top'}) at line {line}"
+          for a, targets in GRAPH.items() for b, _, line in targets if _layer(b) > _layer(a)]
+    assert not up, "imports that go up a layer:\n" + "\n".join(up)
+
+
+def test_the_import_graph_has_no_cycle():
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w, _, _ in GRAPH[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in GRAPH:
+        if v not in index:
+            connect(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_a_cycle_or_an_upward_import_would_be_found(tmp_path):
+    """The checks above see what they claim to: an import inside a function and an import_module on a literal."""
+    source = ("import importlib\n\ndef f():\n    from ..adapters import tracking\n\n"
+              "def g():\n    importlib.import_module('mlflow_ragjudge.cli')\n")
+    tree = ast.parse(source)
+    calls = [n for n in ast.walk(tree) if isinstance(n, (ast.ImportFrom, ast.Call))]
+    assert len(calls) == 2
+    # the same walker, on a module that exists: core must not import the adapters; this synthetic one would
+    MODULES["mlflow_ragjudge.core._probe"] = (tmp_path / "_probe.py", False)
+    (tmp_path / "_probe.py").write_text(source, encoding="utf-8")
+    try:
+        found = _imports("mlflow_ragjudge.core._probe")
+    finally:
+        del MODULES["mlflow_ragjudge.core._probe"]
+    assert ("mlflow_ragjudge.adapters.tracking", True, 4) in found and ("mlflow_ragjudge.cli", True, 7) in found
+
+
+def test_imports_inside_functions_outside_the_cli_are_few_and_explained():
+    inner = sorted({(a, b) for a, targets in GRAPH.items() for b, is_inner, _ in targets
+                    if is_inner and _layer(a) < LAYERS.index("cli")})
+    assert len(inner) <= MAX_INNER
+    unexplained = [pair for pair in inner if pair not in ALLOWED_INNER]
+    assert not unexplained, f"imports inside functions with no reason recorded (move them to the top): {unexplained}"
+
+
+def test_only_the_adapters_and_the_cli_import_mlflow():
+    offenders = []
+    for module, (path, _) in MODULES.items():
+        if _layer(module) in (LAYERS.index("adapters"), LAYERS.index("cli")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offenders += [f"{module}:{node.lineno}" for n in names if n == "mlflow" or n.startswith("mlflow.")]
+    assert not offenders, f"mlflow imported outside the adapters and the CLI: {offenders}"
+
+
+def test_no_module_over_700_lines_and_no_function_over_100():
+    long_modules = {m: n for m, (p, _) in MODULES.items()
+                    if (n := len(p.read_text(encoding="utf-8").splitlines())) > 700}
+    assert not long_modules
+    long_functions = []
+    for module, (path, _) in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 100:
+                long_functions.append(f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long_functions
+
+
+def test_importing_the_package_loads_neither_pandas_nor_mlflow():
+    code = "import mlflow_ragjudge, sys; print('pandas' in sys.modules, 'mlflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_every_public_name_and_documented_module_path_resolves():
+    import mlflow_ragjudge as rj
+
+    for name in rj.__all__:
+        assert getattr(rj, name) is not None
+    for old, new in rj.MOVED.items():
+        assert importlib.import_module(f"{PKG}.{old}") is importlib.import_module(f"{PKG}.{new}")
+    from mlflow_ragjudge.scorers import Correctness  # noqa: F401  (docs/mlflow.md)
+    from mlflow_ragjudge.types import JudgeResult
+
+    assert JudgeResult is rj.JudgeResult
+    with pytest.raises(AttributeError):
+        rj.no_such_name  # noqa: B018
