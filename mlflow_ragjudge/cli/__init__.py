@@ -35,7 +35,7 @@ from .evaluate import (
 from .exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_NOT_LOGGED, EXIT_OK
 from .labels import labels_command, log_saved_command
 from .parser import build_parser
-from .reading import read_grid, read_table
+from .reading import load_plugins, read_grid, read_table
 from .sweep import QUICKSTART_VARIANTS, quickstart_command, sweep_command
 
 __all__ = ["main", "read_table", "read_grid", "metrics_table", "QUICKSTART_VARIANTS", "EXIT_OK", "EXIT_BAD_INPUT",
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     try:
+        load_plugins(getattr(args, "plugin", None))
         if args.command == "metrics":
             print(metrics_table())
             return 0

@@ -6,7 +6,7 @@ import argparse
 
 from ..core.constants import CONTEXT_MODES, DEFAULT_OFFLINE_JUDGE
 
-__all__ = ["build_parser", "kv", "model_options"]
+__all__ = ["build_parser", "kv", "model_options", "plugin_option"]
 
 
 def kv(items: list[str] | None, what: str) -> dict[str, str]:
@@ -67,6 +67,7 @@ def _evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--language", default="en", help="judge prompt language (en, ja)")
     p.add_argument("--k", help="retrieval cut-offs, e.g. 1,3,5,10")
     model_options(p)
+    plugin_option(p)
     p.add_argument("--config", help="extra evaluator_config as a JSON object")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
     p.add_argument("--max-concurrency", type=int)
@@ -103,6 +104,7 @@ def _estimate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--col", action="append", metavar="LOGICAL=COLUMN")
     p.add_argument("--language", default="en")
     model_options(p)
+    plugin_option(p)
     p.add_argument("--config")
 
 
@@ -160,6 +162,7 @@ def _sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", help="comma-separated metrics to compare (default: all but near-duplicates)")
     p.add_argument("--baseline", default="0", help="the baseline variant: its index in the grid or its name")
     model_options(p)
+    plugin_option(p)
     p.add_argument("--config", help="extra evaluator_config as a JSON object")
     p.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
     p.add_argument("--data-name", help="the dataset's name in MLflow (default: the data file's name)")
@@ -171,7 +174,8 @@ def _sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _metrics(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("metrics", help="list the registered metrics: columns they need, whether they call a judge")
+    p = sub.add_parser("metrics", help="list the registered metrics: columns they need, whether they call a judge")
+    plugin_option(p)
 
 
 def _quickstart(sub: argparse._SubParsersAction) -> None:
@@ -250,6 +254,17 @@ def _offline_judge(sub: argparse._SubParsersAction) -> None:
         help="fit or measure the offline judge on public human labels (fit|report --data DIR)",
     )
     p.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def plugin_option(p: argparse.ArgumentParser) -> None:
+    """``--plugin``: a module that registers metrics of your own (docs/extending.md)."""
+    p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE_OR_FILE",
+        help="import this module (or path/to/file.py) first, for the metrics it registers with register_metric "
+        "(repeatable; docs/extending.md)",
+    )
 
 
 def model_options(p: argparse.ArgumentParser) -> None:

@@ -116,13 +116,33 @@ def import_callable(spec: str, what: str) -> Any:
     the modules beside it. Any failure to import it (a missing module, a syntax error, an exception at import) is
     a :class:`ValueError` naming the file or module and the error, which the CLI turns into exit 2.
     """
-    import importlib
-    import importlib.util
-    import traceback
-
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--{what} {spec!r}: give MODULE:FUNCTION, e.g. my_rag:answer")
+    module = import_module_or_file(module_name, spec, what)
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"--{what} {spec!r}: {module_name} has no function {attr!r}")
+    return fn
+
+
+def load_plugins(specs: list[str] | None) -> list[str]:
+    """Import each ``--plugin`` (a module importable from the current directory, or ``path/to/file.py``) for what
+    it registers at import (``register_metric(...)``: docs/extending.md); returns the metrics that appeared."""
+    from ..metrics.spec import metric_names
+
+    before = set(metric_names())
+    for spec in specs or []:
+        import_module_or_file(spec, spec, "plugin")
+    return [m for m in metric_names() if m not in before]
+
+
+def import_module_or_file(module_name: str, spec: str, what: str) -> Any:
+    """The module ``module_name`` names (dotted, importable from the current directory, or a ``.py`` path); a
+    failure is a :class:`ValueError` that starts ``--<what> <spec>:`` and names the file, line and error."""
+    import importlib
+    import importlib.util
+    import traceback
 
     def failed(where: str, e: BaseException) -> ValueError:
         frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
@@ -132,7 +152,7 @@ def import_callable(spec: str, what: str) -> Any:
         hint = ""
         if isinstance(e, ModuleNotFoundError):
             hint = (f"; install {e.name!r} in this environment ({sys.executable} -m pip install ...) or put the module "
-                    "beside the pipeline file")
+                    f"beside the {what} file")
         return ValueError(f"--{what} {spec!r}: importing {where} failed{at}: {type(e).__name__}: {e}{hint}")
 
     if module_name.endswith(".py"):
@@ -143,7 +163,9 @@ def import_callable(spec: str, what: str) -> Any:
         if folder not in sys.path:
             sys.path.insert(0, folder)  # as `python path/to/file.py` does: the modules beside it import
         name = f"_ragjudge_{what}_{path.stem}"
-        loader_spec = importlib.util.spec_from_file_location(name, path)
+        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path.resolve()):
+            return sys.modules[name]  # loaded already (main() called twice in one process): register once
+        loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
         if loader_spec is None or loader_spec.loader is None:
             raise ValueError(f"--{what} {spec!r}: cannot load {path}")
         module = importlib.util.module_from_spec(loader_spec)
@@ -153,22 +175,19 @@ def import_callable(spec: str, what: str) -> Any:
         except Exception as e:
             sys.modules.pop(name, None)
             raise failed(str(path), e) from None
-    else:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name and module_name.split(".")[0] == e.name.split(".")[0]:
-                raise ValueError(f"--{what} {spec!r}: no module {module_name!r} here ({e}); run from the directory "
-                                 "that holds it, or give path/to/file.py:function") from None
-            raise failed(f"module {module_name!r}", e) from None
-        except Exception as e:
-            raise failed(f"module {module_name!r}", e) from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ValueError(f"--{what} {spec!r}: {module_name} has no function {attr!r}")
-    return fn
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.split(".")[0] == e.name.split(".")[0]:
+            raise ValueError(f"--{what} {spec!r}: no module {module_name!r} here ({e}); run from the directory "
+                             "that holds it, or give path/to/file.py") from None
+        raise failed(f"module {module_name!r}", e) from None
+    except Exception as e:
+        raise failed(f"module {module_name!r}", e) from None
+
 
 def read_grid(path: str | Path) -> Any:
     """A grid file (JSON, or YAML for .yaml/.yml): a list of parameter dicts or ``{param: [values]}``; a value
