@@ -1,9 +1,10 @@
 """The package's structure, measured from its source (docs/architecture.md).
 
-* Layers, each importing only those below it: ``core`` < ``llm`` < ``metrics`` < ``engine`` < ``adapters`` <
-  ``workflows`` < ``cli`` (the package's ``__init__`` and ``__main__`` on top). The graph is built with ``ast`` from
-  every module, counting the imports written inside functions and ``importlib.import_module`` calls on literal
-  names, not ``if TYPE_CHECKING:`` blocks; it must have no cycle and no edge that goes up a layer.
+* Layers, each importing only those below it (type-only imports too): ``core`` < ``llm`` < ``metrics`` <
+  ``engine`` < ``adapters`` < ``workflows`` < ``cli`` (the package's ``__init__`` and ``__main__`` on top). The
+  graph is built with ``ast`` from every module, counting the imports written inside functions and
+  ``importlib.import_module`` calls on literal names, not ``if TYPE_CHECKING:`` blocks (checked on their own); it
+  must have no cycle and no edge that goes up a layer.
 * Only the adapters and the CLI import mlflow.
 * Imports of the package's own modules inside functions, outside the CLI, are few and each has a reason
   (start-up time, an optional extra); none dodges a cycle.
@@ -117,6 +118,23 @@ def test_no_import_goes_up_a_layer():
           f"({LAYERS[_layer(b)] if _layer(b) < len(LAYERS) else 'top'}) at line {line}"
           for a, targets in GRAPH.items() for b, _, line in targets if _layer(b) > _layer(a)]
     assert not up, "imports that go up a layer:\n" + "\n".join(up)
+
+
+def test_type_only_imports_do_not_go_up_either():
+    """``if TYPE_CHECKING:`` imports are left out of the graph (they never run), but a layer that names a type of a
+    layer above it still depends on it: the metrics see the run's settings as ``metrics.spec.RunSettings``, a
+    protocol, not as the engine's config."""
+    up = []
+    for module, (path, is_pkg) in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.If) and _is_type_checking(node)):
+                continue
+            for child in node.body:
+                if isinstance(child, ast.ImportFrom):
+                    base = _resolve(module, is_pkg, child.level, child.module) if child.level else (child.module or "")
+                    if base.startswith(PKG) and _layer(base) > _layer(module):
+                        up.append(f"{module}:{child.lineno} -> {base}")
+    assert not up, f"type-only imports that go up a layer: {up}"
 
 
 def test_the_import_graph_has_no_cycle():

@@ -162,7 +162,7 @@ def evaluate_frame(
     run.states = setup_metrics(specs, ctx, run.skipped, asked=cfg.metrics is not None)
     ctx.metrics = tuple(s.name for s in specs)
     if cfg.dry_run:
-        return _dry_run(run.rows, specs, run.states, ctx, run.prepared, run.skipped)
+        return _dry_run(run.cfg, run.rows, specs, run.states, ctx, run.prepared, run.skipped)
     run.t0 = time.perf_counter()
     per_row: dict[str, list[dict[str, JudgeResult]]] = {}
     try:
@@ -280,10 +280,10 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
                       artifacts, failures, gate)
 
 
-def _dry_run(rows: Sequence[Row], specs: Sequence[MetricSpec], states: dict[str, Any], ctx: RunContext,
-             prepared: Prepared, skipped: dict[str, str]) -> EvalOutput:
+def _dry_run(cfg: RagJudgeConfig, rows: Sequence[Row], specs: Sequence[MetricSpec], states: dict[str, Any],
+             ctx: RunContext, prepared: Prepared, skipped: dict[str, str]) -> EvalOutput:
     """Estimate judge calls and tokens per metric; nothing is sent."""
-    cfg, client = ctx.cfg, ctx.client
+    client = ctx.client
     lines = []
     for spec in specs:
         est = [spec.estimate(states[spec.name], r, ctx) for r in rows] if spec.estimate is not None else []

@@ -18,7 +18,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.errors import MetricUnavailable
 from ..core.text import Repairs
@@ -26,12 +26,12 @@ from ..core.types import JudgeResult, Row
 from .offline_evidence import OfflineEvidence
 
 if TYPE_CHECKING:
-    from ..engine.config import RagJudgeConfig
     from ..llm.client import JudgeClient
 
 __all__ = [
     "MetricSpec",
     "RunContext",
+    "RunSettings",
     "Finish",
     "Option",
     "all_options",
@@ -41,6 +41,27 @@ __all__ = [
     "get_metric",
     "metric_names",
 ]
+
+class RunSettings(Protocol):
+    """What a metric reads of the run's configuration: a few keys of the run's own, the data's column names, and
+    every registered metric's :class:`Option` by its name (``settings.multiturn_turns``). The engine's
+    :class:`~mlflow_ragjudge.engine.config.RagJudgeConfig` is one; the metrics never import it (it sits a layer
+    above them, since it validates their options)."""
+
+    judge: Any
+    language: str
+    context_mode: Any
+    retriever: Any
+    relevance_threshold: float
+
+    def column(self, logical: str) -> str:
+        """The data's column for a logical column (``question`` ...), after ``col_mapping``."""
+        ...
+
+    def __getattr__(self, name: str) -> Any:
+        """A metric's option by its name."""
+        ...
+
 
 @dataclass(frozen=True)
 class Option:
@@ -155,16 +176,16 @@ class MetricSpec:
     """
 
     name: str
-    requires: Requirement | Callable[[RagJudgeConfig], Requirement]
+    requires: Requirement | Callable[[RunSettings], Requirement]
     outputs: tuple[str, ...] = ()
     judged: bool = False
     needs_embeddings: bool = False
     required_text: tuple[str, ...] | None = None
-    default: bool | Callable[[RagJudgeConfig], bool] = True
-    check: Callable[[RagJudgeConfig], str | None] | None = None
+    default: bool | Callable[[RunSettings], bool] = True
+    check: Callable[[RunSettings], str | None] | None = None
     prepare: Callable[[RunContext], Prepared | None] | None = None
     setup: Callable[[RunContext], Any] | None = None
-    validate: Callable[[Sequence[Row], RagJudgeConfig], None] | None = None
+    validate: Callable[[Sequence[Row], RunSettings], None] | None = None
     score: Callable[[Any, Row, RunContext], dict[str, JudgeResult] | JudgeResult] | None = None
     score_batch: Callable[[Any, Sequence[Row], RunContext], list[dict[str, JudgeResult]]] | None = None
     estimate: Callable[[Any, Row, RunContext], dict[str, int]] | None = None
@@ -192,15 +213,15 @@ class MetricSpec:
     def output_names(self) -> tuple[str, ...]:
         return self.outputs or (self.name,)
 
-    def requirements(self, cfg: RagJudgeConfig) -> Requirement:
+    def requirements(self, cfg: RunSettings) -> Requirement:
         return self.requires(cfg) if callable(self.requires) else self.requires
 
-    def text_columns(self, cfg: RagJudgeConfig) -> tuple[str, ...]:
+    def text_columns(self, cfg: RunSettings) -> tuple[str, ...]:
         if self.required_text is not None:
             return self.required_text
         return tuple(c for c in self.requirements(cfg)[0] if c in ("question", "answer", "reference"))
 
-    def runs_by_default(self, cfg: RagJudgeConfig) -> bool:
+    def runs_by_default(self, cfg: RunSettings) -> bool:
         return self.default(cfg) if callable(self.default) else self.default
 
     def offline_reason(self) -> str | None:
@@ -247,7 +268,7 @@ class RunContext:
     statement extractor per run ...)."""
 
     client: JudgeClient | None
-    cfg: RagJudgeConfig
+    cfg: RunSettings
     embed: Callable[[list[str]], list[list[float]]] | None = None
     metrics: tuple[str, ...] = ()
     context_mode: str | None = None
