@@ -282,7 +282,7 @@ class Judge:
             return {"question": questions(resp, 3)[i], "noncommittal": int(noncommittal(resp))}
         return None
 
-    # ours: the same decisions, on our prompts (see mlflow_ragjudge/prompts)
+    # ours: the same decisions, on our prompts (see mlflow_ragjudge/llm/prompts)
     @staticmethod
     def _ours(text: str) -> dict | None:
         if "Break the TEXT below" in text:

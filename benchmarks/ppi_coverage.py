@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: the public reference data is not at {data} (missing: {', '.join(missing)}). This study needs "
               "OpenQA-eval NQ301 (ehsk/OpenQA-eval) and MTRAG (IBM/mt-rag-benchmark) laid out as ../shared/data "
-              "is; see mlflow_ragjudge/public_data.py. Pass --data DIR.", file=sys.stderr)
+              "is; see mlflow_ragjudge/workflows/public_data.py. Pass --data DIR.", file=sys.stderr)
         return 2
     if args.draws < 2:
         ap.error("--draws must be at least 2")
