@@ -206,13 +206,13 @@ def ragas_pattern(metric: str) -> Callable[[JudgeClient, dict], None]:
 def sweep_recall(server: FakeLLMServer, uri: str, rows: list[dict], variants: int) -> dict[str, float]:
     """Context recall over ``variants`` retriever variants that share each row's reference.
 
-    Ours: one extraction per distinct (question, reference), memoised, plus one attribution call per
-    variant. ragas's pattern: one call per variant.
+    Ours: one extraction per distinct (question, reference), sent once by the de-duplicating client (as every
+    evaluation builds it), plus one attribution call per variant. ragas's pattern: one call per variant.
     """
     out = {}
     for name in ("ours", "ragas_pattern"):
         server.reset()
-        client = JudgeClient(uri, cache=False)
+        client = JudgeClient(uri, cache=False, dedupe=True)  # as the evaluator and the scorers build it
         extractor = StatementExtractor(client)
         for v in range(variants):
             for r in rows:

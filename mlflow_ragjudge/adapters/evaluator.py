@@ -32,6 +32,7 @@ from ..core.errors import InputError, LoggingFailed
 from ..core.types import JudgeResult, Status
 from ..engine.evaluate import EvalOutput, evaluate_frame
 from ..engine.record import local_output_root
+from ..metrics.spec import all_specs
 from .tracking import load_run_table
 
 __all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "load_local", "save_local", "MODEL_TYPE",
@@ -297,6 +298,8 @@ def _output(metrics: dict[str, float], params: dict[str, str], config: dict[str,
     calls: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rec in transcripts:
         calls.setdefault((rec.get("metric", ""), int(rec.get("row", -1))), []).append(rec)
+    # a metric's transcripts go with its first output (multiturn's with wscore)
+    owners = {spec.output_names[0]: spec.name for spec in all_specs()}
     results: dict[str, list[JudgeResult]] = {}
     for col in table.columns:
         if not col.endswith("/score"):
@@ -307,7 +310,7 @@ def _output(metrics: dict[str, float], params: dict[str, str], config: dict[str,
         for i in range(len(table)):
             res = _result_from_cells(table[col].iloc[i], table[f"{name}/status"].iloc[i] if judged else None,
                                      table[f"{name}/justification"].iloc[i] if judged else None, judged)
-            res.calls = calls.get(("multiturn" if name == "wscore" else name, i), [])
+            res.calls = calls.get((owners.get(name, name), i), [])
             results[name].append(res)
     return EvalOutput(
         metrics=metrics, table=table, results=results, transcripts=transcripts, params=params,

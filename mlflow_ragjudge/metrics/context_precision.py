@@ -198,15 +198,6 @@ def offline_context_precision(ev: OfflineEvidence, question: str, references: Se
         chunks=[{"rank": i, "relevant": r} for i, r in enumerate(rels, 1)], n_relevant=len(ranks)))
 
 
-
-def _q(r: Any) -> str:
-    return r.question or ""
-
-
-def _ref(r: Any) -> list[str]:
-    return r.acceptable_answers
-
-
 def _spec() -> MetricSpec:
     return MetricSpec(
         "context_precision",
@@ -215,12 +206,12 @@ def _spec() -> MetricSpec:
         setup=lambda ctx: ContextPrecisionJudge(ctx.judge_client, language=ctx.cfg.language,
                                                 combined=combined_verdicts(ctx, "context_recall"),
                                                 extractor=shared_extractor(ctx)),
-        score=lambda j, r, ctx: j.judge(_q(r), _ref(r), r.contexts),
-        estimate=lambda j, r, ctx: j.estimate(_q(r), _ref(r), r.contexts),
+        score=lambda j, r, ctx: j.judge(r.question or "", r.acceptable_answers, r.contexts),
+        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.acceptable_answers, r.contexts),
         columns={"context_precision/chunks": json_column("context_precision", "chunks")},
         prompt_versions=lambda j: j.prompt_versions,
         description="context precision: average precision of the chunks useful for the reference answer",
-        offline=lambda ev, r, ctx: offline_context_precision(ev, _q(r), _ref(r), r.contexts),
+        offline=lambda ev, r, ctx: offline_context_precision(ev, r.question or "", r.acceptable_answers, r.contexts),
     )
 
 

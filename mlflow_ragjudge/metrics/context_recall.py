@@ -244,15 +244,6 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
     return JudgeResult.scored(score, rationale, details=ev.details(statements=rows, matched_reference=refs[i]))
 
 
-
-def _q(r: Any) -> str:
-    return r.question or ""
-
-
-def _ref(r: Any) -> list[str]:
-    return r.acceptable_answers
-
-
 def _spec() -> MetricSpec:
     return MetricSpec(
         "context_recall",
@@ -261,12 +252,12 @@ def _spec() -> MetricSpec:
         setup=lambda ctx: ContextRecallJudge(ctx.judge_client, language=ctx.cfg.language,
                                              extractor=shared_extractor(ctx),
                                              combined=combined_verdicts(ctx, "context_precision")),
-        score=lambda j, r, ctx: j.judge(_q(r), _ref(r), r.contexts),
-        estimate=lambda j, r, ctx: j.estimate(_q(r), _ref(r), r.contexts),
+        score=lambda j, r, ctx: j.judge(r.question or "", r.acceptable_answers, r.contexts),
+        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.acceptable_answers, r.contexts),
         columns={"context_recall/statements": json_column("context_recall", "statements")},
         prompt_versions=lambda j: j.prompt_versions,
         description="context recall: reference statements attributable to the contexts / all of them",
-        offline=lambda ev, r, ctx: offline_context_recall(ev, _ref(r), r.contexts),
+        offline=lambda ev, r, ctx: offline_context_recall(ev, r.acceptable_answers, r.contexts),
     )
 
 

@@ -161,27 +161,18 @@ def offline_context_relevance(ev: OfflineEvidence, question: str, references: Se
     return JudgeResult.scored(score, rationale, details=ev.details(selected=chosen, n_sentences=len(sentences)))
 
 
-
-def _q(r: Any) -> str:
-    return r.question or ""
-
-
-def _ref(r: Any) -> list[str]:
-    return r.acceptable_answers
-
-
 def _spec() -> MetricSpec:
     return MetricSpec(
         "context_relevance",
         requires=(("question", "contexts"),),
         judged=True,
         setup=lambda ctx: ContextRelevanceJudge(ctx.judge_client, language=ctx.cfg.language),
-        score=lambda j, r, ctx: j.judge(_q(r), r.contexts),
-        estimate=lambda j, r, ctx: j.estimate(_q(r), r.contexts),
+        score=lambda j, r, ctx: j.judge(r.question or "", r.contexts),
+        estimate=lambda j, r, ctx: j.estimate(r.question or "", r.contexts),
         columns={"context_relevance/selected": json_column("context_relevance", "selected")},
         prompt_versions=lambda j: j.prompt_versions,
         description="context relevance: share of context sentences needed to answer the question (original RAGAS)",
-        offline=lambda ev, r, ctx: offline_context_relevance(ev, _q(r), _ref(r), r.contexts),
+        offline=lambda ev, r, ctx: offline_context_relevance(ev, r.question or "", r.acceptable_answers, r.contexts),
     )
 
 
