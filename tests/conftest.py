@@ -57,7 +57,17 @@ def _fresh_connection_state():
     forget_negotiations()
     with gate_module._GATES_LOCK:
         gate_module._GATES.clear()
+    store = os.environ.get("MLFLOW_TRACKING_URI")
     yield
+    # A CLI call in-process (``main([... "--tracking-uri", URI])``) makes URI MLflow's process-wide tracking URI,
+    # as it should for a command, and mlflow.set_tracking_uri writes it to MLFLOW_TRACKING_URI too (for
+    # subprocesses); the next test must inherit neither.
+    import sys
+
+    if store is not None:
+        os.environ["MLFLOW_TRACKING_URI"] = store
+    if "mlflow" in sys.modules:
+        sys.modules["mlflow"].set_tracking_uri(store)
 
 
 @pytest.fixture
