@@ -15,7 +15,18 @@ Settings on :class:`BatchAPI` (``server.batches``):
 * ``fail_lines``: custom ids answered with a 500 line error the first time they appear (retryable);
 * ``lost_results``: batch ids whose results cannot be downloaded (404).
 
-Counters: ``submitted`` (every custom id ever submitted, in order), ``created`` (batch ids), ``polls``.
+Faults in the results, as a provider's storage or a proxy could produce them (they know nothing of the requests'
+content):
+
+* ``garbage_batches``: the next this-many batches to end carry one unreadable line among their results (OpenAI's
+  output file, Anthropic's results stream). ``garbage_mode``: ``"extra"`` (a line added to the real ones, the
+  default) or ``"truncate"`` (the first answered line cut in half: its reply is lost);
+* ``duplicate_errors``: the next this-many batches to end report their first answered line twice: its reply, then
+  a 500 error for the same ``custom_id`` (OpenAI: in the error file; Anthropic: a second, errored result);
+* :meth:`BatchAPI.forget`: the provider no longer has a batch (every request about it is a 404).
+
+Counters: ``submitted`` (every custom id ever submitted, in order), ``created`` (batch ids), ``polls``, ``served``
+(every custom id answered with a reply, in order).
 """
 
 from __future__ import annotations
@@ -63,6 +74,8 @@ class _FakeBatch:
     error_file_id: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     ending: bool = False
+    garbage: str | None = None  # "extra" / "truncate": one unreadable result line (see the module docstring)
+    duplicate_error: bool = False  # the first answered line is also reported as an error
 
 
 class BatchAPI:
@@ -76,6 +89,10 @@ class BatchAPI:
         self.expire_fraction = 0.5
         self.fail_lines: set[str] = set()
         self.lost_results: set[str] = set()
+        self.garbage_batches = 0
+        self.garbage_mode = "extra"
+        self.duplicate_errors = 0
+        self.served: list[str] = []
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, _FakeBatch] = {}
         self.submitted: list[str] = []
@@ -144,6 +161,11 @@ class BatchAPI:
             batch = self.batches[batch_id]
         self._advance(batch)
         return batch
+
+    def forget(self, batch_id: str) -> None:
+        """The provider no longer has this batch (deleted, another organisation, past retention): a 404 from now on."""
+        with self._lock:
+            del self.batches[batch_id]
 
     # ------------------------------------------------------------------ OpenAI
 
@@ -247,7 +269,7 @@ class BatchAPI:
             return self._error(400, f"batch {batch_id} has not ended")
         if batch_id in self.lost_results:
             return self._error(404, f"results of {batch_id} are no longer available")
-        data = "".join(json.dumps(r) + "\n" for r in b.results).encode()
+        data = _with_garbage([json.dumps(r) for r in b.results], b.garbage).encode()
         return 200, {"content-type": "application/binary"}, data
 
     # ------------------------------------------------------------------ processing
@@ -292,6 +314,12 @@ class BatchAPI:
         from fakellm import ANTHROPIC_MESSAGES, OPENAI_CHAT, Request, _anthropic_message, _openai_chat
 
         b.ending = True  # another poll arriving while the lines are answered leaves them alone
+        if self.garbage_batches > 0:
+            self.garbage_batches -= 1
+            b.garbage = self.garbage_mode
+        if self.duplicate_errors > 0:
+            self.duplicate_errors -= 1
+            b.duplicate_error = True
         started = time.perf_counter()
         results: list[dict[str, Any]] = []
         ok = bad = 0
@@ -325,7 +353,13 @@ class BatchAPI:
                 continue
             body_out = _openai_chat(req, reply) if openai else _anthropic_message(req, reply)
             results.append({"custom_id": cid, "state": "ok", "body": body_out})
+            self.served.append(cid)
             ok += 1
+        first_ok = next((r["custom_id"] for r in results if r["state"] == "ok"), None)
+        if b.duplicate_error and first_ok is not None:  # reported twice: its reply, then an error
+            results.append({"custom_id": first_ok, "state": "error", "status": 500,
+                            "error": {"message": "The server had an error processing this line.",
+                                      "type": "server_error"}})
         b.ended_at = time.time()
         self.processing_s += time.perf_counter() - started
         b.counts = {"total": len(b.lines), "completed": ok, "failed": bad}
@@ -347,7 +381,7 @@ class BatchAPI:
                                       "error": {"code": code, "message": f"This request was {r['state']}."}})
             if out_lines:
                 b.output_file_id = _id("file-")
-                self.files[b.output_file_id] = "".join(json.dumps(x) + "\n" for x in out_lines).encode()
+                self.files[b.output_file_id] = _with_garbage([json.dumps(x) for x in out_lines], b.garbage).encode()
             if err_lines:
                 b.error_file_id = _id("file-")
                 self.files[b.error_file_id] = "".join(json.dumps(x) + "\n" for x in err_lines).encode()
@@ -364,3 +398,14 @@ class BatchAPI:
             else:
                 res = {"type": r["state"]}
             b.results.append({"custom_id": r["custom_id"], "result": res})
+
+
+def _with_garbage(lines: list[str], garbage: str | None) -> str:
+    """JSON Lines text of ``lines``, with one unreadable line when ``garbage`` says so: ``"extra"`` adds one in the
+    middle, ``"truncate"`` cuts the first line in half (what a torn write or a proxy's cut leaves)."""
+    lines = list(lines)
+    if garbage == "extra":
+        lines.insert(len(lines) // 2, '{"id": "batch_req_0", "custom_id": "req-')
+    elif garbage == "truncate" and lines:
+        lines[0] = lines[0][: len(lines[0]) // 2]
+    return "".join(line + "\n" for line in lines)

@@ -179,18 +179,7 @@ def test_a_killed_run_re_attaches_to_its_batches_instead_of_submitting_again(mod
     cache = str(tmp_path / "cache")
     config = _config(model, cache=cache, metrics=["correctness", "faithfulness"], batch=FAST)
     del config["embeddings"]  # (a function does not cross to the other process; these metrics need none)
-    model.batches.delay = 3600.0  # the first round will not end while the first process lives
-    env = {**os.environ, "RAGJUDGE_CACHE_DIR": str(tmp_path / "unused")}
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN.format(tests=str(TESTS), config=config)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not model.batches.created and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    time.sleep(0.3)  # let it record the batch and start polling
-    proc.kill()
-    proc.wait()
-    assert len(model.batches.created) == 1, proc.stderr.read().decode()[-2000:]
-    first_round = list(model.batches.submitted)
+    first_round = _kill_after_first_batch(model, config, tmp_path)  # the first round does not end while it lives
     recorded = CallCache(cache).batches()
     assert recorded and recorded[0]["batch_id"] == model.batches.created[0] and recorded[0]["lines"] == len(first_round)
     # the re-run: the batch has ended meanwhile; its lines are read from it, not submitted again
@@ -281,3 +270,93 @@ def test_servers_that_refuse_json_schema_are_negotiated_down_inside_batches(fake
     pd.testing.assert_frame_equal(_scores(out), _scores(sync))
     refused = len(fake_llm.batches.submitted) - len(set(fake_llm.batches.submitted))
     assert refused > 0  # the first lines were refused and sent again in the weaker mode
+
+
+# ------------------------------------------------------------ results read line by line (docs/failure-modes.md)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_one_unreadable_result_line_costs_nothing_else(model, tmp_path, provider):
+    """A garbage line among a batch's results (OpenAI's output file, Anthropic's results stream) is that line's
+    problem only: every other reply is read, and a re-run buys nothing again."""
+    df = _rows(8)
+    sync = evaluate_frame(df, _config(model, provider, cache=False, metrics=["correctness"]))
+    model.reset()
+    model.batches.garbage_batches = 100  # every batch's results carry one unreadable line besides the real ones
+    cache = str(tmp_path / "c")
+    out = evaluate_frame(df, _config(model, provider, cache=cache, metrics=["correctness"], batch=FAST))
+    submitted = model.batches.submitted
+    assert len(submitted) == 8 and len(set(submitted)) == 8  # each call bought once
+    assert len(model.batches.created) == 1
+    assert sorted(model.batches.served) == sorted(submitted)  # ... and served once
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))  # nothing served was lost
+    # a re-run: every reply is in the cache, nothing is bought again
+    again = evaluate_frame(df, _config(model, provider, cache=cache, metrics=["correctness"], batch=FAST))
+    assert len(model.batches.submitted) == 8 and len(model.batches.created) == 1
+    pd.testing.assert_frame_equal(_scores(again), _scores(sync))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_torn_result_line_is_the_only_call_asked_again(model, provider):
+    """A result line cut in half loses that one reply: that call alone goes into the next round."""
+    df = _rows(8)
+    sync = evaluate_frame(df, _config(model, provider, cache=False, metrics=["correctness"]))
+    model.reset()
+    model.batches.garbage_batches = 1
+    model.batches.garbage_mode = "truncate"
+    out = evaluate_frame(df, _config(model, provider, cache=False, metrics=["correctness"], batch=FAST))
+    submitted = model.batches.submitted
+    assert len(submitted) == 9 and len(set(submitted)) == 8  # the torn line's call, once more
+    assert len(model.batches.created) == 2
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    torn = [t for t in out.transcripts if t.get("batch_rounds") == 2]
+    assert len(torn) == 1
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_reply_and_an_error_for_the_same_custom_id_keep_the_reply(model, provider):
+    df = _rows(8)
+    sync = evaluate_frame(df, _config(model, provider, cache=False, metrics=["correctness"]))
+    model.reset()
+    model.batches.duplicate_errors = 100  # every batch reports its first answered line twice: reply, then a 500
+    out = evaluate_frame(df, _config(model, provider, cache=False, metrics=["correctness"], batch=FAST))
+    assert len(model.batches.submitted) == 8 and len(model.batches.created) == 1  # nothing bought twice
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+
+
+def test_re_attaching_to_a_batch_the_provider_no_longer_has_submits_its_calls_again(model, tmp_path):
+    df = _rows(20)
+    metrics = ["correctness", "faithfulness"]
+    sync = evaluate_frame(df, _config(model, cache=False, metrics=metrics))
+    model.reset()
+    cache = str(tmp_path / "cache")
+    config = _config(model, cache=cache, metrics=metrics, batch=FAST)
+    del config["embeddings"]
+    first_round = _kill_after_first_batch(model, config, tmp_path)
+    gone = model.batches.created[0]
+    model.batches.forget(gone)  # deleted, or past the provider's retention: every request about it is a 404
+    model.batches.delay = 0.0
+    out = evaluate_frame(df, config)
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))  # no row fails for it
+    rerun = model.batches.submitted[len(first_round):]
+    assert set(first_round) <= set(rerun)  # the lost batch's calls were submitted again ...
+    assert len(rerun) == len(set(rerun))  # ... once each
+    assert [b["state"] for b in CallCache(cache).batches() if b["batch_id"] == gone] == ["gone"]
+    assert all(t.get("batch_rounds") == 1 for t in out.transcripts if t.get("via") == "batch")
+
+
+def _kill_after_first_batch(model, config, tmp_path) -> list[str]:
+    """Run ``_rows(20)`` with ``config`` in another process, kill it once its first batch is submitted and recorded
+    (the server is told to take an hour over it); the custom ids that batch carried."""
+    model.batches.delay = 3600.0
+    env = {**os.environ, "RAGJUDGE_CACHE_DIR": str(tmp_path / "unused")}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN.format(tests=str(TESTS), config=config)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not model.batches.created and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)  # let it record the batch and start polling
+    proc.kill()
+    proc.wait()
+    assert len(model.batches.created) == 1, proc.stderr.read().decode()[-2000:]
+    return list(model.batches.submitted)

@@ -10,12 +10,18 @@ for the next batch: **rounds** come from the metrics' own order, with no metric 
 * The request body of a line is the one the synchronous path would send (:meth:`Backend.batch_line`), and its
   reply is parsed by the same code, then cached, accounted and transcribed by the one client path.
 * Cache hits never reach the runner; identical calls in flight are one line.
-* A line that errors with a retryable reason (5xx, 429, expired, cancelled, missing from the results) goes into
-  the next round, at most ``max_rounds`` times; a permanent error (a bad request) fails its call at once, with the
-  provider's message: the row is recorded as failed and the run goes on.
+* A line that errors with a retryable reason (5xx, 429, expired, cancelled, missing from the results, a result line
+  that cannot be read) goes into the next round, at most ``max_rounds`` times; a permanent error (a bad request)
+  fails its call at once, with the provider's message: the row is recorded as failed and the run goes on.
+* Results are read line by line: one unreadable line costs its own call, never the batch's other replies. A reply
+  and an error for the same ``custom_id`` keep the reply.
 * Every submitted batch is recorded with the cache keys of its lines in the cache database
   (:meth:`CallCache.record_batch`) before anything waits on it. A call whose key is in a pending batch
-  re-attaches to that batch instead of being submitted again: a killed run's re-run pays for nothing twice.
+  re-attaches to that batch instead of being submitted again: a killed run's re-run pays for nothing twice. A
+  re-attached batch the provider no longer has (404) is marked ``gone`` and its calls are submitted again, without
+  using up a round.
+* Progress lines never stop work (a write that fails is dropped), and the coordinator thread never dies silently:
+  whatever stops it fails every call still waiting, with the reason, and the next call starts a new coordinator.
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ class _Line:
     response: ChatResponse | None = None
     error: BackendError | None = None
     done: bool = False
+    gone: bool = False  # re-attached to a batch the provider no longer has: submit it again, in the same round
     followers: list[_Line] = field(default_factory=list)
 
 
@@ -101,6 +108,7 @@ class _Batch:
     interval: float
     attached: bool = False
     last_status: str = ""
+    read_failures: int = 0  # polls whose results could not be downloaded
 
 
 class BatchRunner:
@@ -136,13 +144,15 @@ class BatchRunner:
         self._pending: dict[str, _Line] = {}  # key -> line not submitted yet
         self._attach: dict[str, list[_Line]] = {}  # batch id -> lines re-attached to a recorded batch
         self._inflight: dict[str, _Batch] = {}
+        self._open: dict[int, _Line] = {}  # id -> every line (not a follower) not delivered yet
         self._closed = False
         self._quiet_since: float | None = None
         self._thread: threading.Thread | None = None
         self._local = threading.local()
         #: counters (also in the client's usage): batches submitted, lines sent, lines re-attached, rounds, polls
         self.stats = {"batches": 0, "lines": 0, "reattached_lines": 0, "reattached_batches": 0, "retried_lines": 0,
-                      "rounds": 0, "polls": 0, "failed_lines": 0}
+                      "rounds": 0, "polls": 0, "failed_lines": 0, "unreadable_lines": 0, "gone_batches": 0,
+                      "progress_write_errors": 0, "coordinator_errors": 0}
         self.log: list[dict[str, Any]] = []  # one record per batch: id, lines, states seen, seconds
 
     # ------------------------------------------------------------------ tasks
@@ -204,11 +214,16 @@ class BatchRunner:
                 try:
                     while not line.done:
                         self._cond.wait(timeout=1.0)
+                        if not line.done:
+                            self._start()  # a coordinator that stopped after this line was queued: start another
                 finally:
                     self._waiting -= 1
             batch_id = line.batch_id
             if line.response is not None:
                 return line.response, rounds, None, batch_id
+            if line.gone:  # its batch no longer exists: this run never paid for it; submit it, same round
+                rounds -= 1
+                continue
             last = line.error or BackendError(ErrorKind.TRANSIENT, "the batch returned no result for this line")
             if last.kind is ErrorKind.FORMAT_REJECTED and format_changes < 4:
                 format_changes += 1  # the backend moved to a weaker output mode: the same call, new body
@@ -236,10 +251,12 @@ class BatchRunner:
                 line = _Line(key, request, None, mode, batch_id=batch_id)
                 self._attach.setdefault(batch_id, []).append(line)
                 self.stats["reattached_lines"] += 1
+                self._open[id(line)] = line
                 return line
             body, mode = self.backend.batch_line(request)
             line = _Line(key, request, body, mode)
             self._pending[key] = line
+            self._open[id(line)] = line
             return line
 
     def _recorded(self, key: str) -> tuple[str, str | None] | None:
@@ -254,7 +271,8 @@ class BatchRunner:
     # ------------------------------------------------------------------ coordinator
 
     def _start(self) -> None:
-        if self._thread is None:
+        """Start the coordinator unless it runs (called with the condition held)."""
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="ragjudge-batches", daemon=True)
             self._thread.start()
 
@@ -263,8 +281,10 @@ class BatchRunner:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._cond:
             self._thread = None
         with self._cond:
             self._closed = False  # the client may be used again: a later call starts a new coordinator
@@ -274,6 +294,28 @@ class BatchRunner:
         return self._waiting >= self._active
 
     def _run(self) -> None:
+        try:
+            self._coordinate()
+        except BaseException as e:  # noqa: BLE001 - whatever stops the coordinator reaches every waiting call
+            self._abandon(e)
+
+    def _abandon(self, exc: BaseException) -> None:
+        """The coordinator stopped on ``exc`` (a bug of ours or of a library): fail every call still waiting with the
+        reason instead of leaving its task waiting forever. Submitted batches stay recorded in the cache: a re-run
+        re-attaches to them."""
+        err = BackendError(ErrorKind.INTERNAL, f"the batch coordinator stopped ({type(exc).__name__}: {exc}); "
+                                               "batches already submitted are kept: a re-run re-attaches to them")
+        with self._cond:
+            self.stats["coordinator_errors"] += 1
+            lines = list(self._open.values())
+            self._pending.clear()
+            self._attach = {}
+            self._inflight.clear()
+            self.log.append({"coordinator_error": str(err)})
+        for line in lines:
+            self._deliver(line, error=err)
+
+    def _coordinate(self) -> None:
         # a task that just got its reply needs a moment to reach its next call: wait that long with everyone waiting
         # before sending, so a round is one batch and not several
         settle = min(1.0, max(0.25, self.options.poll_interval / 10))
@@ -376,8 +418,10 @@ class BatchRunner:
             assert err is not None
             if err.retryable:
                 self._reschedule(batch, now)
-                return
-            self._finish(batch, error=err)  # the batch is unknown to the provider (deleted, another account)
+            elif err.status == 404:
+                self._gone(batch, err)
+            else:
+                self._finish(batch, error=err)  # the provider refuses to show it (another account, a revoked key)
             return
         counts = ", ".join(f"{k} {v}" for k, v in state.counts.items())
         if state.status != batch.last_status or state.ended:
@@ -396,16 +440,44 @@ class BatchRunner:
                 return
             self._reschedule(batch, now)
             return
-        outcomes: dict[str, dict[str, Any]] = {}
         results, _, err, _ = self.sender.send(
             lambda t: list(self.backend.batch_results(state, timeout=t)))
         if results is None:
             assert err is not None
+            if err.retryable and batch.read_failures < _READ_RETRIES:  # paid for and kept by the provider: read later
+                batch.read_failures += 1
+                self._say(f"batch {batch.batch_id}: its results could not be read ({err}); trying again")
+                self._reschedule(batch, now)
+                return
             self._finish(batch, error=BackendError(ErrorKind.TRANSIENT, f"the results of batch {batch.batch_id} "
-                                                                         f"could not be read: {err}"))
+                                                                         f"could not be read: {err}"),
+                         state="ended" if err.retryable else "failed")
             return
-        outcomes = dict(results)
-        self._finish(batch, outcomes=outcomes, message=state.message)
+        outcomes, unreadable = _merge_results(results)
+        if unreadable:
+            with self._cond:
+                self.stats["unreadable_lines"] += unreadable
+            self._say(f"batch {batch.batch_id}: {unreadable} result line(s) could not be read; only their call(s) "
+                      "go into the next round")
+        message = "; ".join(m for m in (state.message, f"{unreadable} result line(s) could not be read"
+                                        if unreadable else None) if m) or None
+        self._finish(batch, outcomes=outcomes, message=message)
+
+    def _gone(self, batch: _Batch, err: BackendError) -> None:
+        """The provider no longer has ``batch`` (404: deleted, past its retention, another project): its calls are
+        submitted again -- for a batch an earlier run submitted, without using up one of this run's rounds."""
+        with self._cond:
+            self._inflight.pop(batch.batch_id, None)
+            lines = [line for waiting in batch.lines.values() for line in waiting]
+            self.stats["gone_batches"] += 1
+        if self.cache is not None:
+            self.cache.set_batch_state(batch.batch_id, "gone")
+        self._say(f"batch {batch.batch_id}: the provider no longer has it ({err}); its {len(lines)} call(s) are "
+                  "submitted again")
+        gone = BackendError(ErrorKind.TRANSIENT, f"batch {batch.batch_id} is no longer with the provider: {err}",
+                            err.status)
+        for line in lines:
+            self._deliver(line, error=gone, gone=batch.attached)
 
     def _reschedule(self, batch: _Batch, now: float) -> None:
         with self._cond:
@@ -413,13 +485,13 @@ class BatchRunner:
             batch.next_poll = now + batch.interval
 
     def _finish(self, batch: _Batch, *, outcomes: dict[str, dict[str, Any]] | None = None,
-                error: BackendError | None = None, message: str | None = None) -> None:
+                error: BackendError | None = None, message: str | None = None, state: str | None = None) -> None:
         with self._cond:
             self._inflight.pop(batch.batch_id, None)
             waiting = {k: list(v) for k, v in batch.lines.items()}
         cache = self.cache
         if cache is not None:
-            cache.set_batch_state(batch.batch_id, "failed" if error is not None else "read")
+            cache.set_batch_state(batch.batch_id, state or ("failed" if error is not None else "read"))
         for key, lines in waiting.items():
             outcome = (outcomes or {}).get(key)
             for line in lines:
@@ -441,10 +513,14 @@ class BatchRunner:
                 else:
                     self._deliver(line, error=self.backend.batch_error(outcome, line.mode or "text"))
 
-    def _deliver(self, line: _Line, *, response: ChatResponse | None = None, error: BackendError | None = None) -> None:
+    def _deliver(self, line: _Line, *, response: ChatResponse | None = None, error: BackendError | None = None,
+                 gone: bool = False) -> None:
         with self._cond:
+            if line.done:
+                return  # delivered already (the coordinator stopped while delivering)
+            self._open.pop(id(line), None)
             for target in (line, *line.followers):
-                target.response, target.error, target.batch_id = response, error, line.batch_id
+                target.response, target.error, target.batch_id, target.gone = response, error, line.batch_id, gone
                 target.done = True
             self._cond.notify_all()
 
@@ -453,9 +529,40 @@ class BatchRunner:
             self._deliver(line, error=err)
 
     def _say(self, message: str) -> None:
-        if self._progress is not None:
+        """A progress line. Its write failing (stderr closed, a pipe whose reader left: ``... 2>&1 | head``) never
+        stops work: the line is dropped and counted."""
+        if self._progress is None:
+            return
+        try:
             self._progress(f"ragjudge: {message}")
+        except Exception:  # noqa: BLE001 - progress is never worth a run
+            with self._cond:
+                self.stats["progress_write_errors"] += 1
+
+
+#: polls that may fail to download an ended batch's results (each after the sender's own retries) before its calls
+#: go into the next round: the results are paid for and kept by the provider, reading them again costs nothing
+_READ_RETRIES = 3
+
+
+def _merge_results(results: list[tuple[str | None, dict[str, Any]]]) -> tuple[dict[str, dict[str, Any]], int]:
+    """Outcomes by custom id, and how many lines could not be read (with or without a custom id found in them). A
+    reply wins over an error for the same id (a provider that lists a line in both its output and its error file
+    served it)."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    unreadable = 0
+    for cid, outcome in results:
+        if cid is None or outcome.get("code") == "batch_unreadable_line":
+            unreadable += 1
+        if cid is None:
+            continue
+        have = outcomes.get(cid)
+        if have is None or ("body" in outcome and "body" not in have):
+            outcomes[cid] = outcome
+    return outcomes, unreadable
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    stream = sys.stderr
+    if stream is not None:  # None: the process started with stderr closed
+        print(message, file=stream, flush=True)

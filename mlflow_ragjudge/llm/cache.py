@@ -297,7 +297,8 @@ class CallCache:
         return (str(row[0]), row[1]) if row else None
 
     def set_batch_state(self, batch_id: str, state: str) -> None:
-        """``submitted`` -> ``ended`` (results available) -> ``read`` (every line delivered), or ``failed``."""
+        """``submitted`` -> ``ended`` (results available) -> ``read`` (every line delivered), or ``failed``, or
+        ``gone`` (the provider no longer has it: a 404)."""
         if self.read_only:
             return
         try:

@@ -14,7 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._sdk import classify, missing_sdk
-from .base import Backend, BackendError, BatchState, ChatRequest, ChatResponse, ErrorKind, url_credentials
+from .base import (
+    Backend,
+    BackendError,
+    BatchState,
+    ChatRequest,
+    ChatResponse,
+    ErrorKind,
+    unreadable_result,
+    url_credentials,
+)
 
 
 class AnthropicBackend(Backend):
@@ -173,23 +182,19 @@ class AnthropicBackend(Backend):
         return BatchState(batch_id, str(b.processing_status), b.processing_status == "ended", counts,
                           expires_at=getattr(b, "expires_at", None))
 
-    def batch_results(self, state: BatchState, *, timeout: float) -> Iterator[tuple[str, dict[str, Any]]]:
+    def batch_results(self, state: BatchState, *, timeout: float) -> Iterator[tuple[str | None, dict[str, Any]]]:
+        """``(custom_id, outcome)`` per line of an ended batch's results stream, read line by line (the SDK's
+        decoder stops at the first line that is not JSON): a line that cannot be read is an error outcome for its
+        call alone (:func:`unreadable_result`)."""
         anthropic = self._sdk()
         try:
-            results = self._get_client().messages.batches.results(state.batch_id, timeout=timeout)
-            for item in results:
-                result = item.result
-                rtype = getattr(result, "type", None)
-                if rtype == "succeeded":
-                    yield str(item.custom_id), {"body": result.message.model_dump(mode="json")}
-                elif rtype == "errored":
-                    err = getattr(getattr(result, "error", None), "error", None)
-                    etype = str(getattr(err, "type", "") or "")
-                    yield str(item.custom_id), {"error": str(getattr(err, "message", "") or etype or "errored"),
-                                                "code": etype, "status": _ANTHROPIC_STATUS.get(etype)}
-                else:  # canceled, expired
-                    yield str(item.custom_id), {"error": f"the batch line was {rtype}", "code": f"batch_{rtype}",
-                                                "status": None}
+            response = self._get_client().messages.batches.results(state.batch_id, timeout=timeout).http_response
+            try:
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield _batch_result_line(line)
+            finally:
+                response.close()
         except BackendError:
             raise
         except Exception as exc:
@@ -219,3 +224,26 @@ class AnthropicBackend(Backend):
 _ANTHROPIC_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
                      "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
                      "overloaded_error": 529}
+
+
+def _batch_result_line(line: str) -> tuple[str | None, dict[str, Any]]:
+    """One line of a message batch's results as ``(custom_id, outcome)``; never raises."""
+    try:
+        rec = json.loads(line)
+    except ValueError as e:
+        return unreadable_result(line, f"not JSON: {e}")
+    if not isinstance(rec, dict) or rec.get("custom_id") is None or not isinstance(rec.get("result"), dict):
+        return unreadable_result(line, "not a result record")
+    cid, result = str(rec["custom_id"]), rec["result"]
+    rtype = result.get("type")
+    if rtype == "succeeded" and isinstance(result.get("message"), dict):
+        return cid, {"body": result["message"]}
+    if rtype == "errored":
+        outer: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
+        err: dict[str, Any] = outer["error"] if isinstance(outer.get("error"), dict) else outer
+        etype = str(err.get("type") or "")
+        return cid, {"error": str(err.get("message") or etype or "errored"), "code": etype,
+                     "status": _ANTHROPIC_STATUS.get(etype)}
+    if rtype in ("canceled", "expired"):
+        return cid, {"error": f"the batch line was {rtype}", "code": f"batch_{rtype}", "status": None}
+    return unreadable_result(line, f"result type {rtype!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "BackendError",
     "Backend",
     "BatchState",
+    "unreadable_result",
     "JsonSchema",
     "SCHEMA_NOTE_VERSION",
     "CARRY_MODES",
@@ -232,6 +234,25 @@ class BatchState:
     expires_at: Any = None
     message: str | None = None
     files: tuple[str | None, ...] = ()
+
+
+_CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def unreadable_result(text: str, why: str) -> tuple[str | None, dict[str, Any]]:
+    """One line of a batch's results that cannot be read (not JSON, torn, not a result record): its ``custom_id``
+    when it can still be found in the text (None otherwise) and an error outcome for that call alone, retryable
+    (the reply was lost on the way, not refused), so the batch's other lines are read as usual."""
+    match = _CUSTOM_ID.search(text)
+    cid: str | None = None
+    if match is not None:
+        try:
+            cid = str(json.loads(f'"{match.group(1)}"'))
+        except ValueError:
+            cid = None
+    snippet = text[:80] + ("..." if len(text) > 80 else "")
+    return cid, {"error": f"its result line could not be read ({why}): {snippet!r}", "code": "batch_unreadable_line",
+                 "status": None}
 
 
 class Backend(ABC):

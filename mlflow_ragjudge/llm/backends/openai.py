@@ -45,6 +45,7 @@ from .base import (
     EmbedResponse,
     ErrorKind,
     carry_schema,
+    unreadable_result,
     url_credentials,
 )
 
@@ -384,9 +385,10 @@ class OpenAIBackend(Backend):
                           done, expires_at=getattr(b, "expires_at", None), message=message,
                           files=(getattr(b, "output_file_id", None), getattr(b, "error_file_id", None)))
 
-    def batch_results(self, state: BatchState, *, timeout: float) -> Iterator[tuple[str, dict[str, Any]]]:
+    def batch_results(self, state: BatchState, *, timeout: float) -> Iterator[tuple[str | None, dict[str, Any]]]:
         """``(custom_id, outcome)`` per line of an ended batch: ``{"body": ...}`` for a reply, ``{"error": ...}``
-        (with ``status``, ``kind``) for a line that failed, expired or was cancelled."""
+        (with ``status``, ``kind``) for a line that failed, expired or was cancelled. Read line by line: a line
+        that cannot be read is an error outcome for its call alone (:func:`unreadable_result`)."""
         openai = self._sdk()
         client = self._get_client()
         for file_id in state.files:
@@ -397,19 +399,8 @@ class OpenAIBackend(Backend):
             except Exception as exc:
                 raise classify(exc, openai) from exc
             for line in text.splitlines():
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                cid = str(rec.get("custom_id"))
-                response = rec.get("response") or {}
-                status = int(response.get("status_code") or 0)
-                if rec.get("error") is None and status == 200 and isinstance(response.get("body"), dict):
-                    yield cid, {"body": response["body"]}
-                    continue
-                err = rec.get("error") or ((response.get("body") or {}).get("error")) or {}
-                code = str(err.get("code") or err.get("type") or "")
-                yield cid, {"error": str(err.get("message") or code or f"HTTP {status}"), "status": status or None,
-                            "code": code}
+                if line.strip():
+                    yield _batch_result_line(line)
 
     def batch_response(self, request: ChatRequest, mode: str, body: dict[str, Any]) -> ChatResponse:
         from openai.types.chat import ChatCompletion
@@ -495,3 +486,27 @@ def _refuses_format(err: BackendError) -> bool:
         return False
     text = err.message + " " + json.dumps(err.extra, default=str)
     return bool(_FORMAT_WORDS.search(text))
+
+
+def _batch_result_line(line: str) -> tuple[str | None, dict[str, Any]]:
+    """One line of a batch's output or error file as ``(custom_id, outcome)``; never raises."""
+    try:
+        rec = json.loads(line)
+    except ValueError as e:
+        return unreadable_result(line, f"not JSON: {e}")
+    if not isinstance(rec, dict) or rec.get("custom_id") is None:
+        return unreadable_result(line, "not a result record")
+    cid = str(rec["custom_id"])
+    response: dict[str, Any] = rec["response"] if isinstance(rec.get("response"), dict) else {}
+    body = response.get("body")
+    try:
+        status = int(response.get("status_code") or 0)
+    except (TypeError, ValueError):
+        status = 0
+    if rec.get("error") is None and status == 200 and isinstance(body, dict):
+        return cid, {"body": body}
+    err = rec.get("error") or (body.get("error") if isinstance(body, dict) else None) or {}
+    if not isinstance(err, dict):
+        err = {"message": str(err)}
+    code = str(err.get("code") or err.get("type") or "")
+    return cid, {"error": str(err.get("message") or code or f"HTTP {status}"), "status": status or None, "code": code}
