@@ -4,11 +4,14 @@ independent schema-following model."""
 
 from __future__ import annotations
 
+import concurrent.futures.thread
+import io
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -360,3 +363,110 @@ def _kill_after_first_batch(model, config, tmp_path) -> list[str]:
     proc.wait()
     assert len(model.batches.created) == 1, proc.stderr.read().decode()[-2000:]
     return list(model.batches.submitted)
+
+
+# ------------------------------------------------------------ no thread dies silently (docs/failure-modes.md)
+
+
+class _BrokenPipe(io.TextIOBase):
+    """stderr whose reader has gone: every write raises, as ``... 2>&1 | head -2`` does once head has exited."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def isatty(self):
+        return False
+
+
+def _within(seconds: float, fn):
+    """``fn()`` in a thread; the test fails (instead of hanging) when it has not returned after ``seconds``."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test below
+            box["error"] = e
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        # a hung run: its pool's threads would also hold the interpreter's exit (concurrent.futures joins them then)
+        concurrent.futures.thread._threads_queues.clear()
+        pytest.fail(f"the evaluation was still running after {seconds:g} s: it hangs")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@pytest.mark.parametrize("bar", [False, True], ids=["batch-progress", "batch-progress+bar"])
+def test_a_batch_run_whose_stderr_is_a_broken_pipe_scores_every_row(model, monkeypatch, bar):
+    """Progress lines (the batch runner's, written from its coordinator thread, and the tqdm bar) to a stderr whose
+    reader has gone are dropped; the run scores every row."""
+    df = _rows(6)
+    metrics = ["correctness", "faithfulness"]  # two rounds: progress is written while tasks wait
+    sync = evaluate_frame(df, _config(model, cache=False, metrics=metrics))
+    model.reset()
+    monkeypatch.setattr(sys, "stderr", _BrokenPipe())
+    out = _within(120, lambda: evaluate_frame(df, _config(model, cache=False, metrics=metrics, progress=bar,
+                                                          batch={**FAST, "progress": True})))
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    assert len(model.batches.created) == 2 and len(model.batches.submitted) == len(set(model.batches.submitted))
+
+
+def test_a_coordinator_that_stops_fails_its_calls_with_the_reason_instead_of_hanging(model, monkeypatch, tmp_path):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the coordinator")
+
+    monkeypatch.setattr(CallCache, "record_batch", broken)  # runs on the coordinator thread after each submit
+    out = _within(120, lambda: evaluate_frame(_rows(4), _config(model, cache=str(tmp_path / "c"),
+                                                                 metrics=["correctness"], batch=FAST)))
+    assert set(out.table["correctness/status"]) == {"failed:internal_error"}
+    assert all("batch coordinator stopped (RuntimeError: a bug in the coordinator)" in j
+               for j in out.table["correctness/justification"])
+    assert out.failures and out.failures[0]["metric"] == "correctness"  # reported loudly, the run completed
+
+
+def _cli_command(model, data: Path) -> list[str]:
+    config = {"batch": {**FAST, "progress": True}, "progress": True}
+    return [sys.executable, "-m", "mlflow_ragjudge", "evaluate", str(data), "--judge",
+            f"openai:/gpt-4o-mini?base_url={model.openai_base_url}", "--metrics", "correctness", "--batch",
+            "--config", json.dumps(config)]
+
+
+def _logged_run(uri: str) -> dict[str, float]:
+    from mlflow import MlflowClient
+
+    runs = MlflowClient(uri).search_runs(["0"])
+    assert len(runs) == 1
+    return runs[0].data.metrics
+
+
+@pytest.mark.parametrize("how", ["2>&1 | head -2", "2>&-"])
+def test_cli_batch_run_with_stderr_gone_completes(model, tmp_path, fresh_tracking_uri, how):
+    """``ragjudge evaluate ... --batch 2>&1 | head -2`` (both streams become a pipe nobody reads after two lines)
+    and ``2>&-`` (no stderr at all): the command ends, exit 0, every row scored and logged. A timeout fails the test
+    instead of a hang."""
+    data = tmp_path / "data.jsonl"
+    _rows(4).to_json(data, orient="records", lines=True)
+    uri = fresh_tracking_uri(tmp_path / "mlflow.db")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache")}
+    script = f'set -o pipefail; "$@" {how}'
+    try:
+        done = subprocess.run(["bash", "-c", script, "ragjudge", *_cli_command(model, data)], env=env,
+                              capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"`ragjudge evaluate --batch {how}` hung: {e}")
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    if how.startswith("2>&1"):
+        assert "ragjudge" in done.stdout and "MLflow run" not in done.stdout  # what head let through
+    else:
+        assert "MLflow run" in done.stdout  # the summary, on stdout
+    metrics = _logged_run(uri)  # every row judged: scored, or abstained as the judge said "not sure"; none failed
+    assert metrics["correctness/count"] == 4 and metrics["correctness/n_failed"] == 0
+    assert metrics["correctness/n_scored"] + metrics["correctness/n_abstained"] == 4
+    assert len(model.batches.submitted) == 4 and model.requests_for("openai_chat") == []

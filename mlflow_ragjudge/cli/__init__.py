@@ -36,6 +36,7 @@ from .exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_N
 from .labels import labels_command, log_saved_command
 from .parser import build_parser
 from .reading import load_plugins, read_grid, read_table
+from .streams import guarded_streams
 from .sweep import QUICKSTART_VARIANTS, quickstart_command, sweep_command
 
 __all__ = ["main", "read_table", "read_grid", "metrics_table", "QUICKSTART_VARIANTS", "EXIT_OK", "EXIT_BAD_INPUT",
@@ -43,6 +44,13 @@ __all__ = ["main", "read_table", "read_grid", "metrics_table", "QUICKSTART_VARIA
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. Output nobody reads any more (``| head``, ``2>&-``) never stops it
+    (:mod:`.streams`)."""
+    with guarded_streams():
+        return _command(argv)
+
+
+def _command(argv: list[str] | None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no progress bars between our lines
     argv = list(sys.argv[1:] if argv is None else argv)

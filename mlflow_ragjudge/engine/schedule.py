@@ -18,14 +18,36 @@ __all__ = ["schedule", "score_row", "prepare_metrics", "by_output", "ERROR_KEY"]
 
 
 def _progress_bar(total: int, desc: str, setting: bool | str) -> Any:
-    """A tqdm bar on stderr (``progress='auto'``: only on a terminal), or None."""
-    if setting is False or (setting == "auto" and not sys.stderr.isatty()):
+    """A tqdm bar on stderr (``progress='auto'``: only on a terminal), or None (also when stderr is closed)."""
+    stream = sys.stderr
+    if setting is False or stream is None or (setting == "auto" and not _isatty(stream)):
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=desc, unit="task", file=sys.stderr)
+    try:
+        return tqdm(total=total, desc=desc, unit="task", file=stream)
+    except Exception:  # its first write failed: no bar, the run goes on
+        return None
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (OSError, ValueError, AttributeError):  # closed, or an object without isatty
+        return False
+
+
+def _bar_step(bar: Any, close: bool = False) -> None:
+    """Move (or close) the progress bar. Its write failing (stderr closed, a pipe whose reader left) never stops
+    work: the bar is only progress."""
+    if bar is None:
+        return
+    try:
+        bar.close() if close else bar.update(1)
+    except Exception:  # progress is never worth a row
+        pass
 
 ERROR_KEY = "__error__"
 
@@ -66,8 +88,7 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
             with _task(runner, spec):
                 out[spec.name][i] = score_row(spec, states[spec.name], rows[i], ctx)
         finally:
-            if bar is not None:
-                bar.update(1)
+            _bar_step(bar)
 
     def batch(spec: MetricSpec) -> None:
         try:
@@ -80,8 +101,7 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
         except Exception as e:
             out[spec.name] = [_crash(e) for _ in rows]
         finally:
-            if bar is not None:
-                bar.update(1)
+            _bar_step(bar)
 
     jobs: list[Callable[[], None]] = [lambda s=s: batch(s) for s in batched]  # type: ignore[misc]
     # row-major: a row's metrics start together, so work they share (one statement extraction, one combined
@@ -99,8 +119,7 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
                 for f in [pool.submit(job) for job in jobs]:
                     f.result()
     finally:
-        if bar is not None:
-            bar.close()
+        _bar_step(bar, close=True)
         if runner is not None:
             runner.close()
     return out
