@@ -296,7 +296,7 @@ class BatchRunner:
     def _run(self) -> None:
         try:
             self._coordinate()
-        except BaseException as e:  # noqa: BLE001 - whatever stops the coordinator reaches every waiting call
+        except BaseException as e:  # whatever stops the coordinator reaches every waiting call
             self._abandon(e)
 
     def _abandon(self, exc: BaseException) -> None:
@@ -535,7 +535,7 @@ class BatchRunner:
             return
         try:
             self._progress(f"ragjudge: {message}")
-        except Exception:  # noqa: BLE001 - progress is never worth a run
+        except Exception:  # progress is never worth a run
             with self._cond:
                 self.stats["progress_write_errors"] += 1
 
