@@ -74,9 +74,13 @@ def chromium(url: str, *, screenshot: Path | None = None, width: int = 1500, hei
 
 
 def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = None, width: int = 1900,
-           height: int = 1000, settle: float = 8.0, timeout: float = 120.0) -> str:
+           height: int = 1000, settle: float = 8.0, timeout: float = 120.0, ready: tuple[str, ...] = (),
+           until: tuple[str, ...] = ()) -> str:
     """Open ``url`` in headless Chromium driven over the DevTools protocol, click each CSS selector of ``clicks``
     that is on the page (in order, a second apart), optionally write a PNG, and return the DOM.
+
+    ``ready``: texts the page must show before the clicks; ``until``: texts it must show after them. Each is waited
+    for (polled, up to ``timeout``) on top of ``settle``, so a slow machine renders late rather than never.
 
     For pages whose interesting state needs a click (a parent run's children expanded, a panel closed), which
     ``chromium --screenshot`` cannot do. Uses aiohttp's websocket client (an MLflow dependency)."""
@@ -117,13 +121,24 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
                     if msg.get("id") == mine:
                         return msg.get("result") or {}
 
+            async def dom() -> str:
+                got = await call("Runtime.evaluate", expression="document.documentElement.outerHTML")
+                return str(got.get("result", {}).get("value", ""))
+
+            async def shows(texts: tuple[str, ...]) -> None:
+                end = time.time() + timeout
+                while texts and not all(t in await dom() for t in texts) and time.time() < end:
+                    await asyncio.sleep(1.0)
+
             await call("Page.enable")
             await call("Page.navigate", url=url)
             await asyncio.sleep(settle)
+            await shows(ready)
             for selector in clicks:
                 await call("Runtime.evaluate", expression=(
                     f"(() => {{ const b = document.querySelector({json.dumps(selector)}); if (b) b.click(); }})()"))
                 await asyncio.sleep(1.5)
+            await shows(until)
             if screenshot is not None:
                 shot = await call("Page.captureScreenshot", format="png")
                 Path(screenshot).write_bytes(base64.b64decode(shot["data"]))

@@ -88,7 +88,7 @@ def test_cache_can_be_switched_off(fake_llm, oa):
     assert fake_llm.request_count == 2
 
 
-def test_unparseable_reply_is_reasked_twice_then_fails_and_is_not_cached(fake_llm, oa, tmp_path):
+def test_unparseable_reply_is_reasked_twice_then_fails_and_is_kept(fake_llm, oa, tmp_path):
     fake_llm.set_handler(lambda r: "I think it is quite good.")
     cache = CallCache(tmp_path / "c.sqlite")
     client = oa(cache=cache)
@@ -98,13 +98,41 @@ def test_unparseable_reply_is_reasked_twice_then_fails_and_is_not_cached(fake_ll
     assert fake_llm.request_count == 3  # the first try and two re-asks (max_reasks=2)
     reask = fake_llm.requests[1].messages
     assert reask[-2]["role"] == "assistant" and "could not be read" in reask[-1]["content"]
-    assert len(cache) == 0
+    # every reply is stored as it arrives (the first and the re-ask's, whose two identical requests share a key)
+    assert len(cache) == 2
     assert [r["outcome"] for r in res.records] == ["parse_error"] * 3
     # each re-ask shows the original request and only the last reply, so the prompt does not grow
     assert len(fake_llm.requests[2].messages) == len(fake_llm.requests[1].messages)
     client.max_reasks = 0
     fake_llm.reset()
     assert not client.call(_req(), parse=_score_parse, prompt_version="v").ok and fake_llm.request_count == 1
+
+
+def test_a_reply_that_did_not_parse_is_not_bought_again_on_a_rerun(fake_llm, oa, tmp_path):
+    fake_llm.script("no verdict here", "Feedback: better [RESULT] 3")
+    cache = CallCache(tmp_path / "c.sqlite")
+    first = oa(cache=cache).call(_req(), parse=_score_parse, prompt_version="v")
+    assert first.ok and fake_llm.request_count == 2  # the unreadable reply and the re-ask that recovered
+    fake_llm.reset()
+    fake_llm.set_handler(lambda r: "this server would answer anything")
+    again = oa(cache=cache).call(_req(), parse=_score_parse, prompt_version="v")
+    # the re-run reads both replies back: the unreadable one leads to the same re-ask, answered from the cache
+    assert again.ok and again.parsed["score"] == 3 and fake_llm.request_count == 0
+    assert [r["cache_hit"] for r in again.records] == [True, True]
+
+
+def test_a_reply_is_kept_even_when_its_parse_is_killed(fake_llm, oa, tmp_path):
+    fake_llm.set_handler(lambda r: "Feedback: fine [RESULT] 4")
+    cache = CallCache(tmp_path / "c.sqlite")
+
+    def killed(response):  # stands for a parse that hangs and is killed, or a Ctrl-C while it runs
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        oa(cache=cache).call(_req(), parse=killed, prompt_version="v")
+    assert fake_llm.request_count == 1
+    res = oa(cache=cache).call(_req(), parse=_score_parse, prompt_version="v")
+    assert res.ok and res.parsed["score"] == 4 and fake_llm.request_count == 1  # paid once
 
 
 def test_reask_recovers(fake_llm, oa):

@@ -83,8 +83,10 @@ def test_a_sweep_over_http_and_its_parent_and_children_in_the_ui(server, monkeyp
     if chromium_path() is None:
         pytest.skip("chromium is not installed (apt-get install chromium): the UI half of this test needs it")
     exp = mlflow.get_experiment_by_name("ui-sweep").experiment_id
-    runs = browse(f"{server}/#/experiments/{exp}/runs", clicks=(CLOSE_ASSISTANT, EXPAND_PARENT_RUN))
+    runs = browse(f"{server}/#/experiments/{exp}/runs", clicks=(CLOSE_ASSISTANT, EXPAND_PARENT_RUN),
+                  ready=("ui-sweep-parent",), until=("chunk_size=64, top_k=3", "chunk_size=8, top_k=1"))
     # the parent run, expanded, lists both children by name
     assert "ui-sweep-parent" in runs and "chunk_size=64, top_k=3" in runs and "chunk_size=8, top_k=1" in runs
-    page = browse(f"{server}/#/experiments/{exp}/runs/{result.parent_run_id}/artifacts/ragjudge/comparison.json")
+    page = browse(f"{server}/#/experiments/{exp}/runs/{result.parent_run_id}/artifacts/ragjudge/comparison.json",
+                  until=("mean_diff",))
     assert "mean_diff" in page and "p_holm" in page and "correctness" in page

@@ -220,6 +220,12 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
 def _tags(out: EvalOutput) -> dict[str, str]:
     """Run tags that make a failed or gated run visible in the MLflow UI's run list."""
     tags = {"ragjudge.status": "judge_failures" if out.failures else "ok"}
+    stopped = out.config.get("interrupted")
+    if stopped:  # Ctrl-C / SIGTERM: what is logged is what was done (core.stop)
+        tags["ragjudge.status"] = "interrupted"
+        tags["ragjudge.interrupted"] = (f"stopped by {stopped['by']}: {stopped['results_not_judged']} of "
+                                        f"{stopped['results']} results not judged; re-run to finish (cached replies "
+                                        "are not bought again)")
     for f in out.failures:
         tags[f"ragjudge.failure.{f['metric']}"[:250]] = f["message"][:5000]
     if out.gate:

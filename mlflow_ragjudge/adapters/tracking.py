@@ -201,6 +201,11 @@ def get_run(run_id: str) -> Any:
     return _client().get_run(run_id)
 
 
+def mark_killed(run_id: str) -> None:
+    """End a run as KILLED (it was stopped by Ctrl-C / SIGTERM; what it logged is what was done)."""
+    _client().set_terminated(run_id, status="KILLED")
+
+
 def run_name(run_id: str) -> str:
     return str(_client().get_run(run_id).info.run_name or run_id)
 

@@ -12,7 +12,9 @@ Exit codes (docs/judge-client.md):
   ``--max-error-rate`` of its rows (the judge is not working: see the warning);
 * 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate was not met;
 * 5 -- the evaluation completed but could not be logged to MLflow; the message names the local folder
-  where its results (table, transcripts, config, metrics) were saved first.
+  where its results (table, transcripts, config, metrics) were saved first;
+* 130 / 143 -- stopped by Ctrl-C (SIGINT) / SIGTERM: what was done is logged (run status KILLED) and the message
+  says how to finish; a second Ctrl-C exits at once.
 
 When both 3 and 4 apply the exit code is 3: a gate measured by a failing judge means nothing.
 """
@@ -23,12 +25,14 @@ import os
 import sys
 
 from ..core.errors import InputError, LoggingFailed
+from ..core.stop import EXIT_SIGNAL, stop_on_signals
 from .evaluate import (
     config_from_args,
     estimate_command,
     exit_code,
     metrics_table,
     run_evaluation,
+    stopped_message,
     summary,
     testset_command,
 )
@@ -53,7 +57,30 @@ def main(argv: list[str] | None = None) -> int:
 def _command(argv: list[str] | None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no progress bars between our lines
+    as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    with stop_on_signals():  # Ctrl-C / SIGTERM: stop sending, keep what arrives, log what is done (core.stop)
+        code = _main(argv)
+    if code in EXIT_SIGNAL.values() and as_program:
+        _exit_without_waiting(code)
+    return code
+
+
+def _exit_without_waiting(code: int) -> None:
+    """After a stop: a judge request still in flight past the grace period must not hold the process until its
+    timeout (Python waits for worker threads at exit). Everything is logged and flushed by now."""
+    import threading
+
+    if any(t.name.startswith("ragjudge") and t.is_alive() for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream: nothing more to say
+                pass
+        os._exit(code)
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["offline-judge"]:
         from ..workflows.offline_fit import main as offline_main
 
@@ -98,6 +125,9 @@ def _command(argv: list[str] | None) -> int:
                   f"{e.saved_to}{' ' + where if where else ''}", file=sys.stderr)
         return EXIT_NOT_LOGGED
     print(summary(run_id, out))
+    if out.config.get("interrupted"):
+        print(stopped_message(run_id, out, argv), file=sys.stderr)
+        return EXIT_SIGNAL.get(out.config["interrupted"]["by"], EXIT_SIGNAL["SIGINT"])
     return exit_code(out)
 
 

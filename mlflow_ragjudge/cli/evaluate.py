@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 import warnings
 from typing import Any
@@ -92,7 +93,7 @@ def run_evaluation(
     import mlflow
 
     from ..adapters.evaluator import log_output, save_local
-    from ..adapters.tracking import check_tracking_store
+    from ..adapters.tracking import check_tracking_store, mark_killed
     from ..core.errors import CalibrationWarning, JudgeFailureWarning
     from ..engine.evaluate import evaluate_frame
 
@@ -114,7 +115,22 @@ def run_evaluation(
         raise LoggingFailed(f"Could not create an MLflow run ({type(e).__name__}: {e}); the results are not lost: "
                             + (f"they are saved at {saved}." if saved else "they could not be saved locally."),
                             saved) from e
+    if out.config.get("interrupted"):
+        mark_killed(run.info.run_id)
     return run.info.run_id, out
+
+
+def stopped_message(run_id: str, out: Any, argv: list[str]) -> str:
+    """What a run stopped by Ctrl-C / SIGTERM did, and how to finish it."""
+    from ..adapters.tracking import env_command
+
+    stop = out.config["interrupted"]
+    cache = (out.config.get("cache") or {}).get("mode", "off") != "off"
+    again = f"{env_command('ragjudge')} {' '.join(shlex.quote(a) for a in argv)}"
+    return (f"stopped by {stop['by']}: {stop['results'] - stop['results_not_judged']} of {stop['results']} results "
+            f"judged, logged as run {run_id} (status KILLED). To finish, run the same command again:\n  {again}\n"
+            + ("every reply that arrived is in the judge-call cache, so only the rest is sent."
+               if cache else "the cache was off (--no-cache), so a re-run pays for every call again."))
 
 _AT_K = re.compile(r"_at_(\d+)/")
 

@@ -60,6 +60,7 @@ class FailureReason(str, enum.Enum):
     INCONSISTENT = "inconsistent"  # e.g. a verdict list whose length does not match the claims
     AMBIGUOUS = "ambiguous"  # the reply carries two different final verdicts
     INTERNAL_ERROR = "internal_error"
+    INTERRUPTED = "interrupted"  # not sent, or not awaited: the evaluation was stopped (Ctrl-C, SIGTERM)
 
 
 @dataclass

@@ -107,6 +107,8 @@ LIKELY_FIX: dict[str, str] = {
     "invalid_input": "rows lack what the metric needs; see the justification column of the per-row table",
     "internal_error": "an error inside mlflow-ragjudge; please report it with the transcript",
     "system_error": "the RAG system under test raised; see ragjudge/multiturn_conversations.jsonl",
+    "interrupted": "the evaluation was stopped (Ctrl-C or SIGTERM) before these rows were judged; run the same "
+                   "command again: the judge-call cache holds every reply that arrived, so only the rest is sent",
 }
 
 def failure_report(name: str, results: Sequence[JudgeResult], max_error_rate: float) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..core.constants import VERSION, is_offline_judge
 from ..core.errors import InputError, JudgeFailureWarning, LoggingFailed
+from ..core.stop import stop_on_signals, stop_reason
 from ..core.text import Repairs
 from ..core.types import JudgeResult, Row
 from ..llm.client import JudgeClient
@@ -147,10 +148,21 @@ def evaluate_frame(
         config: a :class:`RagJudgeConfig` or its dict form; keyword overrides win.
         client: an existing judge client (default: one built from ``config.judge``).
 
+    Ctrl-C or SIGTERM while it runs (in the main thread) stops it without losing what was paid for: no new judge
+    request is sent, the replies in flight are awaited for ``RAGJUDGE_STOP_GRACE`` seconds (default 10) and cached,
+    and the output holds what was done, the rest failed ``interrupted`` and ``config["interrupted"]`` set. A second
+    Ctrl-C exits the process at once. (docs/failure-modes.md, "Stopping a run")
+
     Raises:
         InputError: bad data, found before any judge call.
         ValueError: bad configuration.
     """
+    with stop_on_signals():
+        return _evaluate(data, config, client, overrides)
+
+
+def _evaluate(data: Any, config: RagJudgeConfig | dict[str, Any] | None, client: JudgeClient | None,
+              overrides: dict[str, Any]) -> EvalOutput:
     cfg = _config(config, overrides)
     run = _validate(data, cfg)  # 1
     specs, ctx = run.specs, run.ctx
@@ -207,7 +219,7 @@ def _metrics(run: _Run, results: dict[str, dict[str, list[JudgeResult]]], finish
             report = failure_report(spec.name, next(iter(results[spec.name].values())), run.cfg.max_error_rate)
             if report is not None:
                 failures.append(report)
-                warnings.warn(report["message"], JudgeFailureWarning, stacklevel=4)
+                warnings.warn(report["message"], JudgeFailureWarning, stacklevel=5)
         metrics_out.update(finishes[spec.name].metrics)
     return metrics_out, failures
 
@@ -276,6 +288,10 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
                                                   if t.get("structured_mode")})
     gate = gate_outcome(cfg.fail_under, metrics_out)
     record["gate"] = gate
+    if stop_reason() is not None:
+        stopped = sum(1 for res in all_results.values() for r in res if r.reason == "interrupted")
+        record["interrupted"] = {"by": stop_reason(), "results_not_judged": stopped,
+                                 "results": sum(len(res) for res in all_results.values())}
     return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, run.skipped,
                       artifacts, failures, gate)
 

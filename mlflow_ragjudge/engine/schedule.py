@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from ..core.types import JudgeResult, Row
+from ..core.stop import grace_left, stop_reason, stop_requested
+from ..core.types import FailureReason, JudgeResult, Row
 from ..metrics.spec import MetricSpec, Prepared, RunContext
 
 __all__ = ["schedule", "score_row", "prepare_metrics", "by_output", "ERROR_KEY"]
@@ -62,6 +63,10 @@ def _as_results(spec: MetricSpec, value: Any) -> dict[str, JudgeResult]:
 def _crash(e: BaseException) -> dict[str, JudgeResult]:
     return {ERROR_KEY: JudgeResult.failed("internal_error", f"{type(e).__name__}: {e}")}
 
+def _interrupted() -> dict[str, JudgeResult]:
+    return {ERROR_KEY: JudgeResult.failed(
+        FailureReason.INTERRUPTED, f"not judged: the evaluation was stopped ({stop_reason() or 'stop'}) first")}
+
 def _workers(ctx: RunContext, tasks: int) -> int:
     """Threads for the pool: enough to keep the provider gate full while some tasks wait on earlier calls of
     their row (a task makes one to three calls in a row); the gate, not the pool, bounds what is in flight."""
@@ -103,26 +108,58 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
         finally:
             _bar_step(bar)
 
-    jobs: list[Callable[[], None]] = [lambda s=s: batch(s) for s in batched]  # type: ignore[misc]
+    jobs: list[tuple[Callable[[], None], str, int | None]] = [
+        (lambda s=s: batch(s), s.name, None) for s in batched]  # type: ignore[misc]
     # row-major: a row's metrics start together, so work they share (one statement extraction, one combined
     # call) is asked for once and its row finishes early
-    jobs += [lambda s=s, i=i: one(s, i) for i in range(len(rows)) for s in per_row]  # type: ignore[misc]
+    jobs += [(lambda s=s, i=i: one(s, i), s.name, i)  # type: ignore[misc]
+             for i in range(len(rows)) for s in per_row]
+    unfinished: list[tuple[str, int | None]] = []
     try:
         workers = _workers(ctx, len(jobs))
         if runner is not None:  # every running task may add a line to the next batch: run them all at once
             workers = max(1, min(len(jobs), runner.options.threads))
         if workers <= 1:
-            for job in jobs:
+            for n, (job, _, _) in enumerate(jobs):
+                if stop_requested():
+                    unfinished = [(name, i) for _, name, i in jobs[n:]]
+                    break
                 job()
         else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge") as pool:
-                for f in [pool.submit(job) for job in jobs]:
-                    f.result()
+            unfinished = _run_pool(jobs, workers)
     finally:
         _bar_step(bar, close=True)
         if runner is not None:
             runner.close()
+    if unfinished:  # stopped: what was not judged says so; a task still running past the grace writes elsewhere
+        out = {name: list(res) for name, res in out.items()}
+        for name, i in unfinished:
+            for j in (range(len(rows)) if i is None else (i,)):
+                out[name][j] = _interrupted()
     return out
+
+def _run_pool(jobs: list[tuple[Callable[[], None], str, int | None]], workers: int) -> list[tuple[str, int | None]]:
+    """Every job in a thread pool; returns the jobs that did not finish (none unless a stop was requested: then the
+    ones not started are cancelled, and the running ones are awaited for the stop's grace period, no longer)."""
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge")
+    futures: dict[Future[None], tuple[str, int | None]] = {pool.submit(job): (name, i) for job, name, i in jobs}
+    pending = set(futures)
+    try:
+        while pending:
+            done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            for f in done:
+                if not f.cancelled():
+                    f.result()  # a job catches its metric's exceptions; anything else is ours and goes up
+            if stop_requested():
+                for f in pending:
+                    f.cancel()  # not started: never will be
+                if grace_left() <= 0:
+                    break
+        return [futures[f] for f in futures if f.cancelled() or not f.done()]
+    finally:
+        # after a stop, a call still in flight past the grace is not waited for (its reply, if it comes while the
+        # process lives, still goes to the cache)
+        pool.shutdown(wait=not stop_requested(), cancel_futures=True)
 
 def _task(runner: Any, spec: MetricSpec) -> Any:
     """The context a task runs in: inside the batch runner for a batchable metric, synchronous otherwise."""

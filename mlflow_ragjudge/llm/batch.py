@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.stop import stop_reason, stop_requested
 from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind
 from .cache import CallCache
 from .sender import Sender, Usage
@@ -212,12 +213,16 @@ class BatchRunner:
                 self._waiting += 1
                 self._cond.notify_all()
                 try:
-                    while not line.done:
+                    while not line.done and not stop_requested():
                         self._cond.wait(timeout=1.0)
                         if not line.done:
                             self._start()  # a coordinator that stopped after this line was queued: start another
                 finally:
                     self._waiting -= 1
+                if not line.done:  # Ctrl-C / SIGTERM: this call stops waiting (core.stop)
+                    if self._pending.get(key) is line:
+                        del self._pending[key]  # never submitted: nothing was bought
+                    return None, rounds, _stopped(line.batch_id), line.batch_id
             batch_id = line.batch_id
             if line.response is not None:
                 return line.response, rounds, None, batch_id
@@ -320,6 +325,10 @@ class BatchRunner:
         # before sending, so a round is one batch and not several
         settle = min(1.0, max(0.25, self.options.poll_interval / 10))
         while True:
+            if stop_requested():
+                # Ctrl-C / SIGTERM: no new batch is submitted and none is awaited; a batch already submitted goes on
+                # at the provider, recorded in the cache, and a re-run re-attaches to it (nothing bought twice)
+                return
             with self._cond:
                 now = time.monotonic()
                 ready = bool(self._pending or self._attach) and self._quiescent()
@@ -566,3 +575,10 @@ def _stderr(message: str) -> None:
     stream = sys.stderr
     if stream is not None:  # None: the process started with stderr closed
         print(message, file=stream, flush=True)
+
+
+def _stopped(batch_id: str | None) -> BackendError:
+    where = (f"; batch {batch_id} goes on at the provider and a re-run with the cache on re-attaches to it"
+             if batch_id else "; it was not submitted")
+    return BackendError(ErrorKind.INTERRUPTED, f"not awaited: the evaluation was stopped ({stop_reason() or 'stop'})"
+                        + where)

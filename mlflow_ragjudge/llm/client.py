@@ -93,6 +93,7 @@ FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
     ErrorKind.REFUSED: FailureReason.REFUSED,
     ErrorKind.FORMAT_REJECTED: FailureReason.PROVIDER_ERROR,
     ErrorKind.INTERNAL: FailureReason.INTERNAL_ERROR,
+    ErrorKind.INTERRUPTED: FailureReason.INTERRUPTED,
 }
 
 _SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
@@ -267,7 +268,10 @@ class JudgeClient:
             prompt_version: the prompt's version, part of the cache key.
             purpose: a label for the transcript (``correctness``, ``claims`` ...).
         """
-        result = self._call_once(request, parse, prompt_version, purpose)
+        # A cached reply that does not parse is re-asked about, like a fresh one. It is sent again instead when no
+        # re-ask follows, or when this call already saw it (an identical re-ask: a second draw, not the same reply).
+        unreadable: set[str] = set() if reask and self.max_reasks > 0 else {"*"}
+        result = self._call_once(request, parse, prompt_version, purpose, unreadable)
         records = list(result.records)
         for _ in range(self.max_reasks if reask else 0):
             if result.ok or result.failure not in PARSE_FAILURES or result.response is None:
@@ -290,7 +294,8 @@ class JudgeClient:
                 seed=request.seed,
                 stop=request.stop,
             )
-            result = self._call_once(followup, parse, prompt_version, f"{purpose}:reask" if purpose else "reask")
+            result = self._call_once(followup, parse, prompt_version, f"{purpose}:reask" if purpose else "reask",
+                                     unreadable)
             records += result.records
         result.records = records
         self._count_failure(result)
@@ -384,6 +389,7 @@ class JudgeClient:
         parse: Callable[[ChatResponse], Any] | None,
         prompt_version: str,
         purpose: str,
+        unreadable: set[str] | None = None,
     ) -> CallResult:
         ident = self.identity()
         key = cache_key(
@@ -428,31 +434,39 @@ class JudgeClient:
             # 1. cache
             if hit is None and self.cache is not None:
                 hit = self.cache.get(key)
+            if (hit is not None and unreadable is not None and ("*" in unreadable or key in unreadable)
+                    and parse is not None and not _parses(parse, hit)):
+                hit = None  # no re-ask will follow, or this call saw this reply already: a fresh one is needed
             if hit is not None:
                 response = ChatResponse.from_json(hit)
+                self.usage.add(**{"merged" if shared else "cache_hits": 1})
+                record.update(
+                    raw_reply=response.text, structured=response.data, input_tokens=0, output_tokens=0,
+                    cost_usd=0.0, cache_hit=True, attempts=0, latency_s=round(time.perf_counter() - t0, 6),
+                    reply_model=response.model,
+                )
+                if shared:
+                    record["shared"] = shared
+                    record["shared_from"] = hit.get("_call_id")
                 try:
                     parsed = parse(response) if parse else response.text
-                except ParseError:
-                    parsed = None  # a stale entry the current parser rejects: treat as a miss
-                    hit = None
-                if hit is not None:
-                    self.usage.add(**{"merged" if shared else "cache_hits": 1})
-                    record.update(
-                        raw_reply=response.text, structured=response.data, parsed=_jsonable(parsed),
-                        input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, attempts=0,
-                        latency_s=round(time.perf_counter() - t0, 6), outcome="ok", error=None,
-                        reply_model=response.model,
-                    )
-                    if shared:
-                        record["shared"] = shared
-                        record["shared_from"] = hit.get("_call_id")
-                    stored = hit
-                    return self._finish(CallResult(True, parsed, response), record)
+                except ParseError as e:
+                    # a paid reply that did not parse (the cache keeps every reply as it arrives) or a stale one the
+                    # current parser rejects: not bought again -- the caller re-asks with it, as on first arrival
+                    record.update(outcome=e.reason.value, error=str(e))
+                    if unreadable is not None:
+                        unreadable.add(key)
+                    return self._finish(CallResult(False, response=response, failure=e.reason, error=str(e)),
+                                        record)
+                record.update(parsed=_jsonable(parsed), outcome="ok", error=None)
+                stored = hit
+                return self._finish(CallResult(True, parsed, response), record)
             result = self._send(request, parse, record, t0, key)
+            if not result.ok and result.response is not None and unreadable is not None:
+                unreadable.add(key)  # stored as it arrived; an identical re-ask in this call gets a new draw
             if result.ok and result.response is not None:
+                # (in the cache already: _send stores every reply as it arrives, before parsing it)
                 stored = result.response.to_json()
-                if self.cache is not None:
-                    self.cache.put(key, stored)
                 stored = {**stored, "_call_id": result.records[-1].get("call_id") if result.records else None}
                 if self.dedupe:
                     self._memo_put(key, stored)
@@ -486,6 +500,10 @@ class JudgeClient:
                           latency_s=round(time.perf_counter() - t0, 6), outcome=failure.value,
                           error=str(err), http_status=err.status)
             return self._finish(CallResult(False, failure=failure, error=str(err)), record)
+        if self.cache is not None and key and not response.refusal:
+            # stored before anything can go wrong with it (a parse that fails, hangs or is killed): a reply paid for
+            # is never bought again; a re-run re-asks about it if it does not parse
+            self.cache.put(key, response.to_json())
         self.usage.add(input_tokens=response.input_tokens, output_tokens=response.output_tokens)
         cost = self._add_cost(response.model or self.model, response.input_tokens, response.output_tokens,
                               batch=batched)
@@ -544,6 +562,14 @@ class JudgeClient:
         with self._lock:
             self.records.append(record)
         return result
+
+
+def _parses(parse: Callable[[ChatResponse], Any], stored: dict[str, Any]) -> bool:
+    try:
+        parse(ChatResponse.from_json(stored))
+    except ParseError:
+        return False
+    return True
 
 
 def _jsonable(value: Any) -> Any:

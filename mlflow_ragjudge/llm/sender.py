@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.stop import stop_reason, stop_requested, wait_for_stop
 from .backends import BackendError, ErrorKind
 from .gate import ProviderGate
 
@@ -90,7 +91,8 @@ class Sender:
         self.backoff_base = backoff_base * scale
         self.backoff_max = backoff_max * scale
         self._cap = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
-        self._sleep = sleep
+        # a wait (backoff, pacing, cool-down) ends early when the evaluation is stopped (core.stop)
+        self._sleep = _stoppable_sleep if sleep is time.sleep else sleep
         self._lock = threading.Lock()
         self._in_flight = 0
         self.peak_in_flight = 0
@@ -113,11 +115,18 @@ class Sender:
         format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
         waited = 0.0
         while True:
+            if stop_requested():  # Ctrl-C / SIGTERM: nothing new is sent (what is in flight is awaited)
+                return None, attempt, _not_sent(), waited
             attempt += 1
             budget_used += 1
             if self._cap is not None:
                 self._cap.acquire()
             waited += gate.acquire(self._sleep)
+            if stop_requested():  # stopped while waiting for a slot or the pace
+                gate.release()
+                if self._cap is not None:
+                    self._cap.release()
+                return None, attempt - 1, _not_sent(), waited
             with self._lock:
                 self._in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
@@ -177,3 +186,10 @@ class Sender:
                 self._sleep(delay)
                 waited += delay
 
+
+def _stoppable_sleep(seconds: float) -> None:
+    wait_for_stop(seconds)
+
+
+def _not_sent() -> BackendError:
+    return BackendError(ErrorKind.INTERRUPTED, f"not sent: the evaluation was stopped ({stop_reason() or 'stop'})")

@@ -166,6 +166,8 @@ class ErrorKind(str, enum.Enum):
     # An exception from our own code or an unknown one from an SDK: a bug, never retried, the row fails
     # ``internal_error`` with the message.
     INTERNAL = "internal"
+    # The evaluation was asked to stop (Ctrl-C, SIGTERM; core.stop): the request is not sent. Never retried.
+    INTERRUPTED = "interrupted"
 
 
 RETRYABLE = frozenset({

@@ -1,0 +1,131 @@
+"""Stopping an evaluation on request (Ctrl-C, SIGTERM) without losing what was paid for.
+
+One process-wide flag. The first SIGINT or SIGTERM sets it: the judge client sends no new request (a call that
+would start fails ``interrupted``), the replies already in flight are awaited for a grace period
+(:func:`grace_seconds`, ``RAGJUDGE_STOP_GRACE``, default 10 s) and cached as they arrive, and the evaluation ends
+with what is done -- logged, its run marked KILLED, with a line on how to resume. A second SIGINT exits at once.
+
+Standard library only: the floor of the package (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+__all__ = ["request_stop", "stop_requested", "stop_reason", "clear_stop", "grace_seconds", "stop_on_signals",
+           "ENV_STOP_GRACE", "EXIT_SIGNAL"]
+
+ENV_STOP_GRACE = "RAGJUDGE_STOP_GRACE"
+#: the exit status of a process stopped by a signal, by the shell's convention (128 + the signal's number)
+EXIT_SIGNAL = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+_EVENT = threading.Event()
+_LOCK = threading.Lock()
+_reason: str | None = None
+_at: float | None = None
+_depth = 0  # nested stop_on_signals (a sweep's variants): only the outermost installs the handlers
+
+
+def request_stop(reason: str = "stop requested") -> None:
+    """Ask every running evaluation of this process to stop sending and finish with what it has."""
+    global _reason, _at
+    with _LOCK:
+        if not _EVENT.is_set():
+            _reason, _at = reason, time.monotonic()
+            _EVENT.set()
+
+
+def stop_requested() -> bool:
+    return _EVENT.is_set()
+
+
+def stop_reason() -> str | None:
+    """The signal's name (``SIGINT``, ``SIGTERM``) or the reason given to :func:`request_stop`; None if none."""
+    return _reason if _EVENT.is_set() else None
+
+
+def clear_stop() -> None:
+    global _reason, _at
+    with _LOCK:
+        _EVENT.clear()
+        _reason = _at = None
+
+
+def grace_seconds() -> float:
+    """How long replies already in flight are awaited after a stop (``RAGJUDGE_STOP_GRACE``, default 10 s)."""
+    raw = os.environ.get(ENV_STOP_GRACE, "10")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_STOP_GRACE}={raw!r} is not a number of seconds; set it like 10 or 2.5.") from None
+    return max(0.0, value)
+
+
+def grace_left() -> float:
+    """Seconds of the grace period left since the stop (the full period if no stop was requested)."""
+    with _LOCK:
+        at = _at
+    if at is None:
+        return grace_seconds()
+    return max(0.0, grace_seconds() - (time.monotonic() - at))
+
+
+def wait_for_stop(seconds: float) -> bool:
+    """Sleep up to ``seconds``, waking early on a stop; True when a stop was requested."""
+    return _EVENT.wait(max(0.0, seconds))
+
+
+def _say(text: str) -> None:
+    """A line on stderr; a closed or broken stderr never stops the stop."""
+    with contextlib.suppress(Exception):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def _handler(signum: int, frame: object) -> None:  # noqa: ARG001
+    name = signal.Signals(signum).name
+    if _EVENT.is_set():
+        if signum == signal.SIGINT:
+            _say(f"ragjudge: second {name}: exiting now (replies not yet received are lost; the cache keeps "
+                 "every reply that arrived).")
+            os._exit(EXIT_SIGNAL["SIGINT"])
+        return  # a repeated SIGTERM: the stop is under way
+    request_stop(name)
+    _say(f"ragjudge: {name} received: no new judge requests; waiting up to {grace_seconds():g} s for the replies "
+         "in flight, then saving and logging what is done. Press Ctrl-C again to exit at once.")
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While inside: SIGINT and SIGTERM request a stop instead of killing the process (in the main thread only;
+    elsewhere, or nested, it does nothing). The outermost one clears the flag on entry and on exit: what was
+    stopped says so in its result (an evaluation's ``config["interrupted"]``), and later work starts afresh."""
+    global _depth
+    main = threading.current_thread() is threading.main_thread()
+    with _LOCK:
+        outer = _depth == 0
+        _depth += 1
+    previous: dict[int, object] = {}
+    try:
+        if outer:
+            clear_stop()
+            if main:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    with contextlib.suppress(ValueError, OSError):
+                        previous[sig] = signal.signal(sig, _handler)
+        yield
+    finally:
+        for sig, old in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, old)  # type: ignore[arg-type]
+        with _LOCK:
+            _depth -= 1
+            last = _depth == 0
+        if outer and last:
+            clear_stop()
