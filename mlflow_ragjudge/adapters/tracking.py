@@ -119,10 +119,15 @@ def check_reachable(uri: str, *, timeout: float | None = None) -> None:
 
 
 def safe_tracking_uri(uri: str) -> str:
-    """A URI without user:password."""
+    """A URI without user:password, and, for a server (not a local ``sqlite:``/``file:`` store, whose query holds
+    settings), with every query value masked (``?token=***``)."""
     parts = urlsplit(uri)
+    masked = bool(parts.query) and parts.scheme not in ("sqlite", "file", "")
+    if masked:
+        keys = [pair.partition("=")[0] for pair in parts.query.split("&") if pair]
+        parts = parts._replace(query="&".join(f"{k}=***" for k in keys))
     if parts.password is None and parts.username is None:
-        return uri
+        return parts.geturl() if masked else uri
     netloc = parts.hostname or ""
     if parts.port:
         netloc += f":{parts.port}"
