@@ -24,8 +24,14 @@ import pandas as pd
 
 from ..core.errors import InputError
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no lock (MLflow's own behaviour)
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = ["load_run_table", "run_traces", "run_experiment_id", "check_reachable", "check_tracking_store",
-           "safe_tracking_uri", "ui_hint", "env_command", "absolute_store_uri", "TRACKING_CHECK_TIMEOUT_S"]
+           "safe_tracking_uri", "ui_hint", "env_command", "absolute_store_uri", "TRACKING_CHECK_TIMEOUT_S",
+           "sqlite_store_path", "store_creation_lock", "STORE_LOCK_TIMEOUT_S"]
 
 #: seconds the reachability check of an HTTP tracking server waits for an answer (MLflow's own client retries a
 #: refused connection for about four minutes before it gives up)
@@ -113,10 +119,15 @@ def check_reachable(uri: str, *, timeout: float | None = None) -> None:
 
 
 def safe_tracking_uri(uri: str) -> str:
-    """A URI without user:password."""
+    """A URI without user:password, and, for a server (not a local ``sqlite:``/``file:`` store, whose query holds
+    settings), with every query value masked (``?token=***``)."""
     parts = urlsplit(uri)
+    masked = bool(parts.query) and parts.scheme not in ("sqlite", "file", "")
+    if masked:
+        keys = [pair.partition("=")[0] for pair in parts.query.split("&") if pair]
+        parts = parts._replace(query="&".join(f"{k}=***" for k in keys))
     if parts.password is None and parts.username is None:
-        return uri
+        return parts.geturl() if masked else uri
     netloc = parts.hostname or ""
     if parts.port:
         netloc += f":{parts.port}"
@@ -137,17 +148,75 @@ def check_tracking_store(tracking_uri: str | None, experiment: str | None, *, no
     except InputError as e:
         raise InputError(f"{e} {nothing}") from None
     try:
-        if experiment:
-            mlflow.set_experiment(experiment)
-        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):  # the experiment the run would go to must exist
-            _client().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"])
-        else:
-            _client().search_experiments(max_results=1)
+        with store_creation_lock(uri):  # the first use creates (migrates) a new SQLite store: one process at a time
+            if experiment:
+                mlflow.set_experiment(experiment)
+            elif os.environ.get("MLFLOW_EXPERIMENT_ID"):  # the experiment the run would go to must exist
+                _client().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"])
+            else:
+                _client().search_experiments(max_results=1)
     except Exception as e:
         raise InputError(
             f"The MLflow tracking store at {safe_tracking_uri(uri)} cannot be used ({type(e).__name__}: "
-            f"{str(e)[:300]}); fix the tracking URI (--tracking-uri, tracking_uri= or MLFLOW_TRACKING_URI). "
-            f"{nothing}") from None
+            f"{str(e)[:300]}); {_half_migrated_hint(uri, e)}fix the tracking URI (--tracking-uri, tracking_uri= or "
+            f"MLFLOW_TRACKING_URI). {nothing}") from None
+
+
+def sqlite_store_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI (None for other stores and ``:memory:``)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+#: seconds a process waits for another one creating the same SQLite store (MLflow's migrations take a few seconds)
+STORE_LOCK_TIMEOUT_S = 120.0
+
+
+@contextlib.contextmanager
+def store_creation_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive lock beside a SQLite store's file (``<db>.ragjudge-lock``) around its first use in this
+    process. MLflow creates and migrates a new SQLite store on first use, and two processes doing that at once
+    leave it half-migrated ("table ... already exists", "duplicate column name"); with the lock the second one waits
+    and finds a finished store. Nothing for other stores, on systems without ``fcntl``, or where the lock file
+    cannot be made (the store's own error then says why)."""
+    path = sqlite_store_path(uri)
+    if path is None or fcntl is None or not path.parent.is_dir():
+        yield
+        return
+    try:
+        fd = os.open(str(path) + ".ragjudge-lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + STORE_LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break  # a stuck holder: go on unprotected rather than hang
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _half_migrated_hint(uri: str, error: BaseException) -> str:
+    """What to do with a SQLite store that two processes created at once before this lock existed."""
+    text = str(error)
+    if sqlite_store_path(uri) is None or not any(s in text for s in (
+            "already exists", "duplicate column", "out-of-date database schema", "alembic", "no such table",
+            "no such column")):
+        return ""
+    return ("the store looks half-created (several processes created it at once, or a migration was interrupted): "
+            "run `mlflow db upgrade " + safe_tracking_uri(uri) + "` once, or move the file aside and start "
+            "with a new one; ")
 
 
 def env_command(name: str) -> str:

@@ -9,7 +9,8 @@ Exit codes (docs/judge-client.md):
 * 0 -- the run completed and every gate passed;
 * 2 -- bad input or configuration, found before any judge call (nothing was sent);
 * 3 -- the run completed and was logged, but a judged metric failed on more than
-  ``--max-error-rate`` of its rows (the judge is not working: see the warning);
+  ``--max-error-rate`` of its rows (the judge is not working: see the warning); for ``sweep``, also a variant
+  whose pipeline failed on more than ``max_error_rate`` of its questions;
 * 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate was not met;
 * 5 -- the evaluation completed but could not be logged to MLflow; the message names the local folder
   where its results (table, transcripts, config, metrics) were saved first;

@@ -8,7 +8,8 @@ __all__ = ["EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED
 EXIT_OK = 0
 #: bad input or configuration, found before any judge call (nothing was sent)
 EXIT_BAD_INPUT = 2
-#: logged, but a judged metric failed on more than --max-error-rate of its rows
+#: logged, but rows failed: a judged metric failed on more than --max-error-rate of its rows, or (sweep) a variant's
+#: pipeline raised on more than max_error_rate of its questions
 EXIT_JUDGE_FAILURES = 3
 #: logged, but a --fail-under gate was not met
 EXIT_GATE_FAILED = 4

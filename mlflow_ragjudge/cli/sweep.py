@@ -60,7 +60,7 @@ def quickstart_command(args: argparse.Namespace) -> int:
     print(f"  next, calibrate the judge with your own labels (docs/calibration.md): {env_command('ragjudge')} "
           f"label-sample {result.parent_run_id} --n {len(questions)} --metrics correctness --out labels.csv{store}")
     failing = [n for n, out in result.outputs.items() if out is not None and out.failures]
-    return EXIT_JUDGE_FAILURES if failing else EXIT_OK
+    return EXIT_JUDGE_FAILURES if failing or result.generation_failures else EXIT_OK
 
 def sweep_command(args: argparse.Namespace) -> int:
 
@@ -98,10 +98,12 @@ def sweep_command(args: argparse.Namespace) -> int:
     for name in failing:
         for f in result.outputs[name].failures:  # type: ignore[union-attr]
             print(f"WARNING: variant {name!r}: {f['message']}", file=sys.stderr)
+    for name, why in result.generation_failures.items():  # rows that failed before the judge saw them
+        print(f"WARNING: variant {name!r}: {why}", file=sys.stderr)
     from ..adapters.tracking import ui_hint
 
     print(f"  {ui_hint(result.parent_run_id)}")
-    return EXIT_JUDGE_FAILURES if failing else EXIT_OK
+    return EXIT_JUDGE_FAILURES if failing or result.generation_failures else EXIT_OK
 
 def sweep_summary(result: Any) -> str:
     """A sweep's outcome as text (:meth:`mlflow_ragjudge.SweepResult.summary`)."""

@@ -16,7 +16,7 @@ from .types import FailureReason
 __all__ = ["RagJudgeError", "RagJudgeWarning", "InputError", "ParseError", "LoggingFailed", "TooFewLabels",
            "MetricUnavailable", "LocalModelUnavailable", "BertScoreUnavailable", "EmbeddingsUnavailable",
            "InvalidTextWarning", "JudgeFailureWarning", "CalibrationWarning", "CacheWarning",
-           "MultiTurnContextWarning", "MIN_LABELS", "INSTALL_LOCAL"]
+           "MultiTurnContextWarning", "UnstableParameterWarning", "MIN_LABELS", "INSTALL_LOCAL"]
 
 #: fewer labelled rows than this and no interval is given: the normal approximation the interval rests on (and the
 #: estimate of λ) is not trustworthy with so few labels
@@ -142,3 +142,8 @@ class CacheWarning(RagJudgeWarning, RuntimeWarning):
 
 class MultiTurnContextWarning(RagJudgeWarning):
     """Multi-turn evaluation runs with judge contexts that were not retrieved with question + reference (E3)."""
+
+
+class UnstableParameterWarning(RagJudgeWarning):
+    """A sweep parameter's value has no identity that holds across runs (an object without ``cache_key``): its
+    variant's answers are generated again on every run instead of being read from the cache."""

@@ -274,7 +274,7 @@ class RagJudgeConfig:
             "relevance_threshold": self.relevance_threshold,
             "n_boot": self.n_boot,
             "seed": self.seed,
-            "embeddings": self.embeddings if isinstance(self.embeddings, str) else "callable",
+            "embeddings": safe_judge_uri(self.embeddings) if isinstance(self.embeddings, str) else "callable",
             "dry_run": self.dry_run,
             "max_error_rate": self.max_error_rate,
             "fail_under": dict(self.fail_under),

@@ -36,8 +36,9 @@ PROVIDERS = ("openai", "anthropic", *_COMPATIBLE_DEFAULTS)
 
 
 def safe_judge_uri(judge: str | Backend | None) -> str | None:
-    """A judge URI fit to record or print: a ``base_url`` parameter keeps only scheme, host, port
-    and path (no ``user:password@``, no query); a backend object becomes its ``provider:/model``."""
+    """A judge (or embeddings) URI fit to record or print: a ``base_url`` parameter keeps scheme, host, port, path
+    and its query's keys (no ``user:password@``, every query value ``***``); ``structured`` is kept; any other
+    parameter's value is ``***``; a backend object becomes its ``provider:/model``."""
     if judge is None:
         return None
     if isinstance(judge, Backend):
@@ -46,9 +47,24 @@ def safe_judge_uri(judge: str | Backend | None) -> str | None:
     if "?" not in text:
         return text
     head, _, query = text.partition("?")
-    params = parse_qsl(query, keep_blank_values=True)
-    shown = [(k, safe_url(v) if k == "base_url" else v) for k, v in params]
-    return head + "?" + "&".join(f"{k}={quote(str(v), safe=':/')}" for k, v in shown)
+    shown = [(k, safe_url(v) if k == "base_url" else v if k == "structured" else "***")
+             for k, v in _uri_params(query)]
+    return head + "?" + "&".join(f"{k}={quote(str(v), safe=':/?=&*')}" for k, v in shown)
+
+
+_KNOWN_PARAMS = ("base_url", "structured")
+
+
+def _uri_params(query: str) -> list[tuple[str, str]]:
+    """A judge URI's parameters, in order. One that follows a ``base_url`` carrying a query of its own is part of
+    that query: ``?base_url=http://gw/v1?token=T&sig=S`` is the base URL ``http://gw/v1?token=T&sig=S``."""
+    out: list[tuple[str, str]] = []
+    for k, v in parse_qsl(query, keep_blank_values=True):
+        if out and k not in _KNOWN_PARAMS and out[-1][0] == "base_url" and "?" in out[-1][1]:
+            out[-1] = ("base_url", f"{out[-1][1]}&{quote(k, safe='')}={quote(v, safe='')}")
+        else:
+            out.append((k, v))
+    return out
 
 
 # user:password@ in any URL inside a string (a base_url parameter, or a URL given where a URI belongs)
@@ -92,7 +108,7 @@ def resolve_backend(judge: str | Backend) -> Backend:
     provider = provider.strip().lower()
     parts = urlsplit("x:/" + rest)  # reuse the URL parser for the ?query part only
     model = rest.split("?", 1)[0].lstrip("/")
-    params = dict(parse_qsl(parts.query))
+    params = dict(_uri_params(parts.query))
     if not model:
         raise ValueError(f"Judge URI {shown!r} names no model: use '{provider}:/<model-name>'.")
     unknown = set(params) - {"base_url", "structured"}

@@ -21,6 +21,8 @@ from .base import (
     ChatRequest,
     ChatResponse,
     ErrorKind,
+    query_secrets,
+    split_base_url,
     unreadable_result,
     url_credentials,
 )
@@ -40,7 +42,8 @@ class AnthropicBackend(Backend):
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None) -> None:
         self.model = model
-        self._base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or "").rstrip("/") or None
+        # the base URL's query (a gateway's ?token=...) is sent with every request, after the path
+        self._base_url, self._query = split_base_url(base_url or os.environ.get("ANTHROPIC_BASE_URL"))
         self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
         self._client: Any = None
         self._client_lock = threading.Lock()
@@ -55,7 +58,8 @@ class AnthropicBackend(Backend):
         return "tool_use"
 
     def secrets(self) -> list[str]:
-        return ([self._api_key] if self._api_key else []) + url_credentials(self._base_url)
+        return (([self._api_key] if self._api_key else []) + url_credentials(self._base_url)
+                + query_secrets(self._query))
 
     def check_ready(self) -> None:
         if not self._api_key:
@@ -77,7 +81,8 @@ class AnthropicBackend(Backend):
         with self._client_lock:  # one SDK client (and connection pool) however many threads start at once
             if self._client is None:
                 anthropic = self._sdk()
-                self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+                self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url,
+                                                   default_query=self._query or None, max_retries=0)
         return self._client
 
     def _sdk_takes_temperature(self) -> bool:

@@ -15,7 +15,7 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 __all__ = [
     "ChatRequest",
@@ -32,27 +32,57 @@ __all__ = [
     "carry_schema",
     "safe_url",
     "url_credentials",
+    "split_base_url",
+    "query_secrets",
 ]
 
 
+def query_secrets(query: dict[str, str]) -> list[str]:
+    """A base URL's query values (``?token=...``), as written and percent-encoded, as secrets to scrub: a query can
+    carry a key as well as ``user:password@`` can."""
+    out: list[str] = []
+    for v in query.values():
+        if v:
+            out += [v, quote(v, safe=""), quote_plus(v)]
+    return list(dict.fromkeys(out))
+
+
 def url_credentials(url: str | None) -> list[str]:
-    """The credentials a URL carries (``user:password@``), raw and percent-decoded, as secrets to scrub."""
+    """The credentials a URL carries (``user:password@``, and every query value), raw and percent-decoded, as
+    secrets to scrub."""
     if not url:
         return []
     parts = urlsplit(url)
     raw = [x for x in (parts.password, parts.username) if x]
+    raw += [pair.partition("=")[2] for pair in parts.query.split("&") if pair.partition("=")[2]]
     return list(dict.fromkeys(raw + [unquote(x) for x in raw]))
 
 
+def split_base_url(url: str | None) -> tuple[str | None, dict[str, str]]:
+    """A base URL without its query (and fragment), and the query's parameters.
+
+    The SDKs join a request's path to the base URL as text, so ``http://host/v1?token=T`` became
+    ``http://host/v1?token=Tchat/completions`` (a 404 that echoed the token). The backends give the query to the
+    SDK as ``default_query`` instead: every request goes to ``<base>/<path>?token=T``.
+    """
+    if not url:
+        return None, {}
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")).rstrip("/") or None
+    return base, query
+
+
 def safe_url(url: str | None) -> str | None:
-    """A URL fit to record: credentials and query string dropped (``https://host:port/path``)."""
+    """A URL fit to record: no credentials, and every query value masked (``https://host:port/path?token=***``)."""
     if not url:
         return url
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    keys = [pair.partition("=")[0] for pair in parts.query.split("&") if pair]
+    return urlunsplit((parts.scheme, host, parts.path, "&".join(f"{k}=***" for k in keys), ""))
 
 
 @dataclass(frozen=True)

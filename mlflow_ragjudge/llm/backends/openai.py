@@ -45,6 +45,8 @@ from .base import (
     EmbedResponse,
     ErrorKind,
     carry_schema,
+    query_secrets,
+    split_base_url,
     unreadable_result,
     url_credentials,
 )
@@ -171,7 +173,8 @@ class OpenAIBackend(Backend):
         headers: dict[str, str] | None = None,
     ) -> None:
         self.model = model
-        self._base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").rstrip("/") or None
+        # the base URL's query (a gateway's ?token=...) is sent with every request, after the path
+        self._base_url, self._query = split_base_url(base_url or os.environ.get("OPENAI_BASE_URL"))
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
         self._organization = organization
         self._headers = dict(headers or {})
@@ -194,7 +197,7 @@ class OpenAIBackend(Backend):
 
     def secrets(self) -> list[str]:
         out = [self._api_key] if self._api_key and self._api_key != _PLACEHOLDER_KEY else []
-        out += url_credentials(self._base_url)
+        out += url_credentials(self._base_url) + query_secrets(self._query)
         out += [v for v in self._headers.values() if v]
         return out
 
@@ -249,6 +252,7 @@ class OpenAIBackend(Backend):
                     base_url=self._base_url,
                     organization=self._organization,
                     default_headers=self._headers or None,
+                    default_query=self._query or None,
                     max_retries=0,
                 )
         return self._client

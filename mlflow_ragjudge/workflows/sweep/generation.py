@@ -14,13 +14,22 @@ from typing import Any
 from ...core.errors import InputError
 from ...llm.cache import CallCache, cache_key
 from ...metrics.contexts import passages_from_retriever
-from .variants import params_key
+from .variants import identity
 
-__all__ = ["OUTPUT_KEYS", "Generations", "pipeline_identity", "normalise", "retriever_for", "generate"]
+__all__ = ["OUTPUT_KEYS", "PipelineFailed", "Generations", "pipeline_identity", "normalise", "retriever_for", "generate"]
 
 
 #: pipeline output keys that become evaluator columns
 OUTPUT_KEYS = ("answer", "contexts", "retrieved_doc_ids", "citations", "raw_output")
+
+class PipelineFailed(Exception):
+    """The pipeline raised on one question: recorded with that row, the sweep goes on (a return value of the wrong
+    kind is an :class:`InputError` instead: the pipeline's contract, refused on the probe)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        super().__init__(f"{type(error).__name__}: {str(error)[:500]}")
+
 
 def pipeline_identity(pipeline: Callable[..., Any], version: str | None) -> str:
     """What identifies a pipeline's behaviour in the generation cache: its qualified name and a hash of its
@@ -35,8 +44,8 @@ def pipeline_identity(pipeline: Callable[..., Any], version: str | None) -> str:
     except (OSError, TypeError):
         source = ""
     digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    extra = json.dumps(pipeline.keywords, sort_keys=True, default=repr) if isinstance(pipeline,
-                                                                                        functools.partial) else ""
+    extra = (json.dumps(identity(pipeline.keywords).key, sort_keys=True)
+             if isinstance(pipeline, functools.partial) and pipeline.keywords else "")
     return f"{name}#{digest}{'|' + extra if extra else ''}{'|' + version if version else ''}"
 
 def normalise(out: Any, where: str) -> dict[str, Any]:
@@ -76,16 +85,23 @@ class Generations:
     def key(self, question: str, params_key: str) -> str:
         return cache_key("generation", {"pipeline": self.identity}, {"question": question, "params": params_key})
 
-    def get(self, question: str, kwargs: dict[str, Any], params_key: str, where: str) -> tuple[dict[str, Any], bool]:
-        """``(output, from_cache)``; raises what the pipeline raises, or an InputError for a bad return value."""
-        key = self.key(question, params_key)
-        if self.cache is not None:
-            hit = self.cache.get(key)
+    def get(self, question: str, kwargs: dict[str, Any], params_key: str | None,
+            where: str) -> tuple[dict[str, Any], bool]:
+        """``(output, from_cache)``; :class:`PipelineFailed` when the pipeline raises, an InputError for a bad return
+        value. ``params_key`` None: the parameters have no stable identity, so the cache is neither read nor
+        written."""
+        key = None if params_key is None or self.cache is None else self.key(question, params_key)
+        if key is not None:
+            hit = self.cache.get(key)  # type: ignore[union-attr]
             if hit is not None:
                 return hit, True
-        out = normalise(self.pipeline(question, **kwargs), where)
-        if self.cache is not None:
-            self.cache.put(key, out)
+        try:
+            raw = self.pipeline(question, **kwargs)
+        except Exception as e:
+            raise PipelineFailed(e) from e
+        out = normalise(raw, where)
+        if key is not None:
+            self.cache.put(key, out)  # type: ignore[union-attr]
         return out, False
 
 def retriever_for(retriever: Callable[..., Any] | None, kwargs: dict[str, Any]) -> Callable[[str], Any] | None:
@@ -100,25 +116,27 @@ def retriever_for(retriever: Callable[..., Any] | None, kwargs: dict[str, Any]) 
         return functools.partial(retriever, **kwargs)
     return functools.partial(retriever, **{k: v for k, v in kwargs.items() if k in sig.parameters})
 
-def generate(gens: Generations, questions: list[str], kwargs: dict[str, Any], name: str, workers: int,
-              done: Mapping[int, tuple[dict[str, Any], bool]]) -> tuple[list[dict[str, Any] | None],
-                                                                         list[str | None], list[bool]]:
+def generate(gens: Generations, questions: list[str], kwargs: dict[str, Any], pkey: str | None, name: str,
+             workers: int, done: Mapping[int, tuple[dict[str, Any], bool] | str]
+             ) -> tuple[list[dict[str, Any] | None], list[str | None], list[bool]]:
     """Every question's answer for one variant: ``(outputs, errors, from_cache)``, None / the error for a
-    question the pipeline failed on (the variant goes on); ``done`` holds answers already in hand."""
+    question the pipeline failed on (the variant goes on); ``done`` holds answers (or errors) already in hand."""
     outs: list[dict[str, Any] | None] = [None] * len(questions)
     errors: list[str | None] = [None] * len(questions)
     cached = [False] * len(questions)
-    pkey = params_key(kwargs)
-    for j, (out, hit) in done.items():
-        outs[j], cached[j] = out, hit
+    for j, got in done.items():
+        if isinstance(got, str):
+            errors[j] = got
+        else:
+            outs[j], cached[j] = got
 
     def one(j: int) -> None:
-        if outs[j] is not None:
+        if outs[j] is not None or errors[j] is not None:
             return
         try:
             outs[j], cached[j] = gens.get(questions[j], kwargs, pkey, f"row {j} of variant {name!r}")
         except Exception as e:
-            errors[j] = f"{type(e).__name__}: {str(e)[:500]}"
+            errors[j] = str(e) if isinstance(e, PipelineFailed) else f"{type(e).__name__}: {str(e)[:500]}"
 
     if workers > 1:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge-gen") as pool:

@@ -30,6 +30,8 @@ class SweepResult:
         prompts: variant name -> parameter -> ``prompts:/<name>/<version>``.
         errors: variant name -> why its answers could not be evaluated (e.g. a metric asked for by name whose
             column this variant's pipeline output lacks); the sweep goes on without it.
+        generation_failures: variant name -> why it counts as failed: the pipeline raised on more than
+            ``max_error_rate`` of its questions (every question, at worst); ``ragjudge sweep`` exits 3.
     """
 
     parent_run_id: str
@@ -42,6 +44,8 @@ class SweepResult:
     prompts: dict[str, dict[str, str]] = field(default_factory=dict)
     #: variant name -> why its answers could not be evaluated (its child run says so too)
     errors: dict[str, str] = field(default_factory=dict)
+    #: variant name -> the pipeline failed on more than max_error_rate of its questions: how many, the first error
+    generation_failures: dict[str, str] = field(default_factory=dict)
 
     def summary(self, headline: Sequence[str] = ("correctness", "faithfulness", "context_recall", "map")) -> str:
         """The sweep's outcome as text: each variant's run and headline means, the metrics skipped, then the
@@ -61,6 +65,8 @@ class SweepResult:
                          f"{gen.get('cached', 0)} cached, {gen.get('failed', 0)} failed)")
         for name, why in result.errors.items():
             lines.append(f"  NOT EVALUATED {name}: {why[:300]}")
+        for name, why in result.generation_failures.items():
+            lines.append(f"  GENERATION FAILED {name}: {why}")
         base_out = result.outputs.get(result.baseline)
         for metric, reason in (base_out.skipped.items() if base_out is not None else ()):
             lines.append(f"  skipped {metric}: {reason}")

@@ -3,9 +3,11 @@ comparison on the parent (the package docstring says what each step does)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,13 +16,14 @@ import pandas as pd
 
 from ...adapters import tracking
 from ...adapters.evaluator import log_output, save_local
-from ...core.errors import InputError
+from ...core.errors import InputError, UnstableParameterWarning
 from ...engine.config import RagJudgeConfig
 from ...engine.evaluate import EvalOutput, evaluate_frame
 from ..compare import COLUMNS, comparison_figures, log_comparison, paired_comparison, scores_by_row
-from .generation import OUTPUT_KEYS, Generations, generate, pipeline_identity, retriever_for
+from .generation import OUTPUT_KEYS, Generations, PipelineFailed, generate, pipeline_identity, retriever_for
 from .result import SweepResult
-from .variants import PromptTemplate, expand_variants, params_key, resolve_prompts, variant_names
+from .variants import (PromptTemplate, expand_variants, params_key, resolve_prompts, shown_value, unstable_params,
+                       variant_names)
 
 __all__ = ["sweep", "GENERATIONS_FILE"]
 
@@ -80,8 +83,65 @@ class _Plan:
     base: str
     gens: Generations
     retriever: Callable[..., Any] | None
-    first: tuple[dict[str, Any], bool] = ({}, False)
+    #: per variant, the generation cache's key of its parameters (None: no stable identity, not cached)
+    pkeys: list[str | None] = field(default_factory=list)
+    #: variant index -> question index -> the probe's answer ``(output, from_cache)`` or the pipeline's error
+    done: dict[int, dict[int, tuple[dict[str, Any], bool] | str]] = field(default_factory=dict)
     questions: list[str] = field(default_factory=list)
+
+
+#: the probe gives up looking for a question the pipeline answers after this many failures (the sweep goes on)
+PROBE_FAILURES = 5
+
+
+def _check_param_names(pipeline: Callable[..., Any], param_list: list[dict[str, Any]]) -> None:
+    """A parameter that would collide with the question argument, or that the pipeline does not take, is refused
+    before the pipeline is called."""
+    try:
+        sig = inspect.signature(pipeline)
+    except (TypeError, ValueError):
+        sig = None
+    positional = [p for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)] if sig else []
+    own = {"question"} | ({positional[0].name} if positional and positional[0].kind is not
+                                                  inspect.Parameter.POSITIONAL_ONLY else set())
+    names = list(dict.fromkeys(k for p in param_list for k in p))
+    for k in names:
+        if k in own:
+            raise InputError(
+                f"Variant parameter {k!r} collides with the pipeline's own argument: a sweep calls "
+                f"pipeline(question, **params), so {k!r} would be given twice. Rename the parameter (e.g. "
+                f"'{k}_style') in the grid and in the pipeline's signature.")
+    if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        taken = {p.name for p in sig.parameters.values() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        unknown = [k for k in names if k not in taken]
+        if unknown:
+            raise InputError(f"Variant parameter(s) {unknown} are not arguments of the pipeline (it takes "
+                             f"{sorted(taken - own)}); add them to its signature or remove them from the grid.")
+
+
+def _probe(plan: _Plan) -> None:
+    """The first answer the pipeline gives (the first question of the first variant, unless the pipeline raises
+    there: then the next question, up to :data:`PROBE_FAILURES` failures, each recorded for its row) and the
+    dry-run evaluation of that row. A return value of the wrong kind is an InputError here."""
+    failures = 0
+    for i, kwargs in enumerate(plan.kwargs_list):
+        for j, question in enumerate(plan.questions):
+            try:
+                got = plan.gens.get(question, kwargs, plan.pkeys[i], f"row {j} of variant {plan.names[i]!r}")
+            except PipelineFailed as e:
+                plan.done.setdefault(i, {})[j] = str(e)
+                failures += 1
+                if failures >= PROBE_FAILURES:
+                    return
+                continue
+            plan.done.setdefault(i, {})[j] = got
+            probe = plan.data.iloc[j:j + 1].reset_index(drop=True).copy()
+            for k, v in got[0].items():
+                probe[plan.cfg.column(k)] = [v]
+            evaluate_frame(probe, {**plan.config, "dry_run": True, "progress": False,
+                                   "retriever": retriever_for(plan.retriever, kwargs) or plan.config.get("retriever")})
+            return
 
 
 def _baseline_index(baseline: int | str, names: list[str], param_list: list[dict[str, Any]]) -> int | None:
@@ -117,37 +177,41 @@ def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_conf
     cfg = RagJudgeConfig.from_dict(config)
     data = _check_data(data, cfg)
     param_list = expand_variants(variants)
+    _check_param_names(pipeline, param_list)
     names = variant_names(param_list)
-    keys = [params_key({k: (v.name, v.template) if isinstance(v, PromptTemplate) else v for k, v in p.items()})
-            for p in param_list]
+    keys = [params_key(p) for p in param_list]
     dupes = sorted({n for n, k in zip(names, keys) if keys.count(k) > 1})
     if dupes:
         raise ValueError(f"variants {dupes} appear more than once; each variant must differ in its parameters")
     base_index = _baseline_index(baseline, names, param_list)
     # the tracking store must answer before the pipeline or the judge is paid for
     tracking.check_tracking_store(tracking_uri, experiment, nothing="Nothing was generated or judged.")
-    kwargs_list, prompt_versions = resolve_prompts(param_list)
+    kwargs_list, prompt_versions, pkeys = resolve_prompts(param_list)
     # the parameters as recorded: a prompt as <name>@v<version>; the run names show them that way
     recorded_list = [{k: (f"{pvs[k].name}@v{pvs[k].version}" if k in pvs else v) for k, v in p.items()}
                      for p, pvs in zip(param_list, prompt_versions)]
     names = variant_names(recorded_list)
-    if len(set(names)) < len(names):  # two templates that are one registered version
+    recorded_keys = [params_key(p) for p in recorded_list]
+    if len(set(recorded_keys)) < len(recorded_keys):  # two templates that are one registered version
         raise ValueError(f"two variants are the same after resolving their prompts: {names}")
     if base_index is None:
         if baseline not in names:
             raise ValueError(f"baseline {baseline!r} is not one of the variants {names}")
         base_index = names.index(str(baseline))
+    for i, p in enumerate(param_list):
+        unstable = unstable_params(p)
+        if unstable:
+            pkeys[i] = None
+            warnings.warn(
+                f"Variant {names[i]!r}: parameter(s) {unstable} hold objects with no identity that lasts beyond this "
+                "process (their repr shows a memory address), so this variant's answers are not cached and are "
+                "generated again on every run. Give the object a 'cache_key' attribute (text naming its "
+                "configuration), or pass ('label', object) as the value (docs/sweeps.md).",
+                UnstableParameterWarning, stacklevel=3)
     plan = _Plan(config, cfg, data, names, kwargs_list, prompt_versions, dict(zip(names, recorded_list)),
                  names[base_index], Generations(pipeline, pipeline_identity(pipeline, pipeline_version), cfg.cache),
-                 retriever, questions=data[cfg.column("question")].tolist())
-    # the probe: one answer, one dry-run evaluation
-    plan.first = plan.gens.get(plan.questions[0], kwargs_list[0], params_key(kwargs_list[0]),
-                               f"row 0 of variant {names[0]!r}")
-    probe = data.iloc[:1].copy()
-    for k, v in plan.first[0].items():
-        probe[cfg.column(k)] = [v]
-    evaluate_frame(probe, {**config, "dry_run": True, "progress": False,
-                           "retriever": retriever_for(retriever, kwargs_list[0]) or config.get("retriever")})
+                 retriever, pkeys=pkeys, questions=data[cfg.column("question")].tolist())
+    _probe(plan)
     return plan
 
 
@@ -170,14 +234,22 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
     kwargs, pvs = plan.kwargs_list[i], plan.prompt_versions[i]
     _log(f"[{i + 1}/{len(plan.names)}] {name}", verbose)
     t0 = time.perf_counter()
-    done = {0: plan.first} if i == 0 else {}  # the probe already answered the first question of the first variant
-    outs, errors, cached = generate(plan.gens, plan.questions, kwargs, name, workers, done)
+    # what the probe already answered (or saw fail)
+    outs, errors, cached = generate(plan.gens, plan.questions, kwargs, plan.pkeys[i], name, workers,
+                                    plan.done.get(i, {}))
     seconds = time.perf_counter() - t0
     ok = [j for j in range(len(plan.questions)) if outs[j] is not None]
     gen_stats = {"rows": len(plan.questions), "generated": sum(1 for j in ok if not cached[j]),
                  "cached": sum(1 for j in ok if cached[j]), "failed": len(plan.questions) - len(ok),
                  "seconds": round(seconds, 3)}
     result.generation[name] = gen_stats
+    failed = [e for e in errors if e is not None]
+    if failed and len(failed) / len(plan.questions) > plan.cfg.max_error_rate:
+        result.generation_failures[name] = (
+            f"the pipeline failed on {len(failed)} of {len(plan.questions)} questions (more than max_error_rate="
+            f"{plan.cfg.max_error_rate:g}); first error: {failed[0][:300]} -- every error is in this variant's "
+            f"{GENERATIONS_FILE}")
+        _log(f"    GENERATION FAILED: {result.generation_failures[name]}", verbose)
     _log(f"    answers: {gen_stats['generated']} generated, {gen_stats['cached']} from the cache, "
          f"{gen_stats['failed']} failed", verbose)
     out: EvalOutput | None = None
@@ -196,7 +268,7 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
     result.outputs[name] = out
     with tracking.open_run(name, nested=True) as child:
         result.run_ids[name] = child.run_id
-        child.params({**{f"variant.{k}": str(v)[:6000] for k, v in plan.recorded[name].items()},
+        child.params({**{f"variant.{k}": shown_value(v)[:6000] for k, v in plan.recorded[name].items()},
                       "variant.name": name})
         child.tags({"ragjudge.sweep": "variant", "ragjudge.sweep.parent": parent.run_id,
                     "ragjudge.sweep.baseline": str(name == plan.base).lower()})
@@ -214,6 +286,8 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
             log_output(out, child.run_id, saved=save_local(out, f"sweep-{i}"))
         else:
             child.tags({"ragjudge.status": "evaluation_error" if name in result.errors else "no_answers"})
+            if not ok:
+                child.tags({"ragjudge.generation_error": (failed[0] if failed else "no questions")[:5000]})
             if name in result.errors:
                 child.tags({"ragjudge.evaluation_error": result.errors[name][:5000]})
     _log(f"    run {child.run_id}", verbose)
@@ -282,7 +356,8 @@ def sweep(
         parent.params({"sweep.variants": str(len(plan.names)), "sweep.baseline": plan.base[:6000],
                        "sweep.pipeline": plan.gens.identity[:6000], "sweep.data": dname,
                        "sweep.rows": str(len(plan.data)),
-                       "sweep.grid": json.dumps(list(plan.recorded.values()), default=str)[:6000]})
+                       "sweep.grid": json.dumps([{k: shown_value(v) for k, v in p.items()}
+                                                 for p in plan.recorded.values()], ensure_ascii=False)[:6000]})
         parent.tags({"ragjudge.sweep": "parent"})
         parent.dataset(plan.data, dname)
         for i, name in enumerate(plan.names):
