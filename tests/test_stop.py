@@ -165,3 +165,49 @@ def test_a_batch_run_stops_waiting_and_a_rerun_reattaches_without_buying_again(f
     lines = fake_llm.batches.submitted
     assert len(lines) == len(set(lines))  # the first batch's lines were re-attached to, not bought again
     assert lines[:len(bought)] == bought
+
+
+HUNG_PIPELINE = '''
+import os, pathlib, time
+
+CALLS = pathlib.Path(os.environ["CALLS_DIR"])
+
+
+def answer(question, delay=0):
+    (CALLS / f"{os.getpid()}-{time.monotonic_ns()}").write_text(question)
+    if question.endswith("3?"):
+        time.sleep(600)  # a pipeline call that hangs
+    return f"{question} The answer is {delay}."
+'''
+
+
+def test_a_sweep_stops_without_waiting_for_a_hung_pipeline_and_ends_its_runs_killed(tmp_path, fresh_tracking_uri):
+    (tmp_path / "hung_rag.py").write_text(HUNG_PIPELINE)
+    (tmp_path / "grid.json").write_text('{"delay": [0, 1, 2]}')
+    pd.DataFrame({"question": [f"Question {i}?" for i in range(8)],
+                  "reference": [f"Answer {i}." for i in range(8)]}).to_json(tmp_path / "q.jsonl", orient="records",
+                                                                             lines=True)
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    uri = fresh_tracking_uri(tmp_path / "mlflow.db")
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")}
+    env.update(CALLS_DIR=str(calls), RAGJUDGE_STOP_GRACE="2", RAGJUDGE_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "mlflow_ragjudge", "sweep", "q.jsonl", "--pipeline", "hung_rag.py:answer",
+           "--grid", "grid.json", "--workers", "2", "--experiment", "stops", "--tracking-uri", uri,
+           "--config", '{"bertscore": false}']
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while len(list(calls.iterdir())) < 5 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)  # the probe's question, then the first variant's: question 3 hangs
+    made = len(list(calls.iterdir()))
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)  # without the stop it would wait 600 s for the hung call
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "stopped by SIGINT after 1 of 3 variants" in stderr
+    assert len(list(calls.iterdir())) <= made + 2  # no new pipeline call after the signal (2 workers in flight)
+    runs = _runs(uri)
+    parent = [r for r in runs if r.data.tags.get("ragjudge.sweep") == "parent"]
+    children = [r for r in runs if r.data.tags.get("ragjudge.sweep") == "variant"]
+    assert len(parent) == 1 and parent[0].info.status == "KILLED"
+    assert parent[0].data.tags["ragjudge.status"] == "interrupted"
+    assert len(children) == 1 and children[0].info.status == "KILLED"  # the variant under way; none after it

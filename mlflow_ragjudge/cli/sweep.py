@@ -103,6 +103,13 @@ def sweep_command(args: argparse.Namespace) -> int:
     from ..adapters.tracking import ui_hint
 
     print(f"  {ui_hint(result.parent_run_id)}")
+    if result.stopped:
+        from ..core.stop import EXIT_SIGNAL
+
+        print(f"stopped by {result.stopped} after {len(result.run_ids)} of {len(result.variants)} variants; the parent "
+              f"run and the variant under way are KILLED. Run the same command again to finish: answers and judge "
+              "replies already paid for come from the cache.", file=sys.stderr)
+        return EXIT_SIGNAL.get(result.stopped, EXIT_SIGNAL["SIGINT"])
     return EXIT_JUDGE_FAILURES if failing or result.generation_failures else EXIT_OK
 
 def sweep_summary(result: Any) -> str:

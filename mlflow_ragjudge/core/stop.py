@@ -16,10 +16,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 __all__ = ["request_stop", "stop_requested", "stop_reason", "clear_stop", "grace_seconds", "stop_on_signals",
-           "ENV_STOP_GRACE", "EXIT_SIGNAL"]
+           "await_until_stopped", "ENV_STOP_GRACE", "EXIT_SIGNAL"]
 
 ENV_STOP_GRACE = "RAGJUDGE_STOP_GRACE"
 #: the exit status of a process stopped by a signal, by the shell's convention (128 + the signal's number)
@@ -79,6 +80,25 @@ def grace_left() -> float:
 def wait_for_stop(seconds: float) -> bool:
     """Sleep up to ``seconds``, waking early on a stop; True when a stop was requested."""
     return _EVENT.wait(max(0.0, seconds))
+
+
+def await_until_stopped(futures: Iterable[Future]) -> set[Future]:  # type: ignore[type-arg]
+    """Wait for every future, re-raising what a finished one raised; returns the ones that did not finish: none
+    unless a stop was requested -- then those not started are cancelled and the running ones awaited for the
+    grace period, no longer (a pool holding them must be shut down with ``wait=False``)."""
+    futures = set(futures)
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+        for f in done:
+            if not f.cancelled():
+                f.result()
+        if stop_requested():
+            for f in pending:
+                f.cancel()  # not started: never will be
+            if grace_left() <= 0:
+                break
+    return {f for f in futures if f.cancelled() or not f.done()}
 
 
 def _say(text: str) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ..core.stop import grace_left, stop_reason, stop_requested
+from ..core.stop import await_until_stopped, stop_reason, stop_requested
 from ..core.types import FailureReason, JudgeResult, Row
 from ..metrics.spec import MetricSpec, Prepared, RunContext
 
@@ -143,19 +143,8 @@ def _run_pool(jobs: list[tuple[Callable[[], None], str, int | None]], workers: i
     ones not started are cancelled, and the running ones are awaited for the stop's grace period, no longer)."""
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge")
     futures: dict[Future[None], tuple[str, int | None]] = {pool.submit(job): (name, i) for job, name, i in jobs}
-    pending = set(futures)
     try:
-        while pending:
-            done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-            for f in done:
-                if not f.cancelled():
-                    f.result()  # a job catches its metric's exceptions; anything else is ours and goes up
-            if stop_requested():
-                for f in pending:
-                    f.cancel()  # not started: never will be
-                if grace_left() <= 0:
-                    break
-        return [futures[f] for f in futures if f.cancelled() or not f.done()]
+        return [futures[f] for f in await_until_stopped(futures)]
     finally:
         # after a stop, a call still in flight past the grace is not waited for (its reply, if it comes while the
         # process lives, still goes to the cache)

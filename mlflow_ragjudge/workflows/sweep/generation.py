@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...core.errors import InputError
+from ...core.stop import await_until_stopped, stop_reason, stop_requested
 from ...llm.cache import CallCache, cache_key
 from ...metrics.contexts import passages_from_retriever
 from .variants import identity
@@ -133,14 +134,27 @@ def generate(gens: Generations, questions: list[str], kwargs: dict[str, Any], pk
     def one(j: int) -> None:
         if outs[j] is not None or errors[j] is not None:
             return
+        if stop_requested():  # Ctrl-C / SIGTERM: no new pipeline call
+            errors[j] = f"interrupted: not generated, the sweep was stopped ({stop_reason()})"
+            return
         try:
             outs[j], cached[j] = gens.get(questions[j], kwargs, pkey, f"row {j} of variant {name!r}")
         except Exception as e:
             errors[j] = str(e) if isinstance(e, PipelineFailed) else f"{type(e).__name__}: {str(e)[:500]}"
 
     if workers > 1:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge-gen") as pool:
-            list(pool.map(one, range(len(questions))))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge-gen")
+        try:
+            futures = {pool.submit(one, j): j for j in range(len(questions))}
+            unfinished = await_until_stopped(futures)
+            if unfinished:  # stopped: a pipeline call that hangs is not waited for (nor is its late answer taken)
+                outs, errors, cached = list(outs), list(errors), list(cached)
+                for f in unfinished:
+                    j = futures[f]
+                    outs[j] = None
+                    errors[j] = errors[j] or f"interrupted: not awaited, the sweep was stopped ({stop_reason()})"
+        finally:
+            pool.shutdown(wait=not stop_requested(), cancel_futures=True)
     else:
         for j in range(len(questions)):
             one(j)

@@ -46,6 +46,9 @@ class SweepResult:
     errors: dict[str, str] = field(default_factory=dict)
     #: variant name -> the pipeline failed on more than max_error_rate of its questions: how many, the first error
     generation_failures: dict[str, str] = field(default_factory=dict)
+    #: the signal that stopped the sweep (``SIGINT``, ``SIGTERM``), or None: the variants not reached have no run,
+    #: the one under way logged what it had, and the parent and that child ended KILLED
+    stopped: str | None = None
 
     def summary(self, headline: Sequence[str] = ("correctness", "faithfulness", "context_recall", "map")) -> str:
         """The sweep's outcome as text: each variant's run and headline means, the metrics skipped, then the

@@ -17,6 +17,7 @@ import pandas as pd
 from ...adapters import tracking
 from ...adapters.evaluator import log_output, save_local
 from ...core.errors import InputError, UnstableParameterWarning
+from ...core.stop import stop_on_signals, stop_reason, stop_requested
 from ...engine.config import RagJudgeConfig
 from ...engine.evaluate import EvalOutput, evaluate_frame
 from ..compare import COLUMNS, comparison_figures, log_comparison, paired_comparison, scores_by_row
@@ -290,6 +291,8 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
                 child.tags({"ragjudge.generation_error": (failed[0] if failed else "no questions")[:5000]})
             if name in result.errors:
                 child.tags({"ragjudge.evaluation_error": result.errors[name][:5000]})
+    if stop_requested():  # what this variant logged is what it had when Ctrl-C / SIGTERM came
+        tracking.mark_killed(child.run_id)
     _log(f"    run {child.run_id}", verbose)
 
 
@@ -345,6 +348,15 @@ def sweep(
         InputError, ValueError: bad variants, data, configuration or pipeline output, found before the sweep
             generates or judges anything beyond the first question.
     """
+    with stop_on_signals():  # Ctrl-C / SIGTERM: no new pipeline call, variant or judge request (core.stop)
+        return _sweep(pipeline, variants, data, evaluator_config, experiment, baseline, run_name, retriever, data_name,
+                      pipeline_version, compare, alpha, n_boot, seed, workers, tracking_uri, plots, verbose)
+
+
+def _sweep(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_config: Mapping[str, Any] | None,
+           experiment: str | None, baseline: int | str, run_name: str | None, retriever: Callable[..., Any] | None,
+           data_name: str | None, pipeline_version: str | None, compare: Sequence[str] | None, alpha: float,
+           n_boot: int, seed: int, workers: int, tracking_uri: str | None, plots: bool, verbose: bool) -> SweepResult:
     given_name = dataset_name(data, data_name) if isinstance(data, pd.DataFrame) and len(data) else None
     plan = _plan(pipeline, variants, data, evaluator_config, experiment, baseline, retriever, pipeline_version,
                  workers, tracking_uri)
@@ -361,7 +373,10 @@ def sweep(
         parent.tags({"ragjudge.sweep": "parent"})
         parent.dataset(plan.data, dname)
         for i, name in enumerate(plan.names):
+            if stop_requested():
+                break
             _variant(plan, i, name, parent, dname, result, scores, workers, verbose)
+        result.stopped = stop_reason()
         # step 3: the comparison on the parent
         comparison = (paired_comparison(scores, plan.base, metrics=compare, alpha=alpha, n_boot=n_boot, seed=seed)
                       if plan.base in scores else pd.DataFrame(columns=list(COLUMNS)))
@@ -372,4 +387,11 @@ def sweep(
         parent.metrics({"sweep/significant_differences": float(len(result.significant()))})
         result.prompts = {n: {k: f"prompts:/{pv.name}/{pv.version}" for k, pv in pvs.items()}
                           for n, pvs in zip(plan.names, plan.prompt_versions) if pvs}
+        if result.stopped:
+            parent.tags({"ragjudge.status": "interrupted",
+                         "ragjudge.interrupted": f"stopped by {result.stopped} after {len(result.run_ids)} of "
+                                                 f"{len(plan.names)} variants; re-run the sweep to finish (answers and "
+                                                 "judge replies already paid for come from the cache)"})
+    if result.stopped:
+        tracking.mark_killed(result.parent_run_id)
     return result
