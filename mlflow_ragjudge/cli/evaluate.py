@@ -167,7 +167,7 @@ def summary(run_id: str, out: Any) -> str:
             alone = f"[{cal['classical_ci_low']:.3f}, {cal['classical_ci_high']:.3f}]"
             lines.append(f"  {name}: calibrated by {int(cal['n_labelled'])} human labels: {cal['mean']:.3f} "
                          f"[{cal['ci_low']:.3f}, {cal['ci_high']:.3f}] (95%; labels alone {alone})"
-                         + (f"  warning: {cal['warning']}" if "warning" in cal else ""))
+                         + (f"  warning: {cal['warning']}" if cal.get("warning") else ""))
     ks = sorted({int(mt.group(1)) for k in m if (mt := _AT_K.search(k))})
     shown_k = ks[len(ks) // 2] if ks else None
     plain = []
