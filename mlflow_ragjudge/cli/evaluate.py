@@ -254,7 +254,7 @@ def estimate_command(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     cfg["dry_run"] = True
-    out = evaluate_frame(read_table(args.data), cfg)
+    out = evaluate_frame(read_table(args.data, cfg.get("col_mapping")), cfg)
     print(out.table.to_string(index=False))
     total = {k: int(out.metrics[f"estimate/total/{k}"]) for k in ("calls", "input_tokens", "output_tokens")}
     cost = out.metrics.get("estimate/total/cost_usd")
