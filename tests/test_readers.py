@@ -58,7 +58,8 @@ def test_csv_text_columns_under_col_mapping_are_text_too(tmp_path, tmp_tracking,
 def test_jsonl_with_numeric_answers_is_read_as_written_and_evaluated(tmp_path, tmp_tracking, capsys):
     path = tmp_path / "numbers.jsonl"
     path.write_text('{"question": "What is six times seven?", "answer": 42, "reference": 42, "row_id": 7}\n'
-                    '{"question": "A price?", "answer": 4.50, "reference": "4.50", "row_id": "b", "human": 5}\n', encoding="utf-8")
+                    '{"question": "A price?", "answer": 4.50, "reference": "4.50", "row_id": "b", "human": 5}\n',
+                    encoding="utf-8")
     frame = read_table(path)
     assert frame["answer"].tolist() == ["42", "4.50"]  # the number's own text, not str(4.5)
     assert frame["reference"].tolist() == ["42", "4.50"]

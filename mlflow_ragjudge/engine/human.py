@@ -96,9 +96,9 @@ def calibrated_estimates(table: pd.DataFrame, specs: Sequence[MetricSpec], resul
         messages = [est.warning] if est.warning else []
         if est.selection_p is not None and est.selection_p < SELECTION_P:
             messages.append(f"The labelled rows of {metric!r} do not look like a random sample: the judge's mean on "
-                            f"them ({est.judge_mean_labelled:.3f}) differs from the rest's (p = {est.selection_p:.2g}). "
-                            "The calibrated interval is valid only for randomly chosen rows; draw them with "
-                            "`ragjudge label-sample`.")
+                            f"them ({est.judge_mean_labelled:.3f}) differs from the rest's "
+                            f"(p = {est.selection_p:.2g}). The calibrated interval is valid only for randomly chosen "
+                            "rows; draw them with `ragjudge label-sample`.")
         if messages:
             record[metric]["warning"] = " ".join(messages)
             warnings.warn(record[metric]["warning"], CalibrationWarning, stacklevel=4)
