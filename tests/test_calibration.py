@@ -358,3 +358,41 @@ def test_review_queue_holds_a_random_sample_of_the_runs_traces(tmp_tracking):
     assert len(queue.schema_ids) == 1
     sample = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/ragjudge/label_sample.json")
     assert sample["seed"] == 2 and len(sample["trace_ids"]) == 5
+
+
+# --------------------------------------------------------------------------- labels that carry no variance
+
+
+def test_cli_calibrate_with_identical_labels_reports_the_exact_bound_and_warns(tmp_tracking, tmp_path, capsys):
+    """Every labelled answer of both variants rated 5: each run's labels and the paired differences (all 0) carry
+    no variance. Before, calibrate printed "[5.000, 5.000]" and "[+0.000, +0.000]" as 95 % intervals."""
+    result = _sweep(n=60)
+    path = tmp_path / "labels.csv"
+    label_sample(result.parent_run_id, 40, seed=1, path=path)
+    _fill(path, fn=lambda answer: 5.0)
+    assert main(["calibrate", result.parent_run_id, "--labels", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "calibrated 5.000 [5.000, 5.000]" not in text and "+0.000 [+0.000, +0.000]" not in text
+    share = 0.025 ** (1 / 40)
+    assert f"[{5 - 4 * (1 - share):.3f}, 5.000]" in text  # each run: the exact bound on the scale 1..5
+    assert f"[{-4 * (1 - share):+.3f}, {4 * (1 - share):+.3f}]" in text  # the paired difference's bound
+    assert text.count("carry no variance") == 3  # the two runs and the one comparison
+    assert "label differences are all 0" in text and "normal-approximation interval" in text
+    out = calibrate(result.parent_run_id, path, log=False)
+    for per in out.estimates.values():
+        est = per["correctness"]
+        assert est.interval == "exact_no_variance" and "carry no variance" in est.warning
+
+
+def test_cli_evaluate_with_identical_human_labels_warns(tmp_path, tmp_tracking, capsys):
+    path = tmp_path / "data.csv"
+    _frame().assign(human_correctness=lambda f: f["human_correctness"].where(f["human_correctness"].isna(), 4.0)
+                    ).to_csv(path, index=False)
+    code = main(["evaluate", str(path), "--judge", "offline:/lexical", "--metrics", "correctness",
+                 "--human-labels", "correctness=human_correctness"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "correctness: calibrated by 45 human labels" in text
+    assert "warning: The 45 human labels are all 4: they carry no variance" in text
+    run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
+    assert run.data.metrics["correctness/ppi_ci_high"] > run.data.metrics["correctness/ppi_ci_low"]

@@ -90,12 +90,12 @@ def test_context_precision_one_request_for_five_chunks(fake_llm, client):
     assert result.value == pytest.approx((1 / 1 + 2 / 3) / 2)  # relevant at ranks 1 and 3
     assert len(chat_requests(fake_llm)) == 1  # ragas sends one per chunk: 5
     prompt = chat_requests(fake_llm)[0].last_user_text
-    assert "PASSAGES (5):" in prompt and all(f"[{i}] " in prompt for i in range(1, 6))
+    assert "PASSAGES (5):" in prompt and all(f' n="{i}">' in prompt for i in range(1, 6))
     assert REFERENCE in prompt and QUESTION in prompt
     assert [c["relevant"] for c in result.details["chunks"]] == [True, False, True, False, False]
     assert [c["rank"] for c in result.details["chunks"]] == [1, 2, 3, 4, 5]
     assert result.details["n_relevant"] == 2 and "rank(s) [1, 3]" in result.rationale
-    assert judge.prompt_versions == {"context_precision": "context_precision-v2-en"}
+    assert judge.prompt_versions == {"context_precision": "context_precision-v3-en"}
     assert judge.estimate(QUESTION, REFERENCE, CHUNKS)["calls"] == 1
 
 
@@ -124,7 +124,7 @@ def test_context_precision_short_verdict_list_asks_again_for_the_missing_passage
     assert [c["relevant"] for c in result.details["chunks"]] == [True, False, True, False, True]
     assert result.value == pytest.approx((1 + 2 / 3 + 3 / 5) / 3)
     again = chat_requests(fake_llm)[1].last_user_text
-    assert "[4] " in again and "[5] " in again and "[1] " not in again
+    assert ' n="4">' in again and ' n="5">' in again and ' n="1">' not in again  # each passage in its own fence
 
 
 def test_context_precision_still_short_after_asking_again_fails_inconsistent(fake_llm, client):
@@ -146,7 +146,7 @@ def test_context_precision_keeps_ranks_of_empty_chunks(fake_llm, client):
     fake_llm.set_handler(by_marker({PRECISION_MARK: chunk_verdicts(False, True)}))
     result = ContextPrecisionJudge(client).judge(QUESTION, REFERENCE, ["", CHUNKS[0]])
     assert result.value == pytest.approx(0.5)  # the relevant chunk is at rank 2
-    assert "[1] (empty passage)" in chat_requests(fake_llm)[0].last_user_text
+    assert ' n="1">\n(empty passage)\n</passage-' in chat_requests(fake_llm)[0].last_user_text
 
 
 def test_context_precision_abstains_without_contexts_or_reference(fake_llm, client):
@@ -272,7 +272,9 @@ def test_context_relevance_english(fake_llm, client):
     assert result.status is Status.SCORED and result.value == pytest.approx(2 / 4)
     prompt = chat_requests(fake_llm)[0].last_user_text
     assert "split into 4 numbered sentences" in prompt
-    assert "Passage 2:\n[3] UNION ALL is fast.\n[4] Dr. Smith said so." in prompt
+    # each sentence between its own numbered tags, under its passage's heading
+    assert re.search(r'Passage 2:\n<(sentence-[0-9a-f]{12}) n="3">\nUNION ALL is fast\.\n</\1>\n'
+                     r'<\1 n="4">\nDr\. Smith said so\.\n</\1>', prompt)
     assert [s["sentence"] for s in result.details["selected"]] == ["UNION ALL keeps duplicates.", "UNION ALL is fast."]
     assert judge.estimate(QUESTION, contexts)["calls"] == 1
 
@@ -293,7 +295,7 @@ def test_context_relevance_splits_japanese_sentences(fake_llm, client):
     result = ContextRelevanceJudge(client, language="ja").judge("東京タワーの高さは？", contexts)
     assert result.value == pytest.approx(1 / 5)
     prompt = chat_requests(fake_llm)[0].last_user_text
-    assert "5 個の番号付きの文" in prompt and "[2] 高さは333メートルです！" in prompt
+    assert "5 個の番号付きの文" in prompt and ' n="2">\n高さは333メートルです！\n</sentence-' in prompt
 
 
 def test_context_relevance_insufficient_information_scores_zero(fake_llm, client):

@@ -157,7 +157,10 @@ def test_a_hung_call_holds_only_its_own_row(fake_llm, judge):
     release.set()
     t.join(30)
     out = done["out"]
-    assert all(s == "scored" for c in out.table.columns if c.endswith("/status") for s in out.table[c])
+    # every row judged, none failed (the independent model picks its verdicts by a hash of the conversation, so a
+    # correctness reply may be level 0, "not sure": an abstention, a judgement like any other)
+    statuses = [s for c in out.table.columns if c.endswith("/status") for s in out.table[c]]
+    assert statuses and all(s == "scored" or s.startswith("abstained") for s in statuses), statuses
 
 
 # --------------------------------------------------------------------------- fewer calls
@@ -173,7 +176,7 @@ def test_four_ragas_metrics_cost_five_requests_per_row(fake_llm, judge, emb):
     assert names.count("statements") == 2 * len(df)  # the response's claims and the reference's statements
     for m in RAGAS4:
         assert out.table[f"{m}/status"].tolist() == ["scored"] * len(df)
-    assert out.config["prompt_versions"]["context_verdicts"] == "context_verdicts-v1-en"
+    assert out.config["prompt_versions"]["context_verdicts"] == "context_verdicts-v2-en"
     # the shared call is recorded once as sent and once as shared (no tokens)
     shared = [t for t in out.transcripts if t.get("shared")]
     assert len(shared) >= len(df) and all(t["input_tokens"] == 0 for t in shared)

@@ -96,7 +96,7 @@ def test_mlflow_evaluate_logs_metrics_table_transcripts_params(fake_llm, judge_u
     p = logged.params
     assert p["ragjudge.judge"] == "openai:/judge-model"
     assert p["ragjudge.context_mode"] == "generation"  # contexts present, no retriever
-    assert "correctness-v2-en" in p["ragjudge.prompt_versions"]
+    assert "correctness-v3-en" in p["ragjudge.prompt_versions"]
     assert p["ragjudge.version"]
     # the per-row table: question first, the headline score second
     table = _artifact_json(run_id, "ragjudge/eval_results_table.json")
@@ -114,7 +114,7 @@ def test_mlflow_evaluate_logs_metrics_table_transcripts_params(fake_llm, judge_u
     five = next(t for t in transcripts if "ans-five" in t["messages"][-1]["content"])
     assert five["raw_reply"] == "Feedback: complete. [RESULT] 5" and five["parsed"]["score"] == 5
     assert five["model"] == "judge-model" and five["latency_s"] >= 0 and five["input_tokens"] > 0
-    assert "[1] ctx a1" in five["messages"][-1]["content"]
+    assert ' n="1">\nctx a1\n</passage-' in five["messages"][-1]["content"]
     config = _artifact_json(run_id, "ragjudge/config.json")
     assert config["context_mode"] == "generation" and config["usage"]["calls"] == 5
     artifacts_blob = json.dumps([table, transcripts, config, dict(p)])
@@ -234,7 +234,7 @@ def test_japanese_prompt_variant_and_japanese_inputs(fake_llm, judge_uri):
     out = evaluate_frame(df, judge=judge_uri, metrics=["correctness"], language="ja", cache=False)
     assert "参照回答" in fake_llm.requests[0].last_user_text
     assert out.table["correctness/justification"][0] == "正しい。"
-    assert json.loads(out.params["ragjudge.prompt_versions"]) == {"correctness": "correctness-v2-ja"}
+    assert json.loads(out.params["ragjudge.prompt_versions"]) == {"correctness": "correctness-v3-ja"}
 
 
 def test_context_budget_truncates_and_records_it(fake_llm, judge_uri):
@@ -247,7 +247,8 @@ def test_context_budget_truncates_and_records_it(fake_llm, judge_uri):
                     "chars": info["chars"]}
     assert info["chars"] <= 1500
     shown = out.table["correctness/contexts_shown"][0]
-    assert shown.startswith("[1] xxx") and "[...truncated]" in shown and "zzz" not in shown
+    assert shown.startswith("<passage-") and ' n="1">\nxxx' in shown
+    assert "[...truncated]" in shown and "zzz" not in shown
 
 
 def test_anthropic_judge_uses_tool_use_structured_output(fake_llm, monkeypatch):

@@ -89,13 +89,13 @@ def test_claims_and_verdicts_through_openai(fake_llm, openai_client):
     # two requests, and the transcript records both
     assert len(chat_requests(fake_llm)) == 2
     assert [c["purpose"] for c in result.calls] == ["statements", "faithfulness"]
-    assert [c["prompt_version"] for c in result.calls] == ["statements-v2-en", "faithfulness-v2-en"]
-    assert judge.prompt_versions == {"statements": "statements-v2-en", "faithfulness": "faithfulness-v2-en"}
+    assert [c["prompt_version"] for c in result.calls] == ["statements-v2-en", "faithfulness-v3-en"]
+    assert judge.prompt_versions == {"statements": "statements-v2-en", "faithfulness": "faithfulness-v3-en"}
     # the extraction prompt carries the question and the response; the verification prompt numbers
     # every passage and every claim
     first, second = (r.last_user_text for r in chat_requests(fake_llm))
     assert QUESTION in first and RESPONSE in first
-    assert "[1] Tokyo Tower is a communications" in second and "[2] The tower opened" in second
+    assert ' n="1">\nTokyo Tower is a communications' in second and ' n="2">\nThe tower opened' in second
     assert "CLAIMS (3):" in second and "[1] Tokyo Tower is 333 metres tall.\n[2]" in second
     assert result.raw is not None and '"verdicts"' in result.raw
 
@@ -149,7 +149,9 @@ def _strict_ok(schema: dict) -> None:
 @pytest.mark.parametrize("language", ["en", "ja"])
 def test_prompt_files_are_versioned_and_strict(name, language):
     prompt = load_prompt(name, language)
-    assert prompt.language == language and prompt.version == "2"
+    # version 2: every untrusted value fenced; 3: each passage (or sentence) fenced on its own
+    expected = {"statements": "2", "answer_relevancy": "2"}.get(name, "3")
+    assert prompt.language == language and prompt.version == expected
     assert set(prompt.formats) == {"json"}
     _strict_ok(prompt.schema)
     assert load_prompt(name, "en").schema == prompt.schema  # one schema, whatever the language
@@ -343,7 +345,7 @@ def test_japanese_prompt_and_response(fake_llm, openai_client):
     result = judge.judge("東京タワーの高さは?", "東京タワーは高さ333メートルで、1958年に開業しました。",
                          ["東京タワーは高さ333メートルの電波塔です。1958年に開業しました。"])
     assert result.status is Status.SCORED and result.value == 1.0
-    assert judge.prompt_versions == {"statements": "statements-v2-ja", "faithfulness": "faithfulness-v2-ja"}
+    assert judge.prompt_versions == {"statements": "statements-v2-ja", "faithfulness": "faithfulness-v3-ja"}
     assert "[1] 東京タワーの高さは333メートルである。" in chat_requests(fake_llm)[1].last_user_text
 
 

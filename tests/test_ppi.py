@@ -475,3 +475,73 @@ def test_labels_needed_orders_and_edges() -> None:
     for bad in (0, -0.1):
         with pytest.raises(ValueError, match="target_width"):
             labels_needed(pilot, bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# (f) labels that carry no variance: no zero-width "95 %" interval, an exact bound and a warning instead
+# ---------------------------------------------------------------------------------------------
+
+
+def _identical(n_labelled: int, value: float, judge: np.ndarray) -> np.ndarray:
+    human = np.full(len(judge), np.nan)
+    human[:n_labelled] = value
+    return human
+
+
+@pytest.mark.parametrize("n", [30, 40, 100])
+def test_identical_binary_labels_give_the_clopper_pearson_interval_and_a_warning(n: int) -> None:
+    judge = np.r_[np.ones(n + 50), np.zeros(30)]
+    for value, (want_low, want_high) in [(1.0, stats.binomtest(n, n).proportion_ci(method="exact")),
+                                         (0.0, stats.binomtest(0, n).proportion_ci(method="exact"))]:
+        est = ppi_mean(judge, _identical(n, value, judge))
+        assert est.interval == "exact_no_variance"
+        assert est.ci_high - est.ci_low > 0  # before: [v, v]
+        # the exact binomial (Clopper-Pearson) interval for n of n (0 of n): what the labels support
+        assert (est.ci_low, est.ci_high) == pytest.approx((want_low, want_high), abs=1e-9)
+        assert (est.classical_ci_low, est.classical_ci_high) == pytest.approx((want_low, want_high), abs=1e-9)
+        assert est.warning and "carry no variance" in est.warning and "Clopper-Pearson" in est.warning
+        assert f"all {value:g}" in est.warning and est.as_dict()["warning"] == est.warning
+
+
+def test_identical_labels_on_a_multi_level_scale_get_a_bound_valid_for_any_other_labels() -> None:
+    n = 40
+    judge = np.r_[np.full(60, 5.0), np.full(40, 3.0)]
+    est = ppi_mean(judge, _identical(n, 5.0, judge), scale=(1.0, 5.0))
+    share = 0.025 ** (1 / n)  # Clopper-Pearson lower bound on the share of rows a person would label 5
+    assert est.ci_low == pytest.approx(5 - (1 - share) * 4) and est.ci_high == 5.0
+    assert est.ci_low < 5.0 and est.interval == "exact_no_variance"
+    assert "multi-level scale" in est.warning and "normal-approximation interval" in est.warning
+    assert "1..5" in est.warning
+    # the bound holds: a population where just under 1 - share of rows are 1s (the worst case) has its mean inside
+    assert est.ci_low <= share * 5 + (1 - share) * 1 + 1e-12
+    # a label set with variance keeps its normal interval, without a warning
+    varied = _identical(n, 5.0, judge)
+    varied[0] = 4.0
+    normal = ppi_mean(judge, varied, scale=(1.0, 5.0))
+    assert normal.warning is None and normal.interval == "normal"
+
+
+def test_identical_paired_differences_get_a_bound_and_a_warning() -> None:
+    n = 40
+    ja = np.r_[np.full(50, 5.0), np.full(50, 2.0)]
+    jb = np.r_[np.full(70, 4.0), np.full(30, 1.0)]
+    ha = _identical(n, 5.0, ja)
+    est = ppi_paired_diff(ja, jb, ha, ha.copy(), scale=(1.0, 5.0))  # every labelled row: the same label, diff 0
+    assert est.interval == "exact_no_variance"
+    share = 0.025 ** (1 / n)
+    assert (est.ci_low, est.ci_high) == pytest.approx((-(1 - share) * 4, (1 - share) * 4))  # before: [0, 0]
+    assert est.ci_low < 0 < est.ci_high
+    assert "label differences are all 0" in est.warning
+    # on a binary scale the differences lie in -1..1
+    binary = ppi_paired_diff(ja / 5, jb / 5, ha / 5, ha / 5, scale=(0.0, 1.0))
+    assert (binary.ci_low, binary.ci_high) == pytest.approx((-(1 - share), 1 - share))
+
+
+def test_labels_only_with_identical_labels_gives_the_bound_too() -> None:
+    from mlflow_ragjudge.engine.ppi import labels_only_mean
+
+    only = labels_only_mean(np.r_[np.ones(40), np.full(10, np.nan)])
+    assert (only.ci_low, only.ci_high) == pytest.approx(stats.binomtest(40, 40).proportion_ci(method="exact"))
+    assert only.warning and only.interval == "exact_no_variance"
+    diff = labels_only_mean(np.zeros(40), scale=(1.0, 5.0), paired=True)
+    assert diff.ci_low < 0 < diff.ci_high and "label differences" in diff.warning

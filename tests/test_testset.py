@@ -22,12 +22,12 @@ CORPUS = {
 
 def handler(req):
     text = req.last_user_text
-    if "(id d1)" in text:
+    if 'name="doc_id">\nd1\n' in text:
         return {"has_question": True, "question": "Which keeps duplicates, UNION or UNION ALL?",
                 "answer": "UNION ALL.", "evidence": "UNION ALL keeps duplicate rows."}
-    if "(id d2)" in text:
+    if 'name="doc_id">\nd2\n' in text:
         return {"has_question": False, "question": "", "answer": "", "evidence": ""}
-    if "(id d3)" in text:
+    if 'name="doc_id">\nd3\n' in text:
         return Reply.error(400, "content policy")
     return Reply.error(500, "unexpected")
 

@@ -10,6 +10,7 @@ Every function here takes a run id and finds the run's experiment itself. MLflow
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -50,8 +51,10 @@ def run_experiment_id(run_id: str, client: Any = None) -> str:
 
 
 def load_run_table(run_id: str, artifact_file: str, client: Any = None) -> pd.DataFrame:
-    """A table artifact (``mlflow.log_table``'s JSON layout) of one run, read the way ``mlflow.load_table`` reads
-    it, wherever the run's experiment is.
+    """A table artifact (``mlflow.log_table``'s JSON layout) of one run, wherever the run's experiment is, with
+    the JSON's own types: a text cell stays text (``pd.read_json``, which ``mlflow.load_table`` uses, would turn a
+    row id ``"007"`` into 7 and an answer ``"42"`` into 42.0), as :func:`~mlflow_ragjudge.adapters.evaluator.load_local`
+    reads the same layout from disk.
 
     Raises:
         FileNotFoundError: the run has no such table artifact.
@@ -64,7 +67,9 @@ def load_run_table(run_id: str, artifact_file: str, client: Any = None) -> pd.Da
         raise FileNotFoundError(f"run {run_id} has no table artifact {artifact_file!r}")
     with tempfile.TemporaryDirectory() as tmp:
         path = client.download_artifacts(run_id, artifact_file, tmp)
-        return pd.read_json(path, orient="split")
+        with open(path, encoding="utf-8") as fh:
+            split = json.load(fh)
+    return pd.DataFrame(split["data"], columns=split["columns"])
 
 
 def run_traces(run_id: str, client: Any = None) -> pd.DataFrame:

@@ -94,8 +94,8 @@ def _main(argv: list[str]) -> int:
             print(metrics_table())
             return 0
         if args.command == "evaluate":
-            df = read_table(args.data)
             cfg = config_from_args(args)
+            df = read_table(args.data, cfg.get("col_mapping"))
             run_id, out = run_evaluation(
                 df, cfg, experiment=args.experiment, run_name=args.run_name, tracking_uri=args.tracking_uri
             )

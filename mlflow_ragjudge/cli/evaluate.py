@@ -183,7 +183,7 @@ def summary(run_id: str, out: Any) -> str:
             alone = f"[{cal['classical_ci_low']:.3f}, {cal['classical_ci_high']:.3f}]"
             lines.append(f"  {name}: calibrated by {int(cal['n_labelled'])} human labels: {cal['mean']:.3f} "
                          f"[{cal['ci_low']:.3f}, {cal['ci_high']:.3f}] (95%; labels alone {alone})"
-                         + (f"  warning: {cal['warning']}" if "warning" in cal else ""))
+                         + (f"  warning: {cal['warning']}" if cal.get("warning") else ""))
     ks = sorted({int(mt.group(1)) for k in m if (mt := _AT_K.search(k))})
     shown_k = ks[len(ks) // 2] if ks else None
     plain = []
@@ -270,7 +270,7 @@ def estimate_command(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     cfg["dry_run"] = True
-    out = evaluate_frame(read_table(args.data), cfg)
+    out = evaluate_frame(read_table(args.data, cfg.get("col_mapping")), cfg)
     print(out.table.to_string(index=False))
     total = {k: int(out.metrics[f"estimate/total/{k}"]) for k in ("calls", "input_tokens", "output_tokens")}
     cost = out.metrics.get("estimate/total/cost_usd")

@@ -50,6 +50,8 @@ def labels_command(args: argparse.Namespace) -> int:
     for m, e in estimates.items():
         print(f"{m}: calibrated {e.mean:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] from {e.n_labelled} human labels "
               f"(judge alone {e.judge_mean:.3f})")
+        if e.warning:
+            print(f"warning: {m}: {e.warning}")
     return 0
 
 def log_saved_command(args: argparse.Namespace) -> int:

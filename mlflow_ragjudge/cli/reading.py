@@ -31,11 +31,58 @@ def _clean(value: Any, counter: list[int]) -> Any:
         return {_clean(k, counter): _clean(v, counter) for k, v in value.items()}
     return value
 
-def _read_jsonl(p: Path) -> list[dict[str, Any]]:
+#: logical columns that hold text: read as str whatever type the file (or pandas, or pyarrow) gives them, so an
+#: answer "42" or a row id "007" is the text the user wrote, not a number
+TEXT_COLUMNS = ("question", "answer", "reference", "row_id", "group", "raw_output")
+#: logical columns that hold lists of text (passages) or of document ids: their scalar items are read as str too,
+#: so that ids written 7 in one list and "7" in another (or as a dict's key) are the same document
+TEXT_LIST_COLUMNS = ("contexts", "reference_contexts", "evidence_contexts", "gold_documents", "retrieved_doc_ids",
+                     "relevant_doc_ids", "citations")
+
+
+class _Number:
+    """A number from a JSON file with the text it was written as: the text in a text column, the number elsewhere."""
+
+    __slots__ = ("text", "value")
+
+    def __init__(self, text: str, value: int | float) -> None:
+        self.text, self.value = text, value
+
+
+def _json_number_hooks() -> dict[str, Any]:
+    return {"parse_int": lambda t: _Number(t, int(t)), "parse_float": lambda t: _Number(t, float(t))}
+
+
+def _as_written(value: Any, *, text: bool) -> Any:
+    """A parsed JSON value with each :class:`_Number` replaced by its text (``text``) or its value."""
+    if isinstance(value, _Number):
+        return value.text if text else value.value
+    if isinstance(value, list):
+        return [_as_written(v, text=text) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_written(v, text=text) for k, v in value.items()}
+    return value
+
+
+def _text_names(col_mapping: dict[str, str] | None) -> tuple[set[str], set[str]]:
+    """The file's column names that hold text and lists of text, under ``col_mapping`` (logical -> file column)."""
+    mapping = col_mapping or {}
+    return ({mapping.get(c, c) for c in TEXT_COLUMNS}, {mapping.get(c, c) for c in TEXT_LIST_COLUMNS})
+
+
+def _json_row(value: dict[str, Any], text: set[str], lists: set[str]) -> dict[str, Any]:
+    return {k: _as_written(v, text=k in text or (k in lists and isinstance(v, list))) for k, v in value.items()}
+
+
+def _read_jsonl(p: Path, col_mapping: dict[str, str] | None = None, *, also_text: tuple[str, ...] = ()
+                ) -> list[dict[str, Any]]:
     """JSON Lines, one object per line; a line that is not an object is an error naming the line. Invalid
-    Unicode (lone surrogates) is replaced with U+FFFD, with a warning naming the lines."""
+    Unicode (lone surrogates) is replaced with U+FFFD, with a warning naming the lines. A number in a text column
+    (``{"answer": 42}``) is read as the text it was written as (``"42"``); numbers elsewhere stay numbers."""
     from ..core.errors import InvalidTextWarning
 
+    text, lists = _text_names(col_mapping)
+    text |= set(also_text)
     rows: list[dict[str, Any]] = []
     repaired: list[int] = []
     with open(p, encoding="utf-8", errors="surrogateescape") as fh:
@@ -43,7 +90,7 @@ def _read_jsonl(p: Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = json.loads(line, **_json_number_hooks())
             except ValueError as e:
                 raise InputError(f"{p.name} line {n} is not valid JSON ({e}); each line must be one JSON object, "
                                  'e.g. {"question": "...", "answer": "...", "reference": "..."}.') from None
@@ -51,7 +98,7 @@ def _read_jsonl(p: Path) -> list[dict[str, Any]]:
                 raise InputError(f"{p.name} line {n} is a JSON {type(value).__name__}, not an object; each line must "
                                  'be one row as an object, e.g. {"question": "...", "answer": "..."}.')
             counter = [0]
-            rows.append(_clean(value, counter))
+            rows.append(_clean(_json_row(value, text, lists), counter))
             if counter[0]:
                 repaired.append(n)
     if not rows:
@@ -62,8 +109,52 @@ def _read_jsonl(p: Path) -> list[dict[str, Any]]:
                       InvalidTextWarning, stacklevel=2)
     return rows
 
-def read_table(path: str | Path) -> pd.DataFrame:
+
+def _read_parquet(p: Path, col_mapping: dict[str, str] | None) -> pd.DataFrame:
+    """A Parquet file with text columns as str (a number column cast to its text by Arrow: 42 -> "42", nulls kept),
+    the scalar items of list-of-text columns as str, and struct and map columns (a dict of grades) as plain dicts
+    of the keys each row has: Arrow gives a struct every key of every row, None where a row had none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(p)
+    text, lists = _text_names(col_mapping)
+    for i, field in enumerate(table.schema):
+        if field.name in text and (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+                                   or pa.types.is_decimal(field.type) or pa.types.is_boolean(field.type)):
+            table = table.set_column(i, field.name, pc.cast(table.column(i), pa.string()))
+    frame = table.to_pandas()
+    for field in table.schema:
+        name = field.name
+        if pa.types.is_struct(field.type):  # from Arrow's own values: a grade written 2 stays 2, not 2.0
+            frame[name] = [{k: v for k, v in cell.items() if v is not None} if isinstance(cell, dict) else cell
+                           for cell in table.column(name).to_pylist()]
+        elif pa.types.is_map(field.type):
+            frame[name] = [{str(k): v for k, v in cell} if isinstance(cell, list) else cell
+                           for cell in table.column(name).to_pylist()]
+        elif name in lists:
+            frame[name] = [_text_items(cell) for cell in frame[name]]
+    return frame
+
+
+def _text_items(cell: Any) -> Any:
+    """A list cell with its numbers as text (ids 7 and "7" are the same id; a passage 42 is the text "42")."""
+    if hasattr(cell, "tolist") and not isinstance(cell, (str, bytes)):
+        cell = cell.tolist()
+    if not isinstance(cell, list):
+        return cell
+    return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in cell]
+
+
+def read_table(path: str | Path, col_mapping: dict[str, str] | None = None) -> pd.DataFrame:
     """Read a dataset file: ``.jsonl``/``.json``, ``.csv`` or ``.parquet``.
+
+    Text columns (question, answer, reference, row_id, group, raw_output; under ``col_mapping``'s names) are read
+    as the text the user wrote, whatever type pandas or pyarrow would infer: a CSV answer ``42`` is ``"42"``, a row
+    id ``007`` stays ``"007"``, a JSON ``{"answer": 4.50}`` is ``"4.50"``, a Parquet int column ``"42"``. Numbers in
+    passage and id lists are read as text too. A Parquet struct column (a dict of grades) keeps only the keys each
+    row has. Every other column (human labels, grades, flags) keeps its numbers.
 
     Raises:
         InputError: the file is missing, of an unknown type, or not readable as that type (the message
@@ -75,16 +166,20 @@ def read_table(path: str | Path) -> pd.DataFrame:
     suffix = p.suffix.lower()
     try:
         if suffix in (".jsonl", ".ndjson"):
-            return pd.DataFrame(_read_jsonl(p))
+            return pd.DataFrame(_read_jsonl(p, col_mapping))
         if suffix == ".json":
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(p.read_text(encoding="utf-8"), **_json_number_hooks())
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
                 raise InputError(f"{p.name} must hold a JSON list of row objects; for one object per line use .jsonl.")
-            return pd.DataFrame(data)
+            text, lists = _text_names(col_mapping)
+            return pd.DataFrame([_json_row(r, text, lists) for r in data])
         if suffix == ".csv":
-            return pd.read_csv(p, keep_default_na=False, na_values=[""])
+            header = pd.read_csv(p, nrows=0, keep_default_na=False).columns
+            text, lists = _text_names(col_mapping)
+            return pd.read_csv(p, keep_default_na=False, na_values=[""],
+                               dtype={c: str for c in header if c in text or c in lists})
         if suffix in (".parquet", ".pq"):
-            return pd.read_parquet(p)
+            return _read_parquet(p, col_mapping)
     except InputError:
         raise
     except (ValueError, OSError, UnicodeDecodeError) as e:
@@ -96,7 +191,7 @@ def read_corpus(path: str) -> dict[str, str]:
     if not p.is_file():
         raise InputError(f"No such file: {p}")
     if p.suffix.lower() in (".jsonl", ".ndjson"):
-        rows = _read_jsonl(p)
+        rows = _read_jsonl(p, also_text=("id", "text"))
         missing = [i for i, r in enumerate(rows) if "id" not in r or not isinstance(r.get("text"), str)]
         if missing:
             raise InputError(f"{p.name} row {missing[0] + 1} needs an 'id' and a 'text' (str) field")

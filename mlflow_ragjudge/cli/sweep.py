@@ -87,7 +87,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     baseline: int | str = int(args.baseline) if args.baseline.isdigit() else args.baseline
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JudgeFailureWarning)
-        result = sweep(import_callable(args.pipeline, "pipeline"), read_grid(args.grid), read_table(args.data),
+        result = sweep(import_callable(args.pipeline, "pipeline"), read_grid(args.grid),
+                       read_table(args.data, config.get("col_mapping")),
                        evaluator_config=config, experiment=args.experiment, baseline=baseline,
                        run_name=args.run_name, data_name=args.data_name or Path(args.data).stem, workers=args.workers,
                        retriever=import_callable(args.retriever, "retriever") if args.retriever else None,

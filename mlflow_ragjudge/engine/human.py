@@ -69,14 +69,14 @@ def calibrated_estimates(table: pd.DataFrame, specs: Sequence[MetricSpec], resul
             unsure = int((human == 0).sum())
             human = human.where(human != 0)
         try:
-            est = ppi_mean(judge, human.to_numpy(), alpha=CALIBRATION_ALPHA)
+            est = ppi_mean(judge, human.to_numpy(), alpha=CALIBRATION_ALPHA, scale=scales.get(metric))
         except TooFewLabels as e:
             # say what happened -- the judge gave no score on labelled rows -- and give what the labels alone say
             why = (f"{e.n_usable} labelled row(s) have a judge score, fewer than the {e.min_labelled} a calibrated "
                    f"interval needs ({e.n_labels} labelled, {e.n_excluded_labelled} of them not scored by the judge)")
             entry: dict[str, Any] = {"labels": col, "error": why, "n_human_not_sure": unsure}
             try:
-                only = labels_only_mean(human.to_numpy(), alpha=CALIBRATION_ALPHA)
+                only = labels_only_mean(human.to_numpy(), alpha=CALIBRATION_ALPHA, scale=scales.get(metric))
             except TooFewLabels:
                 why += "; the labels alone are too few for an interval too"
             else:
@@ -84,6 +84,8 @@ def calibrated_estimates(table: pd.DataFrame, specs: Sequence[MetricSpec], resul
                 entry["labels_only"] = only.as_dict()
                 why += (f"; the labels alone (every labelled row, judge or not): {only.mean:.3f} "
                         f"[{only.ci_low:.3f}, {only.ci_high:.3f}] from {only.n_labelled} labels")
+                if only.warning:
+                    why += f". {only.warning}"
             entry["error"] = why
             record[metric] = entry
             warnings.warn(f"No calibrated estimate for {metric!r}: {why}", CalibrationWarning, stacklevel=4)
@@ -91,13 +93,15 @@ def calibrated_estimates(table: pd.DataFrame, specs: Sequence[MetricSpec], resul
         out.update(est.as_metrics(metric))
         record[metric] = {"labels": col, **est.as_dict(), "n_human_not_sure": unsure,
                           "method": "PPI++ (mlflow_ragjudge.ppi.ppi_mean)"}
+        messages = [est.warning] if est.warning else []
         if est.selection_p is not None and est.selection_p < SELECTION_P:
-            message = (f"The labelled rows of {metric!r} do not look like a random sample: the judge's mean on them "
-                       f"({est.judge_mean_labelled:.3f}) differs from the rest's (p = {est.selection_p:.2g}). The "
-                       "calibrated interval is valid only for randomly chosen rows; draw them with "
-                       "`ragjudge label-sample`.")
-            record[metric]["warning"] = message
-            warnings.warn(message, CalibrationWarning, stacklevel=4)
+            messages.append(f"The labelled rows of {metric!r} do not look like a random sample: the judge's mean on "
+                            f"them ({est.judge_mean_labelled:.3f}) differs from the rest's "
+                            f"(p = {est.selection_p:.2g}). The calibrated interval is valid only for randomly chosen "
+                            "rows; draw them with `ragjudge label-sample`.")
+        if messages:
+            record[metric]["warning"] = " ".join(messages)
+            warnings.warn(record[metric]["warning"], CalibrationWarning, stacklevel=4)
     return out, record
 
 #: the level of the calibrated intervals logged by a run

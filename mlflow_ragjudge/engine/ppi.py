@@ -27,6 +27,20 @@ differences ``Ŷ = Ŷ_A − Ŷ_B`` and ``Y = Y_A − Y_B`` (a row is labelled wh
 What the guarantee needs: the labelled rows are a uniform random sample of the scored rows (``ragjudge
 label-sample`` draws one), labels and judge scores on the same scale, and enough labels for the normal
 approximation -- this module refuses fewer than 30 (:class:`TooFewLabels`).
+
+Labels that carry no variance (every labelled row has the same human label, e.g. 40 labels of 5, or a paired
+difference of 0 on every row) make the normal interval's variance estimate 0 and its "95 %" interval a point
+([5.000, 5.000]). The labels do not support that. What ``n`` identical labels ``v`` do support is a statement about
+the share ``p`` of rows whose label is ``v``: with ``n`` of ``n`` labelled rows at ``v``, the exact binomial
+(Clopper-Pearson) bound is ``p >= (α/2)^(1/n)`` (about ``1 - 3.7/n`` at α = 0.05, the "rule of three"). Every other
+row lies somewhere on the scale ``[lo, hi]``, so the mean lies in
+
+    [v - (1 - p_low)(v - lo),  v + (1 - p_low)(hi - v)]
+
+which is the Clopper-Pearson interval itself on a binary (0/1) scale. In that case the estimate reports this bound
+as its interval (widened, never narrowed: it also covers the normal interval and the point estimate), sets
+``interval = "exact_no_variance"`` and says so in ``warning``. The scale comes from ``scale=``; without it a 0/1
+column is taken as binary and otherwise the smallest and largest value seen (which the warning names).
 """
 
 from __future__ import annotations
@@ -74,6 +88,10 @@ class CalibratedEstimate:
             the unlabelled ones (small: the labels were probably not drawn at random); None when not computable.
         var_rectifier, var_judge_unlabelled: the two variance components, ``Var₀(Y − λŶ)`` and ``Var₀(λŶ')``
             (``se² = var_rectifier / n_labelled + var_judge_unlabelled / n_unlabelled``), used for planning.
+        warning: None, or what the user must know about the interval (the labels carry no variance: see the module
+            docstring); printed by ``ragjudge calibrate`` and ``ragjudge evaluate --human-labels``.
+        interval: ``"normal"``, or ``"exact_no_variance"`` when the labels are all the same and both intervals are
+            the exact bound of the module docstring instead of a zero-width normal interval.
     """
 
     mean: float
@@ -96,6 +114,8 @@ class CalibratedEstimate:
     selection_p: float | None
     var_rectifier: float = 0.0
     var_judge_unlabelled: float = 0.0
+    warning: str | None = None
+    interval: str = "normal"
 
     @property
     def width(self) -> float:
@@ -157,8 +177,54 @@ def _selection_p(yhat: np.ndarray, yhat_u: np.ndarray) -> float | None:
     return p if math.isfinite(p) else None
 
 
+def _range(scale: tuple[float, float] | None, values: np.ndarray, *, paired: bool) -> tuple[float, float, str]:
+    """The range a label (``paired``: a difference of two labels) can take, and where that range came from."""
+    if scale is not None:
+        lo, hi = float(scale[0]), float(scale[1])
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"scale={scale!r} must be (lowest, highest) with lowest < highest, e.g. (0, 1)")
+        if paired:
+            return lo - hi, hi - lo, f"{lo - hi:g}..{hi - lo:g} (differences of labels on the scale {lo:g}..{hi:g})"
+        return lo, hi, f"the metric's scale {lo:g}..{hi:g}"
+    seen = values[~np.isnan(values)]
+    if seen.size and np.isin(seen, (-1.0, 0.0, 1.0) if paired else (0.0, 1.0)).all():
+        return (-1.0, 1.0, "-1..1 (differences of binary labels)") if paired else (0.0, 1.0, "a binary (0/1) scale")
+    lo, hi = (float(seen.min()), float(seen.max())) if seen.size else (0.0, 1.0)
+    if paired:  # a difference can go either way
+        lo, hi = min(lo, -hi), max(hi, -lo)
+    return lo, hi, (f"{lo:g}..{hi:g}, the values seen (no scale= given: pass the metric's scale for a bound that "
+                    "holds whatever the other rows' labels)")
+
+
+def _no_variance_bound(value: float, n: int, alpha: float, lo: float, hi: float) -> tuple[float, float, float]:
+    """``n`` labels all equal to ``value``: the exact (Clopper-Pearson) lower bound on the share of rows labelled
+    ``value`` and the bound on the mean that follows on the range ``[lo, hi]`` (module docstring)."""
+    share = (alpha / 2) ** (1 / n)
+    return share, value - (1 - share) * (value - lo), value + (1 - share) * (hi - value)
+
+
+def _no_variance_warning(paired: bool, value: float, n: int, alpha: float, share: float, low: float, high: float,
+                         where: str, binary: bool) -> str:
+    level = f"{100 * (1 - alpha):g} %"
+    labels = "label differences" if paired else "labels"
+    if binary:
+        kind = "On this binary scale that is the exact binomial (Clopper-Pearson) interval."
+    elif paired:
+        kind = (f"{n} identical differences do not support a normal-approximation interval; this bound holds "
+                "whatever the other rows' differences.")
+    else:
+        kind = (f"On a multi-level scale {n} identical labels do not support a normal-approximation interval; this "
+                "bound holds whatever labels the other rows would get.")
+    return (f"The {n} human {labels} are all {value:g}: they carry no variance, so the normal {level} interval "
+            f"would be [{value:.3f}, {value:.3f}], a certainty the labels do not give. What they support: with "
+            f"{level} confidence at least {share:.1%} of rows have {value:g} (exact binomial bound for {n} of {n}, "
+            f"about 1 - {-math.log(alpha / 2):.1f}/n: the rule of three), so the mean lies in [{low:.3f}, {high:.3f}] "
+            f"on {where}; that is the interval reported. {kind} Label more randomly drawn rows for a narrower "
+            "interval.")
+
+
 def _estimate(judge: np.ndarray, human: np.ndarray, *, alpha: float, lam: float | None, min_labelled: int,
-              what: str) -> CalibratedEstimate:
+              what: str, scale: tuple[float, float] | None = None) -> CalibratedEstimate:
     z = _z(alpha)
     if len(judge) != len(human):
         raise ValueError(f"judge and human scores must be aligned by row: {len(judge)} judge scores, "
@@ -187,20 +253,31 @@ def _estimate(judge: np.ndarray, human: np.ndarray, *, alpha: float, lam: float 
     mean = float((lam_used * yhat_u).mean() if big_n else 0.0) + float(rect.mean())
     se = math.sqrt((float(np.var(lam_used * yhat_u)) / big_n if big_n else 0.0) + float(np.var(rect)) / n)
     c_mean, c_se = float(y.mean()), math.sqrt(float(np.var(y)) / n)
+    low, high, c_low, c_high = mean - z * se, mean + z * se, c_mean - z * c_se, c_mean + z * c_se
+    warning, interval = None, "normal"
+    if np.ptp(y) == 0:  # the labels carry no variance: the exact bound instead of a zero-width interval
+        paired = what == "ppi_paired_diff"
+        lo, hi, where = _range(scale, np.concatenate([human, judge]), paired=paired)
+        share, c_low, c_high = _no_variance_bound(float(y[0]), n, alpha, lo, hi)
+        low, high = min(low, c_low, mean), max(high, c_high, mean)
+        warning = _no_variance_warning(paired, float(y[0]), n, alpha, share, c_low, c_high, where,
+                                       binary=not paired and (lo, hi) == (0.0, 1.0))
+        interval = "exact_no_variance"
     all_judge = judge[scored]
     return CalibratedEstimate(
-        mean=mean, ci_low=mean - z * se, ci_high=mean + z * se, se=se, lam=lam_used, alpha=alpha,
+        mean=mean, ci_low=low, ci_high=high, se=se, lam=lam_used, alpha=alpha,
         n_labelled=n, n_unlabelled=big_n, n_excluded=int((~scored).sum()), n_excluded_labelled=excluded_labelled,
         judge_mean=float(all_judge.mean()), judge_mean_labelled=float(yhat.mean()),
-        classical_mean=c_mean, classical_ci_low=c_mean - z * c_se, classical_ci_high=c_mean + z * c_se,
-        classical_se=c_se, effective_labels=(n * c_se ** 2 / se ** 2) if se > 0 else None,
+        classical_mean=c_mean, classical_ci_low=c_low, classical_ci_high=c_high,
+        classical_se=c_se, effective_labels=(n * c_se ** 2 / se ** 2) if se > 0 and interval == "normal" else None,
         selection_p=_selection_p(yhat, yhat_u), var_rectifier=float(np.var(rect)),
-        var_judge_unlabelled=float(np.var(lam_used * yhat_u)) if big_n else 0.0,
+        var_judge_unlabelled=float(np.var(lam_used * yhat_u)) if big_n else 0.0, warning=warning, interval=interval,
     )
 
 
 def ppi_mean(judge: Sequence[float] | np.ndarray, human: Sequence[float] | np.ndarray, *, alpha: float = 0.05,
-             lam: float | None = None, min_labelled: int = MIN_LABELS) -> CalibratedEstimate:
+             lam: float | None = None, min_labelled: int = MIN_LABELS,
+             scale: tuple[float, float] | None = None) -> CalibratedEstimate:
     """The human-calibrated mean of a metric (PPI++ by default; ``lam=1``: plain PPI; ``lam=0``: labels only).
 
     Args:
@@ -210,6 +287,8 @@ def ppi_mean(judge: Sequence[float] | np.ndarray, human: Sequence[float] | np.nd
         alpha: error level of the interval (0.05: a 95% interval).
         lam: None for PPI++'s estimated λ, or a fixed λ in [0, 1].
         min_labelled: refuse an interval below this many labelled rows.
+        scale: the (lowest, highest) label the metric allows; used only when every label is the same (the exact
+            bound of the module docstring). None: 0/1 labels are binary, otherwise the values seen.
 
     Returns:
         A :class:`CalibratedEstimate` (the formula is in the module docstring).
@@ -226,17 +305,19 @@ def ppi_mean(judge: Sequence[float] | np.ndarray, human: Sequence[float] | np.nd
         0.6
     """
     return _estimate(_array(judge, "judge"), _array(human, "human"), alpha=alpha, lam=lam,
-                     min_labelled=min_labelled, what="ppi_mean")
+                     min_labelled=min_labelled, what="ppi_mean", scale=scale)
 
 
 def ppi_paired_diff(judge_a: Sequence[float] | np.ndarray, judge_b: Sequence[float] | np.ndarray,
                     human_a: Sequence[float] | np.ndarray, human_b: Sequence[float] | np.ndarray, *,
                     alpha: float = 0.05, lam: float | None = None,
-                    min_labelled: int = MIN_LABELS) -> CalibratedEstimate:
+                    min_labelled: int = MIN_LABELS, scale: tuple[float, float] | None = None) -> CalibratedEstimate:
     """The human-calibrated mean of ``a - b`` over the same rows: PPI on the per-row differences.
 
     A row counts as scored when the judge scored both answers, and as labelled when humans labelled both; a row
-    labelled on one side only is used as unlabelled. All four arrays are aligned by row (NaN: missing).
+    labelled on one side only is used as unlabelled. All four arrays are aligned by row (NaN: missing). ``scale``
+    is the labels' own (lowest, highest), as for :func:`ppi_mean`; when every labelled difference is the same, the
+    interval is the exact bound on differences of two labels, ``[lowest - highest, highest - lowest]``.
 
     Raises:
         TooFewLabels: fewer than ``min_labelled`` rows labelled on both sides with both judge scores.
@@ -246,7 +327,8 @@ def ppi_paired_diff(judge_a: Sequence[float] | np.ndarray, judge_b: Sequence[flo
     ha, hb = _array(human_a, "human_a"), _array(human_b, "human_b")
     if not len(ja) == len(jb) == len(ha) == len(hb):
         raise ValueError(f"the four arrays must be aligned by row; lengths {len(ja)}, {len(jb)}, {len(ha)}, {len(hb)}")
-    return _estimate(ja - jb, ha - hb, alpha=alpha, lam=lam, min_labelled=min_labelled, what="ppi_paired_diff")
+    return _estimate(ja - jb, ha - hb, alpha=alpha, lam=lam, min_labelled=min_labelled, what="ppi_paired_diff",
+                     scale=scale)
 
 
 @dataclass(frozen=True)
@@ -255,7 +337,8 @@ class LabelsOnlyEstimate:
 
     What to report when a calibrated interval cannot be had -- every row labelled but the judge abstained on too
     many, or no judge score at all. It estimates the mean over the rows the labels are a random sample of, judge
-    abstentions included (a calibrated estimate leaves those rows out).
+    abstentions included (a calibrated estimate leaves those rows out). ``warning`` and ``interval`` as in
+    :class:`CalibratedEstimate`: labels that are all the same get the exact bound, not a zero-width interval.
     """
 
     mean: float
@@ -264,6 +347,8 @@ class LabelsOnlyEstimate:
     se: float
     alpha: float
     n_labelled: int
+    warning: str | None = None
+    interval: str = "normal"
 
     def as_metrics(self, metric: str) -> dict[str, float]:
         return {f"{metric}/labels_only_mean": self.mean, f"{metric}/labels_only_ci_low": self.ci_low,
@@ -274,9 +359,12 @@ class LabelsOnlyEstimate:
 
 
 def labels_only_mean(human: Sequence[float] | np.ndarray, *, alpha: float = 0.05,
-                     min_labelled: int = MIN_LABELS) -> LabelsOnlyEstimate:
+                     min_labelled: int = MIN_LABELS, scale: tuple[float, float] | None = None,
+                     paired: bool = False) -> LabelsOnlyEstimate:
     """The mean of the labels (NaN: unlabelled) and its classical normal interval, the same interval
-    :class:`CalibratedEstimate` reports as ``classical_*`` (population variance, ``z_{1−α/2}``).
+    :class:`CalibratedEstimate` reports as ``classical_*`` (population variance, ``z_{1−α/2}``). ``paired``: the
+    values are per-row differences of two labels on ``scale``. Labels that are all the same get the exact bound of
+    the module docstring, with a ``warning``.
 
     Raises:
         TooFewLabels: fewer than ``min_labelled`` labels.
@@ -289,6 +377,12 @@ def labels_only_mean(human: Sequence[float] | np.ndarray, *, alpha: float = 0.05
                            "needs; label more randomly sampled rows.", n_usable=len(y), n_labels=len(y),
                            min_labelled=min_labelled)
     mean, se = float(y.mean()), math.sqrt(float(np.var(y)) / len(y))
+    if np.ptp(y) == 0:
+        lo, hi, where = _range(scale, y, paired=paired)
+        share, low, high = _no_variance_bound(mean, len(y), alpha, lo, hi)
+        warning = _no_variance_warning(paired, mean, len(y), alpha, share, low, high, where,
+                                       binary=not paired and (lo, hi) == (0.0, 1.0))
+        return LabelsOnlyEstimate(mean, low, high, se, alpha, int(len(y)), warning, "exact_no_variance")
     return LabelsOnlyEstimate(mean, mean - z * se, mean + z * se, se, alpha, int(len(y)))
 
 

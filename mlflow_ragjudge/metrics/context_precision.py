@@ -105,7 +105,8 @@ class ContextPrecisionJudge:
 
     def _messages(self, question: str, reference: str, chunks: Sequence[str],
                   numbers: Sequence[int] | None = None) -> tuple[list[dict[str, str]], dict]:
-        text, info = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)", numbers=numbers)
+        text, info = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)", numbers=numbers,
+                                  fence="passage")
         msgs = self.prompt.render(
             "json", question=question.strip(), reference=reference.strip(), passages=text, n_passages=str(len(chunks))
         )

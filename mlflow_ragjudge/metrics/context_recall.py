@@ -88,7 +88,7 @@ class ContextRecallJudge:
 
     def _messages(self, question: str, statements: Sequence[str], passages: Sequence[str],
                   numbers: Sequence[int] | None = None) -> list[dict[str, str]]:
-        ctx_text, _ = number_items(passages, max_chars=self.max_passage_chars)
+        ctx_text, _ = number_items(passages, max_chars=self.max_passage_chars, fence="passage")
         st_text, _ = number_items(statements, numbers=numbers)
         return self.prompt.render(
             "json", question=question.strip(), contexts=ctx_text, statements=st_text, n_statements=str(len(statements))

@@ -17,7 +17,7 @@ from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
-from ..llm.prompts import load_prompt
+from ..llm.prompts import item_fencer, load_prompt
 from .context_verdicts import (
     json_column,
 )
@@ -56,11 +56,14 @@ class ContextRelevanceJudge:
     def _messages(self, question: str, sentences: Sequence[tuple[int, str]]) -> list[dict[str, str]]:
         lines: list[str] = []
         current = None
-        for n, (passage, sentence) in enumerate(sentences, 1):
+        texts = [" ".join(sentence.split()) for _, sentence in sentences]
+        # each sentence fenced on its own, one marker for all: a sentence holding "[2] ..." cannot look like sentence 2
+        fence = item_fencer(texts, kind="sentence")
+        for n, (passage, _) in enumerate(sentences, 1):
             if passage != current:
                 lines.append(f"Passage {passage}:")
                 current = passage
-            lines.append(f"[{n}] {' '.join(sentence.split())}")
+            lines.append(fence(n, texts[n - 1]))
         return self.prompt.render(
             "json", question=question.strip(), sentences="\n".join(lines), n_sentences=str(len(sentences))
         )

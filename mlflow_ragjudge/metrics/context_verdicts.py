@@ -111,7 +111,7 @@ class CombinedContextVerdicts:
 
     def messages(self, question: str, reference: str, chunks: Sequence[str],
                  statements: Sequence[str]) -> list[dict[str, str]]:
-        passages, _ = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)")
+        passages, _ = number_items(chunks, max_chars=self.max_passage_chars, empty="(empty passage)", fence="passage")
         st_text, _ = number_items(statements)
         return self.prompt.render("json", question=question.strip(), reference=reference.strip(), passages=passages,
                                   n_passages=str(len(chunks)), statements=st_text, n_statements=str(len(statements)))

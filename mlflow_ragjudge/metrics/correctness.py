@@ -25,7 +25,7 @@ from ..core.values import is_int
 from ..llm.backends import ChatRequest, JsonSchema
 from ..llm.client import JudgeClient
 from ..llm.parsing import parse_score_reply
-from ..llm.prompts import Prompt, load_prompt, reference_text
+from ..llm.prompts import Prompt, fence_items, load_prompt, reference_text
 from .contexts import prepare_judge_contexts
 from .offline_evidence import LEVEL_WORDS, OfflineEvidence, answer_features
 from .spec import Finish, MetricSpec, Option
@@ -46,7 +46,8 @@ MIN_PARTIAL_CHARS = 200
 
 
 def format_contexts(contexts: Sequence[str] | None, max_chars: int) -> tuple[str, dict[str, Any]]:
-    """Number the passages ``[1] ...`` in rank order within a character budget.
+    """The passages in rank order within a character budget, each between its own numbered tags
+    (:func:`~mlflow_ragjudge.llm.prompts.fence_items`: a passage holding ``[2] ...`` cannot look like passage 2).
 
     Truncation rule (documented in docs/correctness.md): passages are kept whole in
     rank order while they fit in ``max_chars``; the first passage that does not fit
@@ -65,22 +66,22 @@ def format_contexts(contexts: Sequence[str] | None, max_chars: int) -> tuple[str
     used = 0
     for i, ctx in enumerate(contexts, 1):
         text = " ".join(str(ctx).split())
-        head = f"[{i}] "
-        remaining = max_chars - used - len(head)
+        fence = len(fence_items([""], numbers=[i]))  # the passage's own tags count in the budget
+        remaining = max_chars - used - fence
         if len(text) <= remaining:
-            parts.append(head + text)
-            used += len(head) + len(text) + 1
+            parts.append(text)
+            used += fence + len(text) + 1
             continue
         info["truncated"] = True
         if remaining >= MIN_PARTIAL_CHARS:
-            parts.append(head + text[: remaining - len(TRUNCATION_MARK)] + TRUNCATION_MARK)
+            parts.append(text[: remaining - len(TRUNCATION_MARK)] + TRUNCATION_MARK)
             info["n_cut"] = 1
             info["n_dropped"] = len(contexts) - i
         else:
             info["n_dropped"] = len(contexts) - i + 1
         break
     info["n_shown"] = len(parts)
-    out = "\n".join(parts)
+    out = fence_items(parts, kind="passage")
     info["chars"] = len(out)
     return out, info
 

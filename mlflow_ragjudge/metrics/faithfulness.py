@@ -213,7 +213,7 @@ class FaithfulnessJudge:
             passages, selection = select_evidence(passages, claims, max_passage_chars=self.max_passage_chars,
                                                   budget_chars=self.max_evidence_chars)
             details["evidence_selection"] = selection
-        evidence_text, info = number_items(passages, max_chars=self.max_passage_chars)
+        evidence_text, info = number_items(passages, max_chars=self.max_passage_chars, fence="passage")
         details["evidence_info"] = info
         got = ask_numbered(
             self.client,
@@ -259,7 +259,7 @@ class FaithfulnessJudge:
         extract = self.extractor.estimate(response, question or "")
         claim_tokens = math.ceil(1.5 * approx_tokens(response)) + 16
         n_claims = max(1, math.ceil(approx_tokens(response) / 8))
-        evidence_text, _ = number_items(passages, max_chars=self.max_passage_chars)
+        evidence_text, _ = number_items(passages, max_chars=self.max_passage_chars, fence="passage")
         verify = estimate_messages(
             self._verify_messages([], evidence_text), min(self.max_tokens, n_claims * TOKENS_PER_VERDICT)
         )

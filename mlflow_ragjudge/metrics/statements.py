@@ -30,7 +30,7 @@ from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
-from ..llm.prompts import Prompt, load_prompt
+from ..llm.prompts import Prompt, fence_items, load_prompt
 
 __all__ = [
     "Extraction",
@@ -191,8 +191,13 @@ def number_items(
     max_chars: int | None = None,
     empty: str = "(empty)",
     numbers: Sequence[int] | None = None,
+    fence: str | None = None,
 ) -> tuple[str, dict]:
     """Number items ``[1] ...`` one per line, whitespace collapsed, each cut at ``max_chars``.
+
+    ``fence`` (e.g. ``"passage"``): each item between its own numbered tags instead
+    (:func:`~mlflow_ragjudge.llm.prompts.fence_items`), for text we did not write, where an item holding
+    ``[2] ...`` must not look like item 2.
 
     Every item is shown (the judges need one verdict per item, so none may be dropped); an item
     longer than ``max_chars`` is cut and marked ``[...truncated]``. ``numbers`` gives the items
@@ -211,8 +216,8 @@ def number_items(
         if max_chars is not None and len(body) > max_chars:
             body = body[: max(0, max_chars - len(TRUNCATION_MARK))] + TRUNCATION_MARK
             cut.append(i)
-        lines.append(f"[{i}] {body}")
-    text = "\n".join(lines)
+        lines.append(body if fence else f"[{i}] {body}")
+    text = fence_items(lines, kind=fence, numbers=nums) if fence else "\n".join(lines)
     return text, {"n": len(lines), "n_truncated": len(cut), "truncated": cut, "chars": len(text)}
 
 

@@ -400,14 +400,17 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
             est: Any
             try:
                 if labels_only:
-                    est = labels_only_mean(aligned.to_numpy(dtype=float), alpha=alpha)
+                    est = labels_only_mean(aligned.to_numpy(dtype=float), alpha=alpha, scale=scale_of(m))
                 else:
-                    est = ppi_mean(judge.to_numpy(), aligned.to_numpy(dtype=float), alpha=alpha, lam=lam)
+                    est = ppi_mean(judge.to_numpy(), aligned.to_numpy(dtype=float), alpha=alpha, lam=lam,
+                                   scale=scale_of(m))
             except TooFewLabels as e:
                 raise InputError(_too_few(e, run_id=run_id, name=name, rid=runs.runs[name], metric=m, out=out,
                                           aligned=aligned, labels=labels, labels_only=labels_only)) from None
             human[name][m] = aligned
             result.estimates.setdefault(name, {})[m] = est
+            if est.warning:
+                result.warnings.append(f"{name} {m}: {est.warning}")
             if labels_only:
                 continue
             if target_width is not None:
@@ -417,10 +420,11 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
                     f"{name} {m}: the labelled rows' judge mean ({est.judge_mean_labelled:.3f}) differs from the "
                     f"other rows' (p = {est.selection_p:.2g}); were they drawn at random?")
     result.warnings += _sample_warnings(runs, frame, metrics)
+    if runs.parent is not None and runs.baseline is not None:
+        result.comparison = _calibrated_comparison(runs, outs, human, alpha, lam, labels_only=labels_only,
+                                                   warnings_out=result.warnings)
     for w in result.warnings:
         warnings.warn(w, CalibrationWarning, stacklevel=2)
-    if runs.parent is not None and runs.baseline is not None:
-        result.comparison = _calibrated_comparison(runs, outs, human, alpha, lam, labels_only=labels_only)
     if log:
         _log(runs, outs, frame, metrics, result, human)
     return result
@@ -457,7 +461,10 @@ def _conclusion(low: Any, high: Any, diff: Any, significant: Any = None) -> str:
 
 
 def _calibrated_comparison(runs: _Runs, outs: Mapping[str, Any], human: Mapping[str, Mapping[str, pd.Series]],
-                           alpha: float, lam: float | None, *, labels_only: bool = False) -> pd.DataFrame:
+                           alpha: float, lam: float | None, *, labels_only: bool = False,
+                           warnings_out: list[str] | None = None) -> pd.DataFrame:
+    """The parent's comparison with the calibrated columns; what the user must know about an interval (labels
+    that carry no variance) goes to ``warnings_out``."""
     parent = runs.parent
     assert parent is not None and runs.baseline is not None
     raw = tracking.read_json_artifact(parent, COMPARISON_FILE)
@@ -478,20 +485,26 @@ def _calibrated_comparison(runs: _Runs, outs: Mapping[str, Any], human: Mapping[
             try:
                 if labels_only:
                     diff = ha.reindex(ids).to_numpy(dtype=float) - hb.reindex(ids).to_numpy(dtype=float)
-                    only = labels_only_mean(diff, alpha=alpha)
+                    only = labels_only_mean(diff, alpha=alpha, scale=scale_of(metric), paired=True)
+                    warning = only.warning
                     entry.update(labels_only_diff=only.mean, labels_only_ci_low=only.ci_low,
                                  labels_only_ci_high=only.ci_high, n_labelled=only.n_labelled)
                     mean, low, high = only.mean, only.ci_low, only.ci_high
                 else:
                     est = ppi_paired_diff(ja.reindex(ids).to_numpy(), jb.reindex(ids).to_numpy(),
                                           ha.reindex(ids).to_numpy(dtype=float),
-                                          hb.reindex(ids).to_numpy(dtype=float), alpha=alpha, lam=lam)
+                                          hb.reindex(ids).to_numpy(dtype=float), alpha=alpha, lam=lam,
+                                          scale=scale_of(metric))
+                    warning = est.warning
                     entry.update(ppi_diff=est.mean, ppi_ci_low=est.ci_low, ppi_ci_high=est.ci_high,
                                  n_labelled=est.n_labelled, labels_only_diff=est.classical_mean,
                                  labels_only_ci_low=est.classical_ci_low, labels_only_ci_high=est.classical_ci_high)
                     mean, low, high = est.mean, est.ci_low, est.ci_high
             except TooFewLabels as e:
                 entry["calibrated_conclusion"] = f"n/a: {e}"
+            else:
+                if warning and warnings_out is not None:
+                    warnings_out.append(f"{variant} vs {base} {metric}: {warning}")
             if mean is not None and low is not None and high is not None:
                 entry["calibrated_conclusion"] = _conclusion(sign * low if sign > 0 else -high,
                                                              sign * high if sign > 0 else -low, sign * mean)

@@ -112,7 +112,7 @@ def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05
             if scale == (1.0, 5.0):
                 human = human.where(human != 0)
         try:
-            est = ppi_mean(judge.to_numpy(), human.to_numpy(), alpha=alpha, lam=lam)
+            est = ppi_mean(judge.to_numpy(), human.to_numpy(), alpha=alpha, lam=lam, scale=scale)
         except TooFewLabels as e:
             raise InputError(f"Run {run_id}, metric {m!r}: {e}") from None
         out[m] = est

@@ -14,6 +14,14 @@ its own fence or forge another one (any occurrence of the marker inside a value 
 and the system message tells the judge that fenced text is data, not instructions. The marker
 is a hash of the values, not a random number, so identical requests stay identical and the
 judge-call cache keeps working.
+
+**Each passage is fenced on its own.** A list of passages (or of a context's sentences) is not numbered
+``[1] ... [2] ...`` inside one fence, where a passage holding ``[2] foo`` (a Wikipedia citation marker) would
+show the judge a second passage 2. :func:`fence_items` puts every item between its own pair of tags that carry
+its number and a marker derived from all the items (``<passage-9c1d2e3f4a5b n="2"> ... </passage-9c1d2e3f4a5b>``);
+an occurrence of the marker inside an item is neutralised as above, so no item can close its own fence or open
+another's. The format is generic and documented in the prompts: ``<KIND-HEX n="K">``, a line break, the item's
+text, a line break, ``</KIND-HEX>``, items separated by one line break. A document's id is fenced like any data.
 """
 
 from __future__ import annotations
@@ -21,16 +29,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["Prompt", "load_prompt", "available_prompts", "is_data_slot", "FENCE_NOTES", "reference_text"]
+__all__ = ["Prompt", "load_prompt", "available_prompts", "is_data_slot", "FENCE_NOTES", "reference_text",
+           "fence_items", "item_fencer"]
 
 _SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 #: slots whose values we write ourselves; every other slot is fenced as untrusted data
-_TRUSTED_SLOTS = frozenset({"format_instructions", "score", "n", "doc_id"})  # doc_id: an identifier, shown inline
+_TRUSTED_SLOTS = frozenset({"format_instructions", "score", "n"})
 
 #: what the judge is told about the fences, per prompt language ({tag} is the fence's tag name)
 FENCE_NOTES = {
@@ -80,6 +90,35 @@ def _fence(name: str, value: str, tag: str) -> str:
     if tag in text:  # cannot happen by chance; a forged fence is neutralised, never trusted
         text = text.replace(tag, "data-marker-removed")
     return f'<{tag} name="{name}">\n{text}\n</{tag}>'
+
+
+def item_fencer(items: Sequence[str], *, kind: str = "passage") -> Callable[[int, str], str]:
+    """``fence(n, text)`` for items shown one by one among lines of our own (a context's sentences under their
+    passage's heading): every item fenced with the one marker derived from all ``items``, as in :func:`fence_items`."""
+    if not re.fullmatch(r"[a-z]+", kind):
+        raise ValueError(f"kind={kind!r} must be a lower-case word, e.g. 'passage'")
+    digest = hashlib.sha256(kind.encode())
+    for item in items:
+        digest.update(b"\x00" + str(item).encode("utf-8", "surrogatepass"))
+    tag = f"{kind}-{digest.hexdigest()[:12]}"
+
+    def fence(n: int, item: str) -> str:
+        text = str(item).replace(tag, f"{kind}-marker-removed")  # a forged marker is neutralised, never trusted
+        return f'<{tag} n="{n}">\n{text}\n</{tag}>'
+
+    return fence
+
+
+def fence_items(items: Sequence[str], *, kind: str = "passage", numbers: Sequence[int] | None = None) -> str:
+    """Each item between its own numbered tags (see the module docstring): ``<passage-<hex> n="1">``, a line
+    break, the text, a line break, ``</passage-<hex>>``; items joined by line breaks. ``numbers`` gives the items
+    their own numbers (default 1, 2, ...). The marker is a hash of ``kind`` and the items, so the same items give
+    the same text (and the same cache key); a marker found inside an item is replaced, never trusted."""
+    nums = list(numbers) if numbers is not None else list(range(1, len(items) + 1))
+    if len(nums) != len(items):
+        raise ValueError(f"{len(items)} items but {len(nums)} numbers")
+    fence = item_fencer(items, kind=kind)
+    return "\n".join(fence(n, item) for n, item in zip(nums, items))
 
 
 @dataclass(frozen=True)
