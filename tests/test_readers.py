@@ -163,3 +163,17 @@ def test_generated_files_read_back_as_written_in_every_format(tmp_path, seed):
     for col, values in text.items():
         assert got[col].tolist() == values, (col, "parquet")
     assert got["relevant_doc_ids"].tolist() == grades
+
+
+def test_a_number_in_a_text_column_of_a_frame_is_refused_with_the_fix(fake_llm):
+    """In Python the frame is taken as given: a number where text belongs is refused before any call, and the
+    error names the column, the value and the conversion that fixes it."""
+    frame = pd.DataFrame({"question": ["q"], "answer": [42], "reference": [7]})
+    with pytest.raises(rj.InputError, match=r"Column 'answer' row 0 holds a int \('42'\).*astype\(str\)"):
+        rj.evaluate_frame(frame, metrics=["lexical"], bertscore=False)
+    with pytest.raises(rj.InputError, match=r"Column 'reference' row 0 holds a int \('7'\).*astype\(str\)"):
+        rj.evaluate_frame(frame.assign(answer="42"), metrics=["lexical"], bertscore=False)
+    assert fake_llm.request_count == 0
+    # converted as the fix says, the same frame runs
+    out = rj.evaluate_frame(frame.astype(str), metrics=["lexical"], bertscore=False)
+    assert out.metrics["rougeL/mean"] == 0.0

@@ -111,8 +111,15 @@ def as_text(value: Any, column: str, row: int, *, required: bool) -> str | None:
     if not isinstance(value, str):
         raise InputError(
             f"Column '{column}' row {row} holds a {type(value).__name__} ({str(value)[:40]!r}); it must be text (str)."
+            + _AS_TEXT_FIX.format(column=column)
         )
     return value
+
+
+#: how to fix a number (or another non-text value) in a text column: the frame's column as text; ragjudge's own file
+#: readers (the CLI) already read text columns as the text in the file
+_AS_TEXT_FIX = (" Convert the column to text as it was written (e.g. read the file with dtype={{'{column}': str}}, "
+                "or df['{column}'] = df['{column}'].astype(str)); `ragjudge evaluate FILE` reads text columns as text.")
 
 
 def as_references(value: Any, column: str, row: int, *, required: bool) -> list[str] | None:
@@ -154,7 +161,7 @@ def as_references(value: Any, column: str, row: int, *, required: bool) -> list[
     if not isinstance(value, str):
         raise InputError(
             f"Column '{column}' row {row} holds a {type(value).__name__} ({str(value)[:40]!r}); it must be text (str), "
-            "or a list of acceptable answers (list of str).")
+            "or a list of acceptable answers (list of str)." + _AS_TEXT_FIX.format(column=column))
     return [value]
 
 
