@@ -45,8 +45,8 @@ def pipeline_identity(pipeline: Callable[..., Any], version: str | None) -> str:
     except (OSError, TypeError):
         source = ""
     digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    extra = (json.dumps(identity(pipeline.keywords).key, sort_keys=True)
-             if isinstance(pipeline, functools.partial) and pipeline.keywords else "")
+    extra = (json.dumps(identity(pipeline.keywords).key, sort_keys=True)  # plain keywords: the same text as before
+             if isinstance(pipeline, functools.partial) else "")
     return f"{name}#{digest}{'|' + extra if extra else ''}{'|' + version if version else ''}"
 
 def normalise(out: Any, where: str) -> dict[str, Any]:
