@@ -127,7 +127,10 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
 
             async def shows(texts: tuple[str, ...]) -> None:
                 end = time.time() + timeout
-                while texts and not all(t in await dom() for t in texts) and time.time() < end:
+                while texts and time.time() < end:
+                    page = await dom()
+                    if all(t in page for t in texts):
+                        return
                     await asyncio.sleep(1.0)
 
             await call("Page.enable")

@@ -161,7 +161,9 @@ def test_a_batch_that_does_not_end_in_time_is_cancelled(model):
     out = evaluate_frame(_rows(3), _config(model, cache=False, metrics=["correctness"],
                                            batch={**FAST, "max_wait": 0.5, "max_rounds": 1}))
     cancels = [r for r in model.requests_for("openai_batch") if r.path.endswith("/cancel")]
-    assert len(cancels) == 1
+    # each batch cancelled once (on a loaded machine the three calls may reach the provider in two batches)
+    assert len(cancels) == len(model.batches.created) >= 1
+    assert len({r.path for r in cancels}) == len(cancels)
     assert all(s == "failed:timeout" for s in out.table["correctness/status"])
 
 
