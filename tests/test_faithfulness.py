@@ -297,8 +297,10 @@ def test_at_most_two_requests_per_row_however_many_claims(fake_llm, openai_clien
     judge = FaithfulnessJudge(openai_client)
     for n in (1, 2, 5, 12, 40):
         fake_llm.reset()
-        result = judge.judge("q", f"A response for row {n}.", EVIDENCE)
+        # a response long enough to make n claims (a 5-word one is cut at statements.statement_cap)
+        result = judge.judge("q", f"A response for row {n}." + " It states a fact." * n, EVIDENCE)
         assert result.status is Status.SCORED and result.details["n_claims"] == n
+        assert "statements_cut" not in result.details
         assert len(chat_requests(fake_llm)) == 2
 
 

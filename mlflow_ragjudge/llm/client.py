@@ -527,6 +527,16 @@ class JudgeClient:
                 e = ParseError(f"{e} (the reply was cut off at max_tokens={request.max_tokens})", e.reason)
             record.update(outcome=e.reason.value, error=str(e))
             return self._finish(CallResult(False, response=response, failure=e.reason, error=str(e)), record)
+        except RecursionError:  # a structure too deep for a parser's recursion: unreadable, like any other
+            error = "the reply is nested too deeply to be read; give one flat JSON object"
+            record.update(outcome=FailureReason.PARSE_ERROR.value, error=error)
+            return self._finish(CallResult(False, response=response, failure=FailureReason.PARSE_ERROR, error=error),
+                                record)
+        except Exception as e:  # a bug of ours reading it: the call fails, but the reply and its tokens are kept
+            error = f"reading the reply failed: {type(e).__name__}: {e}"
+            record.update(outcome=FailureReason.INTERNAL_ERROR.value, error=error)
+            return self._finish(CallResult(False, response=response, failure=FailureReason.INTERNAL_ERROR,
+                                           error=error), record)
         if response.structured_mode == "json_schema":
             self.backend.format_followed(response.structured_mode)
         record.update(parsed=_jsonable(parsed), outcome="ok", error=None)

@@ -32,6 +32,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from ..core.errors import ParseError
+from ..core.json_text import MAX_JSON_DEPTH, SYNTAX, loads, too_deep
 from ..core.types import FailureReason
 from .backends.base import ChatResponse
 
@@ -47,22 +48,60 @@ __all__ = [
 
 AMBIGUOUS = FailureReason.AMBIGUOUS
 
-_RESULT_MARK = re.compile(r"\[\s*RESULT\s*\]", re.IGNORECASE)
+_RESULT_MARK = re.compile(r"\[\s*+RESULT\s*+\]", re.IGNORECASE)
 # "Score: 4", "**Final score:** 4/5", "Rating = 4" -- a label, then ":" or "=", at a word start.
 _SCORE_LABEL = re.compile(
-    r"(?<![A-Za-z_])(?:final\s+)?(?:score|rating)\**\s*(?:[:=])\**", re.IGNORECASE
+    r"(?<![A-Za-z_])(?:final\s++)?(?:score|rating)\**+\s*+(?:[:=])\**+", re.IGNORECASE
 )
 # A whole number standing alone after a marker: optional ":" / "=", optional "(", then digits not
-# followed by more digits, a decimal part or a letter; optionally "/ 5" or "out of 5".
-_VALUE = re.compile(
-    r"\s*[:=]?\s*\**\s*[\(\[]?\s*(?P<num>[+-]?\d+)(?P<tail>(?:[.,]\d+)?)\s*"
-    r"(?:(?:/|out\s+of)\s*(?P<den>\d+))?\s*[\)\]]?\**"
-    r"(?=$|[\s.,;!)\]*_`\"'~\-–])",
+# followed by more digits, a decimal part or a letter; optionally "/ 5" or "out of 5"; then what may
+# close it (see _value_end). Every repeat is possessive (``*+``): each is followed by something it
+# cannot match, so giving back never finds another match -- and without it a run of n spaces after
+# "Score:" cost n**4 steps (276 characters took 16 s). Linear (tests/test_linear_parsing.py).
+_VALUE_HEAD = re.compile(
+    r"\s*+[:=]?\s*+\**+\s*+[\(\[]?\s*+(?P<num>[+-]?\d++)(?P<tail>(?:[.,]\d++)?)"
+    r"(?P<frac>\s*+(?:/|out\s++of)\s*+(?P<den>\d++))?",
     re.IGNORECASE,
 )
-_STARTS_NUMERIC = re.compile(r"\s*[:=]?\s*\**\s*[\(\[]?\s*[+-]?\d")
-# "[RESULT] 3 or 4", "Score: 3-4", "Score: 3 to 4": two values offered as one verdict
-_SECOND_VALUE = re.compile(r"\s*(?:or|to|and|-|–|~)\s*\d", re.IGNORECASE)
+_VALUE_CLOSE = re.compile(r"\s*+[\)\]]?+\**+")
+_VALUE_FOLLOW = re.compile(r"$|[\s.,;!)\]*_`\"'~\-–]")
+_STARTS_NUMERIC = re.compile(r"\s*+[:=]?\s*+\**+\s*+[\(\[]?\s*+[+-]?\d")
+# "[RESULT] 3 or 4", "Score: 3-4", "Score: 3 to 4": two values offered as one verdict, on the same line
+_SECOND_VALUE = re.compile(r"[^\S\n]*+(?:or|to|and|-|–|~)[^\S\n]*+\d", re.IGNORECASE)
+
+
+def _value_end(text: str, pos: int) -> int | None:
+    """Where a value read up to ``pos`` ends: after optional whitespace, ``)`` / ``]`` and ``**``, at a
+    character that may follow a value (whitespace, punctuation, the end). When the longest such tail
+    is followed by something else (``4 points``, ``**4**x``), the tail one character shorter ends it
+    (it then stops before a space, a bracket or a star, each of which may follow a value), as the one
+    backtracking pattern of earlier versions did; ``None`` when there is no tail and no such character."""
+    m = _VALUE_CLOSE.match(text, pos)
+    assert m is not None  # every part is optional
+    if _VALUE_FOLLOW.match(text, m.end()):
+        return m.end()
+    return m.end() - 1 if m.end() > pos else None
+
+
+def _read_value(text: str, pos: int) -> tuple[str, str, str | None, int] | None:
+    """``(number, decimal tail, denominator, end)`` of the value after a marker ending at ``pos``."""
+    m = _VALUE_HEAD.match(text, pos)
+    if m is None:
+        return None
+    if m.group("frac") is not None:
+        end = _value_end(text, m.end())
+        if end is not None:
+            return m.group("num"), m.group("tail"), m.group("den"), end
+    end = _value_end(text, m.end("tail"))  # "4/5x": read as 4 followed by "/", which then fails
+    if end is not None:
+        return m.group("num"), m.group("tail"), None, end
+    if m.group("tail"):  # "5,4+": the number 5, followed by "," (which may follow a value)
+        return m.group("num"), "", None, m.end("num")
+    return None
+
+
+#: how far after a marker a malformed value is quoted in the error
+_SNIPPET = 30
 
 
 def _text_verdicts(text: str, allowed: Collection[int]) -> list[tuple[int, int, int, str]]:
@@ -78,32 +117,33 @@ def _text_verdicts(text: str, allowed: Collection[int]) -> list[tuple[int, int, 
     for mark, label in sorted(marks, key=lambda t: t[0].start()):
         if not _STARTS_NUMERIC.match(text, mark.end()):
             continue  # "[RESULT] <score>", "Score: high": not a verdict
-        m = _VALUE.match(text, mark.end())
-        if m is None:
-            snippet = text[mark.end(): mark.end() + 30].strip()
+        read = _read_value(text, mark.end())
+        if read is None:
+            snippet = text[mark.end(): mark.end() + _SNIPPET].strip()
             raise ParseError(f"the {label} marker is not followed by a whole score (found {snippet!r})")
-        if m.group("tail"):
-            raise ParseError(f"score {m.group('num')}{m.group('tail')} is not a whole number")
-        value = int(m.group("num"))
-        den = m.group("den")
+        num, tail, den, end = read
+        if tail:
+            raise ParseError(f"score {num}{tail} is not a whole number")
+        value = int(num)
         if den is not None and int(den) != top:
             raise ParseError(f"score {value}/{den} is not on the 0-{top} scale")
         if value not in allowed:
             raise ParseError(f"score {value} is not one of the allowed values {sorted(allowed)}")
-        line_rest = text[m.end():].split("\n", 1)[0]
-        if _SECOND_VALUE.match(line_rest):
-            raise ParseError(
-                f"two values given as one verdict ({label} {value}{line_rest[:20].rstrip()}): give one score",
-                AMBIGUOUS,
-            )
-        found.append((value, mark.start(), m.end(), label))
+        if _SECOND_VALUE.match(text, end):  # never copies the rest of the reply (one copy per marker was n**2)
+            shown = text[end: end + 20].split("\n", 1)[0].rstrip()
+            raise ParseError(f"two values given as one verdict ({label} {value}{shown}): give one score", AMBIGUOUS)
+        found.append((value, mark.start(), end, label))
     return found
+
+
+# starts only at the first "*" of a run (a run of n stars was tried from each of its n positions: n**2)
+_FEEDBACK_LABEL = re.compile(r"(?:(?<!\*)\*++)?feedback\**+\s*+:\**+", re.IGNORECASE)
 
 
 def _feedback_before(text: str, end: int) -> str:
     feedback = text[:end]
     # keep what follows the last "Feedback:" label (drops an echoed prompt before it)
-    labels = list(re.finditer(r"\**feedback\**\s*:\**", feedback, flags=re.IGNORECASE))
+    labels = list(_FEEDBACK_LABEL.finditer(feedback))
     if labels:
         feedback = feedback[labels[-1].end():]
     return feedback.strip().strip("*").strip()
@@ -143,46 +183,102 @@ def parse_prometheus(text: str, allowed: Collection[int]) -> tuple[int, str]:
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 
+_DECODER = json.JSONDecoder()
+
+
+class _Span:
+    """A ``{ ... }`` span of a reply, with the spans directly inside it."""
+
+    __slots__ = ("open", "close", "inner")
+
+    def __init__(self, open_: int) -> None:
+        self.open, self.close = open_, -1
+        self.inner: list[_Span] = []
+
+
+def _outer_span(text: str, start: int) -> _Span | None:
+    """The span of the ``{`` at ``start`` and every span inside it, matched in one pass (braces inside
+    JSON strings do not count); ``None`` when it is not closed before the end (a cut-off reply)."""
+    stack: list[_Span] = []
+    brackets = 0
+    in_str, skip = False, -1
+    for m in SYNTAX.finditer(text, start):
+        j = m.start()
+        if j < skip:
+            continue
+        ch = text[j]
+        if in_str:
+            if ch == "\\":
+                skip = j + 2  # the escaped character, whatever it is
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            span = _Span(j)
+            if stack:
+                stack[-1].inner.append(span)
+            stack.append(span)
+            if len(stack) + brackets > MAX_JSON_DEPTH:
+                raise too_deep(len(stack) + brackets)
+        elif ch == "}":
+            span = stack.pop()
+            span.close = j
+            if not stack:
+                return span
+        elif ch == "[":
+            brackets += 1
+            if len(stack) + brackets > MAX_JSON_DEPTH:
+                raise too_deep(len(stack) + brackets)
+        elif brackets:
+            brackets -= 1
+    return None
+
+
+def _objects_in(text: str, span: _Span, failed_at: int | None, out: list[tuple[dict[str, Any], int, int]]) -> None:
+    """The JSON objects of ``span``: itself when it decodes, else the objects inside it (prose in braces).
+
+    Each span is decoded at most once: when the decoder stopped at ``failed_at`` inside an inner span, it
+    had read that span's start as an object and would stop at the same place in it, so that span is not
+    decoded again (only what lies inside it). So the work is linear in the reply, however deep the
+    braces nest (decoding every span again, as earlier versions did, was quadratic)."""
+    if failed_at is None:
+        try:
+            obj, end = _DECODER.raw_decode(text, span.open)
+        except json.JSONDecodeError as e:
+            failed_at = e.pos
+        except RecursionError:
+            raise too_deep(MAX_JSON_DEPTH) from None
+        else:
+            if end == span.close + 1 and isinstance(obj, dict):
+                out.append((obj, span.open, end))
+                return
+            failed_at = min(end, span.close)
+    for inner in span.inner:
+        _objects_in(text, inner, failed_at if inner.open < failed_at <= inner.close else None, out)
+
 
 def iter_json_objects(text: str) -> Iterator[tuple[dict[str, Any], int, int]]:
     """Every top-level JSON object in ``text`` (bare, fenced or inside prose), with its span.
 
-    Braces inside JSON strings are respected; spans that do not parse are skipped.
+    Braces inside JSON strings are respected; a span that does not parse is looked inside. One pass
+    over the text, and each span is decoded at most once (linear, tests/test_linear_parsing.py).
+
+    Raises:
+        ParseError: the reply nests JSON deeper than :data:`MAX_JSON_DEPTH`.
     """
-    i, n = 0, len(text)
-    while i < n:
+    i = 0
+    while True:
         start = text.find("{", i)
         if start == -1:
             return
-        depth, in_str, esc, end = 0, False, False, -1
-        for j in range(start, n):
-            ch = text[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif ch == "\\":
-                    esc = True
-                elif ch == '"':
-                    in_str = False
-            elif ch == '"':
-                in_str = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    end = j
-                    break
-        if end == -1:
+        span = _outer_span(text, start)
+        if span is None:
             return  # unbalanced to the end: a cut-off reply
-        try:
-            obj = json.loads(text[start: end + 1])
-        except ValueError:
-            i = start + 1  # not JSON (prose in braces): look inside it
-            continue
-        if isinstance(obj, dict):
-            yield obj, start, end + 1
-        i = end + 1
+        found: list[tuple[dict[str, Any], int, int]] = []
+        _objects_in(text, span, None, found)
+        yield from found
+        i = span.close + 1
 
 
 def extract_json_object(text: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -199,7 +295,9 @@ def extract_json_object(text: str, schema: dict[str, Any] | None = None) -> dict
     if not text or not text.strip():
         raise ParseError("empty reply")
     try:
-        whole = json.loads(text.strip())
+        whole = loads(text.strip())
+    except ParseError:
+        raise
     except ValueError as e:
         whole = None
         first_err = f"invalid JSON ({getattr(e, 'msg', e)} at position {getattr(e, 'pos', '?')})"
@@ -214,13 +312,15 @@ def extract_json_object(text: str, schema: dict[str, Any] | None = None) -> dict
         if objects:
             return objects[-1]  # the validator names what is missing
         raise ParseError(first_err if "{" in text else "no JSON object in the reply")
-    distinct = []
+    distinct = [candidates[0]]
     for c in candidates:
-        if c not in distinct:
+        if c != distinct[0]:  # stop at the first different one (comparing with every one kept was n**2)
             distinct.append(c)
+            break
     if len(distinct) > 1:
+        n = max(2, len({json.dumps(c, sort_keys=True, default=str) for c in candidates}))
         raise ParseError(
-            f"the reply holds {len(distinct)} different JSON answers; give exactly one JSON object", AMBIGUOUS
+            f"the reply holds {n} different JSON answers; give exactly one JSON object", AMBIGUOUS
         )
     return distinct[0]
 

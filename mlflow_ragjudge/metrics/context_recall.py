@@ -124,6 +124,8 @@ class ContextRecallJudge:
                                  calls=calls)
         statements = list(extraction.statements)
         details["n_statements"] = len(statements)
+        if extraction.cut:
+            details["statements_cut"] = extraction.cut
         if not statements:
             details["statements"] = []
             return JudgeResult.abstained(
@@ -188,6 +190,9 @@ class ContextRecallJudge:
         if missing:
             rationale += " Not found: " + "; ".join(f"\"{m}\"" for m in missing[:3])
             rationale += f"; and {len(missing) - 3} more." if len(missing) > 3 else "."
+        for cut in extraction.cut:
+            rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} statements extracted from"
+                          f" acceptable answer #{cut['answer'] + 1} were checked (at most {cut['cap']}).")
         return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
     def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> dict[str, int]:

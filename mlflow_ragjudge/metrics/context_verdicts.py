@@ -53,6 +53,7 @@ class AnswerStatements:
     call_ids: list[str]
     memo_hit: bool
     failed: Extraction | None = None
+    cut: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 def answer_statements(extractor: StatementExtractor, answers: Sequence[str], question: str) -> AnswerStatements:
     """Split each acceptable answer into statements (one extraction per answer; with one answer exactly the
@@ -69,6 +70,8 @@ def answer_statements(extractor: StatementExtractor, answers: Sequence[str], que
             return out
         out.statements += list(ex.statements)
         out.owner += [i] * len(ex.statements)
+        if ex.cut is not None:  # a runaway extraction, cut at statement_cap
+            out.cut.append({"answer": i, **ex.cut})
     return out
 
 def json_column(metric: str, key: str) -> Callable[[dict[str, JudgeResult]], Any]:

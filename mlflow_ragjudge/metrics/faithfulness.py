@@ -201,6 +201,9 @@ class FaithfulnessJudge:
             return failed_result(extraction, stage="claim extraction", details=details, calls=calls)
         claims = list(extraction.statements)
         details["n_claims"] = len(claims)
+        cut = extraction.cut
+        if cut is not None:  # a runaway extraction: only the first claims are verified, and the row says so
+            details["statements_cut"] = cut
         if not claims:
             details["claims"] = []
             return JudgeResult.abstained(
@@ -242,7 +245,11 @@ class FaithfulnessJudge:
         details["n_supported"] = sum(supported)
         score = claim_math.faithfulness(supported)
         assert score is not None  # there is at least one claim
-        return JudgeResult.scored(score, _rationale(rows), raw=got.raw, details=details, calls=calls)
+        rationale = _rationale(rows)
+        if cut is not None:
+            rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} claims extracted were verified "
+                          f"(at most {cut['cap']} for this response).")
+        return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
     def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> dict[str, int]:
         """Upper-bound cost of judging one row, without calling the model.

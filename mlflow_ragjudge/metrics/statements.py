@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.text import is_cjk_char
+from ..core.text import is_cjk_char, tokenize
 from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
@@ -33,6 +33,8 @@ from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import Prompt, fence_items, load_prompt
 
 __all__ = [
+    "MIN_STATEMENTS",
+    "statement_cap",
     "Extraction",
     "StatementExtractor",
     "NumberedVerdicts",
@@ -58,6 +60,18 @@ def prompt_version(prompt: Prompt) -> str:
 
 # --------------------------------------------------------------------------- extraction
 
+#: statements kept per text: this many, plus one per word of the text (tokens as :func:`~mlflow_ragjudge.core.text.
+#: tokenize` counts them: a CJK character is one). A word carries at most about one fact, so an honest extraction
+#: stays well below the cap; a reply beyond it has gone wrong (5,000 claims for a 4-word answer, all of them
+#: then verified: 184k output tokens). The first ones are kept and the cut is recorded (``statements_cut``).
+MIN_STATEMENTS = 10
+
+
+def statement_cap(text: str) -> int:
+    """How many statements of ``text`` are kept (:data:`MIN_STATEMENTS` + its number of words)."""
+    return MIN_STATEMENTS + len(tokenize(text or ""))
+
+
 
 @dataclass(frozen=True)
 class Extraction:
@@ -74,6 +88,8 @@ class Extraction:
         call_ids: ids of the transcript records that produced the statements (also on a memo hit).
         memo_hit: the statements came from the memo (or from a concurrent identical extraction).
         skipped: the text was empty, so no request was made.
+        n_extracted: how many statements the reply gave (more than ``statements`` holds when cut).
+        cap: the most statements kept for this text (:func:`statement_cap`).
     """
 
     ok: bool
@@ -85,6 +101,16 @@ class Extraction:
     call_ids: tuple[str, ...] = ()
     memo_hit: bool = False
     skipped: bool = False
+    n_extracted: int = 0
+    cap: int = 0
+
+    @property
+    def cut(self) -> dict[str, Any] | None:
+        """``{"extracted", "kept", "cap"}`` when the reply gave more statements than the cap, else None."""
+        if self.n_extracted <= len(self.statements):
+            return None
+        return {"extracted": self.n_extracted, "kept": len(self.statements), "cap": self.cap,
+                "rule": f"at most {MIN_STATEMENTS} + one per word of the text; the first ones are kept"}
 
 
 class StatementExtractor:
@@ -158,8 +184,10 @@ class StatementExtractor:
         if not call.ok:
             return Extraction(ok=False, failure=call.failure or FailureReason.INTERNAL_ERROR, error=call.error,
                               raw=call.raw, records=records, call_ids=ids)
-        return Extraction(ok=True, statements=tuple(call.parsed), raw=call.raw, records=records, call_ids=ids,
-                          memo_hit=shared)
+        cap = statement_cap(text)
+        statements = tuple(call.parsed)
+        return Extraction(ok=True, statements=statements[:cap], raw=call.raw, records=records, call_ids=ids,
+                          memo_hit=shared, n_extracted=len(statements), cap=cap)
 
     def _parse(self, response: ChatResponse) -> list[str]:
         obj = reply_object(response, self.schema)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from ...core.json_text import MAX_JSON_DEPTH, value_depth
 from ._sdk import classify, missing_sdk
 from .base import (
     Backend,
@@ -123,10 +125,25 @@ class AnthropicBackend(Backend):
         if not self._sdk_takes_temperature():
             kwargs["extra_body"] = {"temperature": kwargs.pop("temperature")}
         try:
-            msg = self._get_client().messages.create(**kwargs)
+            raw = self._get_client().messages.with_raw_response.create(**kwargs)
+        except Exception as exc:
+            raise classify(exc, anthropic) from exc
+        try:
+            msg = raw.parse()
+        except RecursionError:  # a tool input nested too deep for the SDK's decoder: served, so kept
+            return self._unreadable(raw.text(), request)
         except Exception as exc:
             raise classify(exc, anthropic) from exc
         return self._response(msg, request)
+
+    def _unreadable(self, body: str, request: ChatRequest) -> ChatResponse:
+        """A served reply the SDK could not decode (JSON nested deeper than Python's recursion limit): the raw
+        body as the reply's text, so the parser records it as unreadable with its tokens (read from the body's
+        last usage block) instead of the call failing as an internal error that loses both."""
+        tokens = {k: int(m[-1]) if (m := re.findall(rf'"{k}"\s*+:\s*+(\d{{1,12}})', body)) else 0
+                  for k in ("input_tokens", "output_tokens")}
+        return ChatResponse(text=body, input_tokens=tokens["input_tokens"], output_tokens=tokens["output_tokens"],
+                            model=self.model, structured_mode="tool_use" if request.json_schema is not None else "text")
 
     def _response(self, msg: Any, request: ChatRequest) -> ChatResponse:
         schema = request.json_schema
@@ -139,7 +156,12 @@ class AnthropicBackend(Backend):
             elif btype == "tool_use" and schema is not None and getattr(block, "name", None) == schema.name:
                 inp = getattr(block, "input", None)
                 data = dict(inp) if isinstance(inp, dict) else None
-        text = json.dumps(data, ensure_ascii=False) if data is not None else "".join(texts)
+        if data is not None and value_depth(data) > MAX_JSON_DEPTH:
+            # decoded by the SDK, but too deep for every recursive walk after it (redaction, the transcript, the
+            # cache): its text, cut at the limit, goes to the parser, which reports it as unreadable
+            text, data = _deep_text(data), None
+        else:
+            text = json.dumps(data, ensure_ascii=False) if data is not None else "".join(texts)
         stop_reason = getattr(msg, "stop_reason", None)
         if stop_reason == "refusal":
             raise BackendError(ErrorKind.REFUSED, text or "the model refused to answer")
@@ -252,3 +274,38 @@ def _batch_result_line(line: str) -> tuple[str | None, dict[str, Any]]:
     if rtype in ("canceled", "expired"):
         return cid, {"error": f"the batch line was {rtype}", "code": f"batch_{rtype}", "status": None}
     return unreadable_result(line, f"result type {rtype!r}")
+
+
+def _deep_text(value: Any) -> str:
+    """JSON text of a decoded value nested deeper than :data:`MAX_JSON_DEPTH`, written without recursion;
+    containers below the limit's next level are shown as ``[...]`` / ``{...}``."""
+    out: list[str] = []
+    todo: list[tuple[Any, int] | str] = [(value, 1)]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        v, depth = item
+        if isinstance(v, dict):
+            if depth > MAX_JSON_DEPTH + 1:
+                out.append("{...}")
+                continue
+            todo.append("}")
+            for i, (k, x) in reversed(list(enumerate(v.items()))):
+                todo.append((x, depth + 1))
+                todo.append(("" if i == 0 else ", ") + json.dumps(str(k), ensure_ascii=False) + ": ")
+            todo.append("{")
+        elif isinstance(v, list):
+            if depth > MAX_JSON_DEPTH + 1:
+                out.append("[...]")
+                continue
+            todo.append("]")
+            for i, x in reversed(list(enumerate(v))):
+                todo.append((x, depth + 1))
+                if i:
+                    todo.append(", ")
+            todo.append("[")
+        else:
+            out.append(json.dumps(v, ensure_ascii=False))
+    return "".join(out)

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from ...core.json_text import loads
 from ._sdk import classify, missing_sdk
 from .base import (
     CARRY_MODES,
@@ -331,7 +332,7 @@ class OpenAIBackend(Backend):
         data = None
         if structured and text:
             try:
-                parsed = json.loads(text)
+                parsed = loads(text)  # nested deeper than MAX_JSON_DEPTH: a ParseError, never a RecursionError
                 data = parsed if isinstance(parsed, dict) else None
             except ValueError:
                 data = None  # the parser downstream reports it with the raw text
