@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Union
@@ -823,11 +823,11 @@ class FakeLLMServer:
             reset = (self._window[0] + self.rate_limit_window - now) if self._window else 0.0
         remaining = max(0, limit - used)
         if api.startswith("anthropic"):
-            at = datetime.now(timezone.utc).timestamp() + max(0.0, reset)
+            at = datetime.now(UTC).timestamp() + max(0.0, reset)
             return {
                 "anthropic-ratelimit-requests-limit": str(limit),
                 "anthropic-ratelimit-requests-remaining": str(remaining),
-                "anthropic-ratelimit-requests-reset": datetime.fromtimestamp(at, timezone.utc)
+                "anthropic-ratelimit-requests-reset": datetime.fromtimestamp(at, UTC)
                 .isoformat().replace("+00:00", "Z"),
             }
         return {

@@ -141,9 +141,9 @@ def stop_on_signals() -> Iterator[None]:
                         previous[sig] = signal.signal(sig, _handler)
         yield
     finally:
-        for sig, old in previous.items():
+        for signum, old in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, old)  # type: ignore[arg-type]
+                signal.signal(signum, old)  # type: ignore[arg-type]
         with _LOCK:
             _depth -= 1
             last = _depth == 0

@@ -81,7 +81,7 @@ class CallResult:
 
 
 def _iso_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
 FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {

@@ -23,8 +23,15 @@ from ...engine.evaluate import EvalOutput, evaluate_frame
 from ..compare import COLUMNS, comparison_figures, log_comparison, paired_comparison, scores_by_row
 from .generation import OUTPUT_KEYS, Generations, PipelineFailed, generate, pipeline_identity, retriever_for
 from .result import SweepResult
-from .variants import (PromptTemplate, expand_variants, params_key, resolve_prompts, shown_value, unstable_params,
-                       variant_names)
+from .variants import (
+    PromptTemplate,
+    expand_variants,
+    params_key,
+    resolve_prompts,
+    shown_value,
+    unstable_params,
+    variant_names,
+)
 
 __all__ = ["sweep", "GENERATIONS_FILE"]
 
@@ -187,7 +194,8 @@ def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_conf
     base_index = _baseline_index(baseline, names, param_list)
     # the tracking store must answer before the pipeline or the judge is paid for
     tracking.check_tracking_store(tracking_uri, experiment, nothing="Nothing was generated or judged.")
-    kwargs_list, prompt_versions, pkeys = resolve_prompts(param_list)
+    kwargs_list, prompt_versions, resolved_keys = resolve_prompts(param_list)
+    pkeys: list[str | None] = list(resolved_keys)  # None: a variant whose answers are not cached (below)
     # the parameters as recorded: a prompt as <name>@v<version>; the run names show them that way
     recorded_list = [{k: (f"{pvs[k].name}@v{pvs[k].version}" if k in pvs else v) for k, v in p.items()}
                      for p, pvs in zip(param_list, prompt_versions)]
