@@ -41,6 +41,7 @@ from .core.constants import VERSION as __version__
 _PUBLIC = {
     "Aggregate": "core.types", "FailureReason": "core.types", "JudgeResult": "core.types", "Status": "core.types",
     "aggregate": "core.types", "InputError": "core.errors", "RagJudgeError": "core.errors",
+    "Interrupted": "core.errors",
     "Backend": "llm.backends", "BackendError": "llm.backends", "FakeBackend": "llm.backends",
     "resolve_backend": "llm.backends", "CallCache": "llm.cache", "JudgeClient": "llm.client",
     "CorrectnessJudge": "metrics.correctness", "DEFAULT_OFFLINE_JUDGE": "core.constants",

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from compliant_model import CompliantModel
 
-from mlflow_ragjudge import evaluate_frame
-from mlflow_ragjudge.core.stop import stop_requested
+from mlflow_ragjudge import Interrupted, evaluate_frame
+from mlflow_ragjudge.core.stop import request_stop, stop_on_signals, stop_requested
 
 ROWS = pd.DataFrame({
     "question": [f"Question number {i}?" for i in range(16)],
@@ -74,6 +74,17 @@ def test_ctrl_c_in_process_stops_sending_and_a_rerun_sends_only_the_rest(fake_ll
     assert first + resumed == total
     columns = [c for c in fresh.table.columns if c.endswith(("/score", "/status"))]
     pd.testing.assert_frame_equal(again.table[columns], fresh.table[columns])  # the same results as an unbroken run
+
+
+def test_a_stop_before_any_judge_call_sends_and_logs_nothing(fake_llm):
+    fake_llm.set_handler(CompliantModel("json_schema"))
+    with stop_on_signals():  # as the CLI and a sweep hold it: the stop came while the input was being checked
+        request_stop("SIGTERM")
+        with pytest.raises(Interrupted, match="before any judge call") as e:
+            evaluate_frame(ROWS, {"judge": f"openai:/m?base_url={fake_llm.openai_base_url}", "cache": False,
+                                  "metrics": ["correctness"]})
+    assert e.value.signal == "SIGTERM" and fake_llm.request_count == 0
+    assert not stop_requested()  # the outermost scope clears it on the way out
 
 
 def _cli(fake_llm, tmp_path, *extra: str, batch: bool = False) -> tuple[list[str], dict[str, str]]:

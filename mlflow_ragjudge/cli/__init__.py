@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..core.errors import InputError, LoggingFailed
+from ..core.errors import InputError, Interrupted, LoggingFailed
 from ..core.stop import EXIT_SIGNAL, stop_on_signals
 from .evaluate import (
     config_from_args,
@@ -111,6 +111,9 @@ def _main(argv: list[str]) -> int:
             return estimate_command(args)
         else:
             return quickstart_command(args)
+    except Interrupted as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_SIGNAL.get(e.signal, EXIT_SIGNAL["SIGINT"])
     except (InputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

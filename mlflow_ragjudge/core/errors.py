@@ -13,9 +13,9 @@ from typing import Any
 
 from .types import FailureReason
 
-__all__ = ["RagJudgeError", "RagJudgeWarning", "InputError", "ParseError", "LoggingFailed", "TooFewLabels",
-           "MetricUnavailable", "LocalModelUnavailable", "BertScoreUnavailable", "EmbeddingsUnavailable",
-           "InvalidTextWarning", "JudgeFailureWarning", "CalibrationWarning", "CacheWarning",
+__all__ = ["RagJudgeError", "RagJudgeWarning", "InputError", "ParseError", "LoggingFailed", "Interrupted",
+           "TooFewLabels", "MetricUnavailable", "LocalModelUnavailable", "BertScoreUnavailable",
+           "EmbeddingsUnavailable", "InvalidTextWarning", "JudgeFailureWarning", "CalibrationWarning", "CacheWarning",
            "MultiTurnContextWarning", "UnstableParameterWarning", "MIN_LABELS", "INSTALL_LOCAL"]
 
 #: fewer labelled rows than this and no interval is given: the normal approximation the interval rests on (and the
@@ -66,6 +66,16 @@ class LoggingFailed(RagJudgeError, RuntimeError):
     def __init__(self, message: str, saved_to: Any = None) -> None:
         super().__init__(message)
         self.saved_to = saved_to
+
+
+class Interrupted(RagJudgeError):
+    """Ctrl-C or SIGTERM came before the evaluation sent anything: nothing was paid for, nothing is logged
+    (``ragjudge`` exits 130 / 143). ``signal`` names it. A stop after judge calls began is not an error: the
+    evaluation ends with what it has (``config["interrupted"]``)."""
+
+    def __init__(self, message: str, signal: str = "SIGINT") -> None:
+        super().__init__(message)
+        self.signal = signal
 
 
 class TooFewLabels(RagJudgeError, ValueError):

@@ -26,8 +26,8 @@ from typing import Any
 import pandas as pd
 
 from ..core.constants import VERSION, is_offline_judge
-from ..core.errors import InputError, JudgeFailureWarning, LoggingFailed
-from ..core.stop import stop_on_signals, stop_reason
+from ..core.errors import InputError, Interrupted, JudgeFailureWarning, LoggingFailed
+from ..core.stop import stop_on_signals, stop_reason, stop_requested
 from ..core.text import Repairs
 from ..core.types import JudgeResult, Row
 from ..llm.client import JudgeClient
@@ -175,6 +175,9 @@ def _evaluate(data: Any, config: RagJudgeConfig | dict[str, Any] | None, client:
     ctx.metrics = tuple(s.name for s in specs)
     if cfg.dry_run:
         return _dry_run(run.cfg, run.rows, specs, run.states, ctx, run.prepared, run.skipped)
+    if stop_requested():  # Ctrl-C / SIGTERM while the input was checked: nothing paid for, nothing to log
+        raise Interrupted(f"Stopped by {stop_reason()} before any judge call: nothing was sent or logged.",
+                          stop_reason() or "SIGINT")
     run.t0 = time.perf_counter()
     per_row: dict[str, list[dict[str, JudgeResult]]] = {}
     try:

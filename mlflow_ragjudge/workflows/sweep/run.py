@@ -16,7 +16,7 @@ import pandas as pd
 
 from ...adapters import tracking
 from ...adapters.evaluator import log_output, save_local
-from ...core.errors import InputError, UnstableParameterWarning
+from ...core.errors import InputError, Interrupted, UnstableParameterWarning
 from ...core.stop import stop_on_signals, stop_reason, stop_requested
 from ...engine.config import RagJudgeConfig
 from ...engine.evaluate import EvalOutput, evaluate_frame
@@ -73,8 +73,12 @@ def dataset_name(data: pd.DataFrame, given: str | None) -> str:
 
 
 def _log(message: str, verbose: bool) -> None:
-    if verbose:
-        print(message, file=sys.stderr, flush=True)
+    """A progress line; one that cannot be written (stderr closed, a pipe whose reader left) never stops the sweep."""
+    if verbose and sys.stderr is not None:
+        try:
+            print(message, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 @dataclass
@@ -274,6 +278,8 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
         except InputError as e:  # this variant's answers cannot be evaluated (the first variant's could)
             result.errors[name] = str(e)
             _log(f"    not evaluated: {e}", verbose)
+        except Interrupted as e:  # stopped while answering: its answers are logged, nothing was judged
+            result.errors[name] = str(e)
     result.outputs[name] = out
     with tracking.open_run(name, nested=True) as child:
         result.run_ids[name] = child.run_id
