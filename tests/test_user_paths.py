@@ -509,3 +509,38 @@ def test_results_saved_after_exit_5_are_logged_later_with_the_printed_command(st
     assert run.data.metrics == pytest.approx(saved_metrics)
     mlflow.set_tracking_uri(store)
     assert len(rj.load_output(run.info.run_id).table) == 3
+
+
+# ----------------------------------------------------------------------------- Ctrl-C (issue 24)
+
+
+def test_ctrl_c_logs_what_is_done_as_a_killed_run_in_its_named_experiment(store, local_judge, fake_llm, tmp_path,
+                                                                          monkeypatch, capsys):
+    import os
+    import signal
+    import threading
+
+    monkeypatch.setenv("RAGJUDGE_STOP_GRACE", "30")
+    fake_llm.latency = 0.2
+    path = _data(tmp_path, n=12)
+    exp = _experiment("stopped")
+    args = ["evaluate", str(path), "--judge", local_judge, "--metrics", "correctness", "--max-concurrency", "2",
+            "--experiment", exp, "--tracking-uri", store]
+
+    def interrupt() -> None:
+        fake_llm.wait_for_requests(4, timeout=60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "stopped by SIGINT" in err and "run the same command again" in err
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name(exp).experiment_id])
+    assert run.info.status == "KILLED" and run.data.tags["ragjudge.status"] == "interrupted"
+    assert 1 <= run.data.metrics["correctness/n_scored"] < 12
+    fake_llm.latency = 0.0
+    assert main(args) == 0  # finished by the same command, in the same experiment
+    finished = [r for r in client.search_runs([client.get_experiment_by_name(exp).experiment_id])
+                if r.info.status == "FINISHED"]
+    assert len(finished) == 1 and finished[0].data.metrics["correctness/n_failed"] == 0
