@@ -187,3 +187,11 @@ def test_injection_and_echo_two_verdicts_are_ambiguous(text):
     with pytest.raises(ParseError) as e:
         parse_score_reply(ChatResponse(text), allowed=SCALE, schema=SCHEMA)
     assert e.value.reason.value == "ambiguous"
+
+
+def test_a_backslash_outside_a_json_string_is_not_a_bracket():
+    from mlflow_ragjudge.core.json_text import brackets, json_depth
+
+    prose = r'{ see C:\dir {"x": {"y": "a \"}\" b"}} }'
+    assert json_depth(prose) == 3  # the backslash in prose closes nothing; the escaped quote keeps the string open
+    assert [ch for _, ch in brackets(prose)] == ["{", "{", "{", "}", "}", "}"]

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import ParseError
 
-__all__ = ["MAX_JSON_DEPTH", "SYNTAX", "json_depth", "too_deep", "loads", "value_depth"]
+__all__ = ["MAX_JSON_DEPTH", "SYNTAX", "brackets", "json_depth", "too_deep", "loads", "value_depth"]
 
 #: JSON in a reply may nest this deep, objects and arrays together (the judges' schemas need 4 levels)
 MAX_JSON_DEPTH = 100
@@ -30,10 +31,9 @@ def too_deep(depth: int) -> ParseError:
                       "give one flat JSON object as the instructions show")
 
 
-def json_depth(text: str, start: int = 0) -> int:
-    """How deep objects and arrays nest in ``text`` from ``start`` (brackets inside JSON strings do not
-    count; a closing bracket with none open is ignored); stops counting past :data:`MAX_JSON_DEPTH`."""
-    depth = deepest = 0
+def brackets(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """The position and character of every ``{ } [ ]`` in ``text`` from ``start`` that is not inside a JSON
+    string, in one pass (a backslash in a string escapes whatever follows it)."""
     in_str, skip = False, -1
     for m in SYNTAX.finditer(text, start):
         j = m.start()
@@ -47,7 +47,16 @@ def json_depth(text: str, start: int = 0) -> int:
                 in_str = False
         elif ch == '"':
             in_str = True
-        elif ch in "{[":
+        elif ch != "\\":
+            yield j, ch
+
+
+def json_depth(text: str, start: int = 0) -> int:
+    """How deep objects and arrays nest in ``text`` from ``start`` (brackets inside JSON strings do not
+    count; a closing bracket with none open is ignored); stops counting past :data:`MAX_JSON_DEPTH`."""
+    depth = deepest = 0
+    for _, ch in brackets(text, start):
+        if ch in "{[":
             depth += 1
             if depth > deepest:
                 deepest = depth

@@ -32,7 +32,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from ..core.errors import ParseError
-from ..core.json_text import MAX_JSON_DEPTH, SYNTAX, loads, too_deep
+from ..core.json_text import MAX_JSON_DEPTH, brackets, loads, too_deep
 from ..core.types import FailureReason
 from .backends.base import ChatResponse
 
@@ -200,38 +200,26 @@ def _outer_span(text: str, start: int) -> _Span | None:
     """The span of the ``{`` at ``start`` and every span inside it, matched in one pass (braces inside
     JSON strings do not count); ``None`` when it is not closed before the end (a cut-off reply)."""
     stack: list[_Span] = []
-    brackets = 0
-    in_str, skip = False, -1
-    for m in SYNTAX.finditer(text, start):
-        j = m.start()
-        if j < skip:
-            continue
-        ch = text[j]
-        if in_str:
-            if ch == "\\":
-                skip = j + 2  # the escaped character, whatever it is
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch == "{":
+    arrays = 0
+    for j, ch in brackets(text, start):
+        if ch == "{":
             span = _Span(j)
             if stack:
                 stack[-1].inner.append(span)
             stack.append(span)
-            if len(stack) + brackets > MAX_JSON_DEPTH:
-                raise too_deep(len(stack) + brackets)
+            if len(stack) + arrays > MAX_JSON_DEPTH:
+                raise too_deep(len(stack) + arrays)
         elif ch == "}":
             span = stack.pop()
             span.close = j
             if not stack:
                 return span
         elif ch == "[":
-            brackets += 1
-            if len(stack) + brackets > MAX_JSON_DEPTH:
-                raise too_deep(len(stack) + brackets)
-        elif brackets:
-            brackets -= 1
+            arrays += 1
+            if len(stack) + arrays > MAX_JSON_DEPTH:
+                raise too_deep(len(stack) + arrays)
+        elif arrays:
+            arrays -= 1
     return None
 
 
