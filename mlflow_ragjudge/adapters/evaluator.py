@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..core.types import JudgeResult, Status
 from ..engine.evaluate import EvalOutput, evaluate_frame
 from ..engine.record import local_output_root
 from ..metrics.spec import all_specs
+from .traces import DEFAULT_MAX_TRACES, TraceLog, log_row_traces, remove_row_traces
 from .tracking import load_run_table
 
 __all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "load_local", "save_local", "MODEL_TYPE",
@@ -145,8 +147,11 @@ def save_local(out: EvalOutput, label: str = "") -> Path | None:
     return None
 
 
-def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_local: bool = False) -> dict[str, Any]:
-    """Log an evaluation's metrics, params, tags, table, transcripts and config into a run.
+def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_local: bool = False,
+               pipeline: Sequence[dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Log an evaluation's metrics, params, tags, table, transcripts and config into a run, and then its rows as
+    traces (:func:`~mlflow_ragjudge.adapters.traces.log_row_traces`, at most the config's ``traces``; ``pipeline``:
+    per row, the call to the user's pipeline, shown as a span).
 
     The results are first saved locally (:func:`save_local`, unless ``saved`` says where they already
     are). Every logging step is attempted even when an earlier one fails; if any failed, the run gets
@@ -199,6 +204,8 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
                 client.log_artifact(run_id, str(path), "ragjudge")
 
             attempt(name, log)
+    if not errors:  # the traces are a second view of the table: written once the table is safe
+        log_traces(out, run_id, pipeline)
     if errors:
         where = f"they are saved at {saved}" if saved is not None else "they could not be saved locally either"
         message = f"Logging to MLflow run {run_id} failed ({'; '.join(errors)}); the results are not lost: {where}."
@@ -215,6 +222,28 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
         "judge_transcripts": f"{base}/{TRANSCRIPTS_FILE}",
         "config": f"{base}/{CONFIG_FILE}",
     }
+
+
+def log_traces(out: EvalOutput, run_id: str, pipeline: Sequence[dict[str, Any] | None] | None = None) -> TraceLog:
+    """Write the run's rows as traces (replacing those an earlier logging of the same run wrote) and say how many in
+    the run's ``ragjudge.traces`` tag. A store that refuses traces is warned about, not raised: the metrics and the
+    per-row table are logged already."""
+    settings = out.config.get("config") or {}
+    limit = DEFAULT_MAX_TRACES if settings.get("traces") is None else int(settings["traces"])
+    client = MlflowClient()
+    try:
+        if client.get_run(run_id).data.tags.get("ragjudge.traces"):
+            remove_row_traces(run_id)
+        log = log_row_traces(out, run_id, max_traces=limit, seed=int(settings.get("seed") or 0), pipeline=pipeline)
+    except Exception as e:  # the store has no trace support, or failed
+        log = TraceLog(rows=len(out.table), errors=[f"{type(e).__name__}: {str(e)[:300]}"])
+    try:
+        client.set_tag(run_id, "ragjudge.traces", log.describe()[:5000])
+    except Exception:  # the store is unreachable now: the warning below still says it
+        pass
+    if log.errors:
+        warnings.warn(f"run {run_id}: {log.describe()}", RuntimeWarning, stacklevel=3)
+    return log
 
 
 def _tags(out: EvalOutput) -> dict[str, str]:

@@ -466,3 +466,8 @@ def create_review_queue(run_id: str, trace_ids: list[str], schemas: dict[str, tu
                                               experiment_id=exp)
     review_queues.add_items_to_review_queue(queue.queue_id, item_ids=trace_ids)
     return queue
+
+
+def is_remote_uri(uri: str | None) -> bool:
+    """Whether a tracking URI is a server (HTTP, Databricks) rather than a local store."""
+    return str(uri or "").lower().startswith(("http://", "https://", "databricks"))

@@ -86,6 +86,8 @@ def model_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
         cfg["embeddings"] = args.embeddings
     if getattr(args, "bertscore", False):
         cfg["bertscore"] = True
+    if getattr(args, "traces", None) is not None:
+        cfg["traces"] = args.traces  # a negative number is refused by the config check
 
 def run_evaluation(
     df: pd.DataFrame, cfg: dict[str, Any], *, experiment: str | None, run_name: str | None, tracking_uri: str | None
@@ -222,6 +224,9 @@ def summary(run_id: str, out: Any) -> str:
     lines.append(f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at "
                  f"{safe_tracking_uri(mlflow.get_tracking_uri())}")
     lines.append(f"  {ui_hint(run_id, experiment_id=run.info.experiment_id)}")
+    if run.data.tags.get("ragjudge.traces"):
+        lines.append(f"  traces: {run.data.tags['ragjudge.traces']} (the run's Traces tab: each row with its "
+                     "judgments as assessments)")
     return "\n".join(lines)
 
 def exit_code(out: Any) -> int:

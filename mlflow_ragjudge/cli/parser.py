@@ -68,6 +68,7 @@ def _evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", help="retrieval cut-offs, e.g. 1,3,5,10")
     model_options(p)
     plugin_option(p)
+    traces_option(p)
     p.add_argument("--config", help="extra evaluator_config as a JSON object")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
     p.add_argument("--max-concurrency", type=int)
@@ -163,6 +164,7 @@ def _sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", default="0", help="the baseline variant: its index in the grid or its name")
     model_options(p)
     plugin_option(p)
+    traces_option(p)
     p.add_argument("--config", help="extra evaluator_config as a JSON object")
     p.add_argument("--col", action="append", metavar="LOGICAL=COLUMN", help="map a logical column to yours")
     p.add_argument("--data-name", help="the dataset's name in MLflow (default: the data file's name)")
@@ -254,6 +256,17 @@ def _offline_judge(sub: argparse._SubParsersAction) -> None:
         help="fit or measure the offline judge on public human labels (fit|report --data DIR)",
     )
     p.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def traces_option(p: argparse.ArgumentParser) -> None:
+    """``--traces N``: how many rows become MLflow traces with their judgments (docs/mlflow.md)."""
+    p.add_argument(
+        "--traces",
+        type=int,
+        metavar="N",
+        help="log at most N rows as MLflow traces, each with its metrics as assessments (the run's Traces tab, "
+        "MLflow's evaluation UI); beyond N a seeded random sample; 0 = none (default 2000)",
+    )
 
 
 def plugin_option(p: argparse.ArgumentParser) -> None:

@@ -52,6 +52,10 @@ class GuardedStream:
             except (OSError, ValueError):
                 self._lost()
 
+    def close(self) -> None:
+        """Nothing: the interpreter owns the standard streams (a logging handler that kept this wrapper closes it
+        at exit, after the reader may have left)."""
+
     def isatty(self) -> bool:
         if self.stream is None:
             return False

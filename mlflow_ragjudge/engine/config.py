@@ -66,6 +66,7 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "embeddings": (lambda v: callable(v) or (isinstance(v, str) and bool(v)),
                    "'auto', 'local', an embeddings URI or a callable", "'openai:/text-embedding-3-small'"),
     "dry_run": (lambda v: isinstance(v, bool), "True or False", "True"),
+    "traces": (lambda v: is_int(v) and v >= 0, "a whole number >= 0 (0 = no traces)", "2000"),
     "batch": (lambda v: isinstance(v, (bool, dict)), "True, False, or a dict of batch options",
               "True or {'poll_interval': 30}"),
 }
@@ -126,6 +127,9 @@ class RagJudgeConfig:
             means ``<name>/mean``; a full metric name such as ``faithfulness/mean/<group>`` works too).
             The outcome is recorded on the run; ``ragjudge evaluate --fail-under`` exits non-zero when
             a threshold is not met.
+        traces: the most rows logged as MLflow traces (each with its metrics as assessments) into the run
+            by the ``ragjudge`` evaluator, ``ragjudge evaluate`` and sweeps; beyond it a seeded uniform
+            sample (``seed``), and 0 logs none. Default 2000.
     """
 
     judge: str | Backend | None = None
@@ -152,6 +156,7 @@ class RagJudgeConfig:
     max_error_rate: float = 0.2
     fail_under: dict[str, float] = field(default_factory=dict)
     batch: bool | dict[str, Any] = False
+    traces: int = 2000
     #: the metrics' own settings given (every key a registered metric declares, :class:`~.metrics.spec.Option`);
     #: read them as attributes (``cfg.k``), which give the metric's default when not given
     options: dict[str, Any] = field(default_factory=dict)
@@ -277,6 +282,7 @@ class RagJudgeConfig:
             "embeddings": safe_judge_uri(self.embeddings) if isinstance(self.embeddings, str) else "callable",
             "dry_run": self.dry_run,
             "max_error_rate": self.max_error_rate,
+            "traces": self.traces,
             "fail_under": dict(self.fail_under),
             "batch": self.batch,
         }

@@ -76,6 +76,8 @@ class EvalOutput:
     failures: list[dict[str, Any]] = field(default_factory=list)
     #: the ``fail_under`` quality gate: ``{"metric", "threshold", "value", "passed"}`` per entry
     gate: list[dict[str, Any]] = field(default_factory=list)
+    #: the validated input rows (question, answer, contexts, ...), for the per-row traces; not saved with the run
+    rows: list[Row] = field(default_factory=list, repr=False)
 
     @property
     def gate_passed(self) -> bool:
@@ -296,7 +298,7 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
         record["interrupted"] = {"by": stop_reason(), "results_not_judged": stopped,
                                  "results": sum(len(res) for res in all_results.values())}
     return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, run.skipped,
-                      artifacts, failures, gate)
+                      artifacts, failures, gate, list(run.rows))
 
 
 def _dry_run(cfg: RagJudgeConfig, rows: Sequence[Row], specs: Sequence[MetricSpec], states: dict[str, Any],

@@ -7,6 +7,7 @@ import functools
 import hashlib
 import inspect
 import json
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -119,10 +120,12 @@ def retriever_for(retriever: Callable[..., Any] | None, kwargs: dict[str, Any]) 
     return functools.partial(retriever, **{k: v for k, v in kwargs.items() if k in sig.parameters})
 
 def generate(gens: Generations, questions: list[str], kwargs: dict[str, Any], pkey: str | None, name: str,
-             workers: int, done: Mapping[int, tuple[dict[str, Any], bool] | str]
+             workers: int, done: Mapping[int, tuple[dict[str, Any], bool] | str],
+             timings: dict[int, float] | None = None
              ) -> tuple[list[dict[str, Any] | None], list[str | None], list[bool]]:
     """Every question's answer for one variant: ``(outputs, errors, from_cache)``, None / the error for a
-    question the pipeline failed on (the variant goes on); ``done`` holds answers (or errors) already in hand."""
+    question the pipeline failed on (the variant goes on); ``done`` holds answers (or errors) already in hand.
+    ``timings`` (when given) gets the seconds each question took here (the pipeline call, or the cache)."""
     outs: list[dict[str, Any] | None] = [None] * len(questions)
     errors: list[str | None] = [None] * len(questions)
     cached = [False] * len(questions)
@@ -138,10 +141,13 @@ def generate(gens: Generations, questions: list[str], kwargs: dict[str, Any], pk
         if stop_requested():  # Ctrl-C / SIGTERM: no new pipeline call
             errors[j] = f"interrupted: not generated, the sweep was stopped ({stop_reason()})"
             return
+        t0 = time.perf_counter()
         try:
             outs[j], cached[j] = gens.get(questions[j], kwargs, pkey, f"row {j} of variant {name!r}")
         except Exception as e:
             errors[j] = str(e) if isinstance(e, PipelineFailed) else f"{type(e).__name__}: {str(e)[:500]}"
+        if timings is not None:
+            timings[j] = time.perf_counter() - t0
 
     if workers > 1:
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge-gen")

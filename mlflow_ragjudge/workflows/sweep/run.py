@@ -241,6 +241,16 @@ def _generations_table(questions: list[str], outs: list[dict[str, Any] | None], 
     })
 
 
+def _pipeline_calls(plan: _Plan, kwargs: dict[str, Any], ok: list[int], cached: list[bool],
+                    timings: dict[int, float]) -> list[dict[str, Any]]:
+    """Per evaluated row, the call to the user's pipeline as the row's trace shows it (a span)."""
+    target = plan.gens.pipeline
+    name = getattr(target, "__name__", None) or type(target).__name__
+    shown = {k: shown_value(v)[:2000] for k, v in kwargs.items()}
+    return [{"name": f"pipeline: {name}", "inputs": {"question": plan.questions[j], **shown},
+             "seconds": timings.get(j, 0.0), "from_cache": cached[j]} for j in ok]
+
+
 def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str, result: SweepResult,
              scores: dict[str, dict[str, dict[Any, float]]], workers: int, verbose: bool) -> None:
     """Step 2, one variant: answer every question, evaluate the answers, log the child run."""
@@ -248,8 +258,9 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
     _log(f"[{i + 1}/{len(plan.names)}] {name}", verbose)
     t0 = time.perf_counter()
     # what the probe already answered (or saw fail)
+    timings: dict[int, float] = {}
     outs, errors, cached = generate(plan.gens, plan.questions, kwargs, plan.pkeys[i], name, workers,
-                                    plan.done.get(i, {}))
+                                    plan.done.get(i, {}), timings)
     seconds = time.perf_counter() - t0
     ok = [j for j in range(len(plan.questions)) if outs[j] is not None]
     gen_stats = {"rows": len(plan.questions), "generated": sum(1 for j in ok if not cached[j]),
@@ -298,7 +309,8 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
         tracking.append_table(child.run_id, _generations_table(plan.questions, outs, errors, cached),
                               GENERATIONS_FILE)
         if out is not None:
-            log_output(out, child.run_id, saved=save_local(out, f"sweep-{i}"))
+            calls = _pipeline_calls(plan, kwargs, ok, cached, timings)
+            log_output(out, child.run_id, saved=save_local(out, f"sweep-{i}"), pipeline=calls)
         else:
             child.tags({"ragjudge.status": "evaluation_error" if name in result.errors else "no_answers"})
             if not ok:

@@ -1,0 +1,351 @@
+"""Every judged row of a ``ragjudge`` run as an MLflow trace, so that the run's Traces tab and MLflow's
+evaluation UI show each row with its judgments.
+
+One trace per row: a root span (the question in, the answer out), a RETRIEVER span with the row's contexts
+as documents, and, in a sweep, a span for the call to the user's pipeline. Each metric's per-row result is a
+``Feedback`` assessment named after the metric (its value, the judge's rationale, the judge as its source:
+``LLM_JUDGE`` with the model, ``CODE`` for deterministic metrics and the offline judge; a failure as the
+assessment's error; the transcript's call ids in its metadata); the reference answer is an ``Expectation``
+named ``expected_response``. The human labels of a review queue land on the same traces.
+
+Written after the scores, never in the judge's path, and in bulk: each trace is created with its assessments
+in one request (``start_trace``), and the spans of many traces go in one ``log_spans`` call. A run logs at
+most ``max_traces`` traces (the ``traces`` setting, default :data:`DEFAULT_MAX_TRACES`, 0 = none); beyond it,
+a seeded uniform sample of the rows, and the run's ``ragjudge.traces`` tag says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from mlflow.entities import (
+    AssessmentError,
+    AssessmentSource,
+    AssessmentSourceType,
+    Expectation,
+    Feedback,
+    Span,
+    TraceInfo,
+    TraceLocation,
+    TraceState,
+)
+from mlflow.tracing.client import TracingClient
+from mlflow.tracking import MlflowClient
+
+from ..core.types import JudgeResult, Row, Status
+from ..metrics.spec import all_specs
+from .tracking import is_remote_uri
+
+__all__ = ["DEFAULT_MAX_TRACES", "EXPECTATION_NAME", "TRACE_NAME", "TraceLog", "log_row_traces", "pick_rows"]
+
+#: traces a run logs by default; beyond it, a seeded uniform sample of the rows
+DEFAULT_MAX_TRACES = 2000
+#: the Expectation that carries the reference answer (MLflow's own name for it)
+EXPECTATION_NAME = "expected_response"
+TRACE_NAME = "ragjudge_row"
+#: spans per ``log_spans`` request
+SPAN_BATCH = 500
+#: text kept in a span's inputs / outputs and in an assessment's rationale
+MAX_TEXT = 20_000
+
+
+@dataclass
+class TraceLog:
+    """What :func:`log_row_traces` wrote: ``logged`` traces of ``rows`` rows (``sampled`` when fewer), their ids by
+    row index, the seconds it took, and ``errors`` for traces the store refused (the run is logged anyway)."""
+
+    rows: int
+    logged: int = 0
+    sampled: bool = False
+    seconds: float = 0.0
+    trace_ids: dict[int, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.logged == 0 and not self.errors:
+            return "no traces (traces=0)" if self.rows else "no rows"
+        text = f"{self.logged} of {self.rows} rows as traces"
+        if self.sampled:
+            text += " (a seeded uniform sample; raise the 'traces' setting for more)"
+        if self.errors:
+            text += f"; {len(self.errors)} refused by the store: {self.errors[0][:300]}"
+        return text
+
+
+def pick_rows(n: int, max_traces: int, seed: int = 0) -> list[int]:
+    """The row indices that get a trace: all of them up to ``max_traces``, else a seeded uniform sample, in order."""
+    if max_traces <= 0 or n <= 0:
+        return []
+    if n <= max_traces:
+        return list(range(n))
+    rng = np.random.default_rng(seed)
+    return sorted(int(i) for i in rng.choice(n, size=max_traces, replace=False))
+
+
+# --------------------------------------------------------------------------- what a row's trace holds
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[:MAX_TEXT] + f"... [{len(value) - MAX_TEXT} more characters]"
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A table cell as a JSON value (numpy scalars and NaN made plain)."""
+    if value is None:
+        return None
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def _owners() -> dict[str, Any]:
+    """Result name -> the metric spec that produces it."""
+    owners: dict[str, Any] = {}
+    for spec in all_specs():
+        for name in spec.output_names:
+            owners[name] = spec
+    return owners
+
+
+def _spec_for(name: str, owners: dict[str, Any]) -> Any:
+    if name in owners:
+        return owners[name]
+    base = name.split("_")[0]  # correctness_<mode> (several context modes in one run)
+    return owners.get(base)
+
+
+def _source(name: str, res: JudgeResult, spec: Any, judge: str | None) -> Any:
+    if spec is None or not spec.judged:
+        return AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=f"mlflow_ragjudge.{name}")
+    used = res.details.get("judge") if isinstance(res.details, dict) else None
+    used = used or (res.calls[0].get("model") if res.calls else None) or judge or "unknown"
+    kind = AssessmentSourceType.CODE if str(used).startswith("offline:") else AssessmentSourceType.LLM_JUDGE
+    return AssessmentSource(source_type=kind, source_id=str(used)[:250])
+
+
+def feedback_for(name: str, value: Any, res: JudgeResult | None, spec: Any, judge: str | None,
+                 run_id: str, calls: Sequence[str]) -> Any:
+    """The ``Feedback`` of one metric on one row: the per-row table's value, the rationale, the judge as source; a
+    failed row carries its reason as the assessment's error; an abstention has no value and says why."""
+    res = res or JudgeResult.scored(value)
+    meta = {"mlflow.assessment.sourceRunId": run_id, "ragjudge.status": res.status.value}
+    if res.reason:
+        meta["ragjudge.reason"] = str(res.reason)
+    if calls:
+        meta["ragjudge.call_ids"] = ",".join(calls)[:1000]
+    error = None
+    if res.status is Status.FAILED:
+        error = AssessmentError(error_code=str(res.reason or "failed").upper(),
+                                error_message=_clip(res.rationale or f"the judge failed: {res.reason}"))
+    rationale = _clip(res.rationale) if res.rationale else None
+    if value is None and error is None:  # abstained: no score, and the reason is the rationale
+        rationale = rationale or f"no score: {res.reason or res.status.value}"
+    return Feedback(name=name, value=value, rationale=rationale, source=_source(name, res, spec, judge),
+                    error=error, metadata=meta)
+
+
+def _row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, Any], judge: str | None,
+                     run_id: str, calls: dict[tuple[str, int], list[str]], user: str) -> list[Any]:
+    found = []
+    for col in table.columns:
+        if not col.endswith("/score"):
+            continue
+        name = col[: -len("/score")]
+        spec = _spec_for(name, owners)
+        res_list = out.results.get(name)
+        res = res_list[i] if res_list is not None and i < len(res_list) else None
+        owner = spec.name if spec is not None else name
+        found.append(feedback_for(name, _plain(table[col].iloc[i]), res, spec, judge, run_id,
+                                  calls.get((owner, i), [])))
+    if "reference" in table.columns:
+        ref = _plain(table["reference"].iloc[i])
+        if ref is not None:
+            found.append(Expectation(name=EXPECTATION_NAME, value=_clip(ref),
+                                     source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id=user),
+                                     metadata={"mlflow.assessment.sourceRunId": run_id}))
+    return found
+
+
+def _documents(row: Row | None) -> list[dict[str, Any]]:
+    if row is None or not row.contexts:
+        return []
+    ids = list(row.retrieved_doc_ids or [])
+    docs = []
+    for k, text in enumerate(row.contexts):
+        meta: dict[str, Any] = {"rank": k + 1}
+        if k < len(ids) and ids[k] is not None:
+            meta["doc_uri"] = str(ids[k])
+        docs.append({"page_content": _clip(str(text)), "metadata": meta})
+    return docs
+
+
+# --------------------------------------------------------------------------- spans
+
+
+def _span(trace_id: str, otel_trace: int, span_id: int, parent: int | None, name: str, kind: str,
+          start_ns: int, end_ns: int, inputs: Any, outputs: Any, error: str | None = None) -> Any:
+    def b64(value: int, size: int) -> str:
+        return base64.b64encode(value.to_bytes(size, "big")).decode()
+
+    attrs = {"mlflow.traceRequestId": json.dumps(trace_id), "mlflow.spanType": json.dumps(kind),
+             "mlflow.spanInputs": json.dumps(inputs, ensure_ascii=False, default=str),
+             "mlflow.spanOutputs": json.dumps(outputs, ensure_ascii=False, default=str)}
+    return Span.from_dict({
+        "trace_id": b64(otel_trace, 16), "span_id": b64(span_id, 8),
+        "parent_span_id": b64(parent, 8) if parent is not None else None, "name": name,
+        "start_time_unix_nano": start_ns, "end_time_unix_nano": end_ns, "events": [],
+        "status": {"code": "STATUS_CODE_ERROR" if error else "STATUS_CODE_OK", "message": error or ""},
+        "attributes": attrs, "links": [],
+    })
+
+
+@dataclass
+class _RowTrace:
+    index: int
+    info: Any
+    spans: list[Any]
+
+
+def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str, run_id: str,
+               assessments: list[Any], now_ms: int, pipeline: dict[str, Any] | None) -> _RowTrace:
+    otel = uuid.uuid4().int
+    trace_id = f"tr-{otel:032x}"
+    question = _plain(table["question"].iloc[i]) if "question" in table.columns else None
+    answer = _plain(table["answer"].iloc[i]) if "answer" in table.columns else None
+    seconds = float(pipeline.get("seconds") or 0.0) if pipeline else 0.0
+    start_ns = now_ms * 1_000_000
+    end_ns = start_ns + max(int(seconds * 1e9), 1_000)
+    ids = iter(range(1, 1 << 20))
+    root = next(ids)
+    inputs = {"question": _clip(question)}
+    outputs = {"answer": _clip(answer)}
+    error = pipeline.get("error") if pipeline else None
+    spans = [_span(trace_id, otel, root, None, TRACE_NAME, "CHAIN", start_ns, end_ns, inputs, outputs, error)]
+    if pipeline is not None:
+        done = {**outputs, "from_cache": pipeline.get("from_cache")}
+        spans.append(_span(trace_id, otel, next(ids), root, str(pipeline.get("name") or "pipeline"), "CHAIN",
+                           start_ns, end_ns, pipeline.get("inputs"), done, error))
+    docs = _documents(row)
+    if docs:
+        spans.append(_span(trace_id, otel, next(ids), root, "retrieved_contexts", "RETRIEVER", start_ns,
+                           start_ns + 1_000, {"query": _clip(question)}, docs))
+    row_id = _plain(table["row_id"].iloc[i]) if "row_id" in table.columns else None
+    meta = {"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3", "ragjudge.row": str(i)}
+    if row_id is not None:
+        meta["ragjudge.row_id"] = str(row_id)
+    info = TraceInfo(
+        trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment_id), request_time=now_ms,
+        state=TraceState.ERROR if error else TraceState.OK, execution_duration=max(1, int(seconds * 1000)),
+        request_preview=json.dumps(inputs, ensure_ascii=False)[:1000],
+        response_preview=json.dumps(outputs, ensure_ascii=False)[:1000],
+        client_request_id=str(row_id) if row_id is not None else None,
+        trace_metadata=meta, tags={"mlflow.traceName": TRACE_NAME, "ragjudge.run_id": run_id},
+        assessments=assessments,
+    )
+    for a in assessments:
+        a.trace_id = trace_id
+        a.span_id = f"{root:016x}"
+    return _RowTrace(i, info, spans)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser() or "unknown"
+    except Exception:  # no user name in a container
+        return "unknown"
+
+
+def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACES, seed: int = 0,
+                   pipeline: Sequence[dict[str, Any] | None] | None = None, workers: int | None = None) -> TraceLog:
+    """Write one trace per row of ``out`` (an :class:`~mlflow_ragjudge.engine.evaluate.EvalOutput`) into run
+    ``run_id``; at most ``max_traces`` (a seeded uniform sample beyond it, none for 0). ``pipeline``: per row, the
+    call to the user's pipeline (``{"name", "inputs", "seconds", "error"}``) as a span. A trace the store refuses is
+    counted in ``errors``, never raised: the run's metrics and table are logged already."""
+    table = out.table
+    log = TraceLog(rows=len(table))
+    picked = pick_rows(len(table), max_traces, seed)
+    if not picked:
+        return log
+    t0 = time.perf_counter()
+    mclient = MlflowClient()
+    experiment_id = mclient.get_run(run_id).info.experiment_id
+    client = TracingClient(mclient.tracking_uri)
+    owners = _owners()
+    judge = out.config.get("judge") if isinstance(out.config.get("judge"), str) else None
+    calls: dict[tuple[str, int], list[str]] = {}
+    for rec in out.transcripts:
+        if rec.get("call_id"):
+            calls.setdefault((rec.get("metric", ""), int(rec.get("row", -1))), []).append(str(rec["call_id"]))
+    rows = list(getattr(out, "rows", None) or [])
+    user = _user()
+    now_ms = int(time.time() * 1000)
+    traces = []
+    for i in picked:
+        assessments = _row_assessments(i, table, out, owners, judge, run_id, calls, user)
+        step = pipeline[i] if pipeline is not None and i < len(pipeline) else None
+        # a millisecond apart, so that MLflow's trace list (newest first, or oldest) keeps the rows' order
+        traces.append(_row_trace(i, table, rows[i] if i < len(rows) else None, experiment_id, run_id, assessments,
+                                 now_ms + i, step))
+
+    def start(t: _RowTrace) -> None:
+        try:
+            client.start_trace(t.info)
+            log.trace_ids[t.index] = t.info.trace_id
+        except Exception as e:  # the store refused this one: count it, keep the others
+            log.errors.append(f"row {t.index}: {type(e).__name__}: {str(e)[:300]}")
+
+    # a remote server takes several requests at once; a local database serialises writes anyway
+    n_workers = workers or (8 if is_remote_uri(mclient.tracking_uri) else 1)
+    if n_workers > 1:
+        with ThreadPoolExecutor(n_workers, thread_name_prefix="ragjudge-traces") as pool:
+            list(pool.map(start, traces))
+    else:
+        for t in traces:
+            start(t)
+    spans = [s for t in traces if t.index in log.trace_ids for s in t.spans]
+    for k in range(0, len(spans), SPAN_BATCH):
+        try:
+            client.log_spans(experiment_id, spans[k: k + SPAN_BATCH])
+        except Exception as e:  # the traces are there with their assessments; only the spans are missing
+            log.errors.append(f"spans: {type(e).__name__}: {str(e)[:300]}")
+    log.logged = len(log.trace_ids)
+    log.sampled = len(picked) < len(table)
+    log.seconds = time.perf_counter() - t0
+    return log
+
+
+def remove_row_traces(run_id: str) -> int:
+    """Delete the row traces an earlier logging of the same run wrote (a run logged again, a sweep's variant
+    finished later); returns how many."""
+    mclient = MlflowClient()
+    experiment_id = mclient.get_run(run_id).info.experiment_id
+    client = TracingClient(mclient.tracking_uri)
+    ids: list[str] = []
+    token = None
+    while True:
+        page = client.search_traces(locations=[experiment_id], run_id=run_id, max_results=500, page_token=token,
+                                    filter_string=f"tag.`ragjudge.run_id` = '{run_id}'", include_spans=False)
+        ids.extend(t.info.trace_id for t in page)
+        token = page.token
+        if not token:
+            break
+    for k in range(0, len(ids), 100):
+        client.delete_traces(experiment_id, trace_ids=ids[k: k + 100])
+    return len(ids)
