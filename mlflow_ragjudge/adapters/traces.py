@@ -232,11 +232,11 @@ def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str,
     ids = iter(range(1, 1 << 20))
     root = next(ids)
     inputs = {"question": _clip(question)}
-    outputs = {"answer": _clip(answer)}
+    outputs = _clip(answer)  # the answer's text, as MLflow's evaluation UI shows a response
     error = pipeline.get("error") if pipeline else None
     spans = [_span(trace_id, otel, root, None, TRACE_NAME, "CHAIN", start_ns, end_ns, inputs, outputs, error)]
     if pipeline is not None:
-        done = {**outputs, "from_cache": pipeline.get("from_cache")}
+        done = {"answer": outputs, "from_cache": pipeline.get("from_cache")}
         spans.append(_span(trace_id, otel, next(ids), root, str(pipeline.get("name") or "pipeline"), "CHAIN",
                            start_ns, end_ns, pipeline.get("inputs"), done, error))
     docs = _documents(row)
@@ -251,7 +251,7 @@ def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str,
         trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment_id), request_time=now_ms,
         state=TraceState.ERROR if error else TraceState.OK, execution_duration=max(1, int(seconds * 1000)),
         request_preview=json.dumps(inputs, ensure_ascii=False)[:1000],
-        response_preview=json.dumps(outputs, ensure_ascii=False)[:1000],
+        response_preview=(outputs or "")[:1000] if isinstance(outputs, str) else json.dumps(outputs)[:1000],
         client_request_id=str(row_id) if row_id is not None else None,
         trace_metadata=meta, tags={"mlflow.traceName": TRACE_NAME, "ragjudge.run_id": run_id},
         assessments=assessments,
