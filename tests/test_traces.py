@@ -271,8 +271,15 @@ def test_a_store_that_refuses_traces_does_not_lose_the_run(tmp_tracking, monkeyp
 def test_human_feedback_on_a_ragjudge_runs_traces_calibrates_it(tmp_tracking):
     """The labelling flow meets the judgments: people label the run's traces (as the MLflow UI or a review queue
     records it), and calibrate_traces turns those labels and the judge's assessments into an interval."""
+    from mlflow.genai import review_queues
+
+    from mlflow_ragjudge.workflows.calibration_traces import queue_for_review
+
     run_id, out = _offline_run(40)
     traces = _traces(tmp_tracking, run_id)
+    queue = queue_for_review(run_id, ["correctness"], n=10, seed=1)  # the run's own traces, sampled for review
+    queued = {i.item_id for i in review_queues.list_review_queue_items(queue.queue_id)}
+    assert len(queued) == 10 and queued <= {t.info.trace_id for t in traces}
     for t in traces[:34]:
         i = int(t.info.trace_metadata["ragjudge.row"])
         judge = out.table["correctness/score"].iloc[i]
