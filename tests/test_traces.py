@@ -289,3 +289,34 @@ def test_human_feedback_on_a_ragjudge_runs_traces_calibrates_it(tmp_tracking):
     est = calibrate_traces(run_id, ["correctness"])["correctness"]
     assert est.n_labelled == 34 and est.ci_low <= est.mean <= est.ci_high
     assert MlflowClient().get_run(run_id).data.metrics["correctness/ppi_mean"] == pytest.approx(est.mean)
+
+
+def test_cli_review_queue_and_calibrate_on_a_ragjudge_evaluate_runs_traces(store, tmp_path, capsys):
+    """The documented labelling flow on the traces of a ``ragjudge evaluate`` run: ``label-sample --review-queue``
+    queues a sample of its traces, people label them (HUMAN feedback), ``calibrate --metrics`` reads them back."""
+    from mlflow.genai import review_queues
+
+    path = tmp_path / "rows.jsonl"
+    frame = example_rag.sample_questions()
+    outs = [example_rag.answer(q) for q in frame["question"]]
+    rows = [{"question": q, "answer": o["answer"], "contexts": o["contexts"], "reference": r}
+            for q, o, r in zip(frame["question"], outs, frame["reference"])]
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    exp = _experiment("traces-labels")
+    assert main(["evaluate", str(path), "--metrics", "correctness", "--experiment", exp, "--tracking-uri", store]) == 0
+    client = MlflowClient(store)
+    run_id = client.search_runs([client.get_experiment_by_name(exp).experiment_id])[0].info.run_id
+    capsys.readouterr()
+    assert main(["label-sample", run_id, "--review-queue", "--metrics", "correctness", "--n", "35",
+                 "--tracking-uri", store]) == 0
+    assert "review queue" in capsys.readouterr().out
+    queue = review_queues.list_review_queues(experiment_id=client.get_run(run_id).info.experiment_id)[0]
+    items = [i.item_id for i in review_queues.list_review_queue_items(queue.queue_id)]
+    assert len(items) == 35
+    for k, trace_id in enumerate(items):  # a reviewer's labels, one per queued trace
+        mlflow.log_feedback(trace_id=trace_id, name="correctness", value=5.0 if k % 3 else 2.0,
+                            source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="reviewer"))
+    assert main(["calibrate", run_id, "--metrics", "correctness", "--tracking-uri", store]) == 0
+    text = capsys.readouterr().out
+    assert "correctness: calibrated" in text and "from 35 human labels" in text
+    assert "correctness/ppi_mean" in client.get_run(run_id).data.metrics
