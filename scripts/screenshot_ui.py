@@ -6,7 +6,9 @@ Usage (needs Debian's chromium: `apt-get install chromium`):
 
 Writes ``sweep-runs.png`` (the experiment's runs view, the parent run expanded to its three children, with their
 metrics), ``sweep-comparison.png`` (the parent run's ``ragjudge/comparison.json`` as the UI shows it) and
-``mlflow-compare-runs.png`` (the UI's run comparison of the three children). Everything runs on 127.0.0.1 with the
+``mlflow-compare-runs.png`` (the UI's run comparison of the three children), ``traces-tab.png`` (a variant's rows as
+traces with their assessments) and ``compare-to-baseline.png`` (the Evaluation runs page comparing that variant to
+the baseline row by row). Everything runs on 127.0.0.1 with the
 offline judge (offline:/lexical); the server and its store live in a temp dir and are removed afterwards.
 """
 
@@ -24,6 +26,7 @@ from mlflow_ui import CLOSE_ASSISTANT, EXPAND_PARENT_RUN, browse, start_server  
 
 
 def run_sweep(url: str) -> tuple[str, str, list[str]]:
+    """The quickstart's sweep; returns the experiment, the parent run and the children (the baseline first)."""
     import mlflow
 
     from mlflow_ragjudge import example_rag, sweep
@@ -55,10 +58,17 @@ def main() -> int:
             page = f"{url}/#/compare-runs?runs={json.dumps(children)}&experiments={json.dumps([exp])}"
             browse(page.replace(" ", ""), clicks=(CLOSE_ASSISTANT,), screenshot=out / "mlflow-compare-runs.png",
                    width=1600, height=2300)
+            # every row a trace: a variant's Traces tab, and the variant compared to the baseline row by row
+            browse(f"{url}/#/experiments/{exp}/runs/{children[-1]}/traces", clicks=(CLOSE_ASSISTANT,),
+                   screenshot=out / "traces-tab.png", width=1900, height=1000, until=("correctness",))
+            browse(f"{url}/#/experiments/{exp}/evaluation-runs?selectedRunUuid={children[-1]}"
+                   f"&compareToRunUuid={children[0]}", clicks=(CLOSE_ASSISTANT,),
+                   screenshot=out / "compare-to-baseline.png", width=1900, height=1000, until=("Comparing",))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"wrote {out / 'sweep-runs.png'}, {out / 'sweep-comparison.png'}, {out / 'mlflow-compare-runs.png'}")
+    print(f"wrote {out / 'sweep-runs.png'}, {out / 'sweep-comparison.png'}, {out / 'mlflow-compare-runs.png'}, "
+          f"{out / 'traces-tab.png'}, {out / 'compare-to-baseline.png'}")
     return 0
 
 
