@@ -88,8 +88,8 @@ def test_a_sweep_is_a_parent_run_with_one_child_per_variant(tmp_tracking, questi
         assert run.data.params["ragjudge.judge"] == "offline:/lexical"
         assert "correctness/mean" in run.data.metrics and "citation_validity/mean" in run.data.metrics
         # the headline means come first in the store (the MLflow UI opens its parallel coordinates on the first)
-        assert list(run.data.metrics)[:2] == ["Headline/correctness", "Headline/faithfulness"]
-        assert run.data.metrics["Headline/correctness"] == run.data.metrics["correctness/mean"]
+        assert list(run.data.metrics)[:2] == ["_headline/correctness", "_headline/faithfulness"]
+        assert run.data.metrics["_headline/correctness"] == run.data.metrics["correctness/mean"]
         assert run.inputs.dataset_inputs[0].dataset.name == "capitals"
         gens = mlflow.load_table("ragjudge/generations.json", run_ids=[run_id])
         assert gens["question"].tolist() == questions["question"].tolist() and gens["generation_error"].isna().all()
@@ -132,8 +132,8 @@ def test_the_headline_metrics_asked_for_come_first_in_the_runs_and_the_plots(tmp
                    evaluator_config={"judge": "offline:/lexical", "bertscore": False})
     for run_id in res.run_ids.values():
         metrics = MlflowClient().get_run(run_id).data.metrics
-        assert list(metrics)[:2] == ["Headline/word_recall", "Headline/correctness"]
-        assert not any(k.startswith("Headline/faithfulness") for k in metrics)
+        assert list(metrics)[:2] == ["_headline/word_recall", "_headline/correctness"]
+        assert not any(k.startswith("_headline/faithfulness") for k in metrics)
     plots = [a.path for a in MlflowClient().list_artifacts(res.parent_run_id, "ragjudge/plots")]
     assert "ragjudge/plots/word_recall.png" in plots and "ragjudge/plots/correctness.png" in plots
     with pytest.raises(ValueError, match="lists of metric names"):

@@ -49,10 +49,10 @@ COMPARISON_FILE = "ragjudge/comparison.json"
 _AT_K = re.compile(r"_at_\d+$")
 #: the metrics a sweep puts first, where present (``sweep(headline=...)`` chooses others)
 HEADLINE = ("correctness", "faithfulness")
-#: a sweep's child run logs each headline metric's mean again as ``Headline/<metric>``, before anything else: the
-#: MLflow 3.17 UI's chart view sorts its sections by name (capitals before small letters), and its compare-runs
-#: page opens the parallel-coordinates plot on the first metric a run logged
-HEADLINE_PREFIX = "Headline/"
+#: a sweep's child run logs each headline metric's mean again as ``_headline/<metric>``, before anything else: the
+#: MLflow 3.17 UI's chart view sorts its sections by name (``localeCompare``: punctuation before letters, capitals
+#: among small letters), and its compare-runs page opens the parallel-coordinates plot on the first metric of a run
+HEADLINE_PREFIX = "_headline/"
 
 
 def headline_metrics(available: Sequence[str], asked: Sequence[str] | None = None) -> list[str]:

@@ -256,9 +256,9 @@ def _generations_table(questions: list[str], outs: list[dict[str, Any] | None], 
 
 
 def _log_headline(plan: _Plan, child: tracking.RunLog, out: EvalOutput | None) -> None:
-    """The headline metrics' means as ``Headline/<metric>``, each in its own request and before any other metric of
+    """The headline metrics' means as ``_headline/<metric>``, each in its own request and before any other metric of
     the run, so that the store lists them first (the MLflow UI's compare-runs page opens its parallel-coordinates
-    plot on a run's first metric; its chart view puts the ``Headline`` section first)."""
+    plot on a run's first metric; its chart view puts the ``_headline`` section first)."""
     if out is None:
         return
     means = [k[: -len("/mean")] for k in out.metrics if k.endswith("/mean")]
@@ -383,7 +383,7 @@ def sweep(
             without its source changing).
         compare: the metrics to compare (default: :func:`mlflow_ragjudge.workflows.compare.default_metrics`).
         headline: the metrics shown first -- in the MLflow UI (each child run logs their means as
-            ``Headline/<metric>`` before any other metric) and in the plots; default ``compare`` when given, else
+            ``_headline/<metric>`` before any other metric) and in the plots; default ``compare`` when given, else
             correctness and faithfulness where evaluated (:func:`~mlflow_ragjudge.workflows.compare.headline_metrics`).
         alpha, n_boot, seed: the comparison's level, bootstrap resamples and seed.
         workers: questions answered in parallel by the pipeline (default 1: the pipeline need not be thread-safe).
