@@ -5,7 +5,8 @@ Usage (needs Debian's chromium: `apt-get install chromium`):
     .venv/bin/python scripts/screenshot_ui.py [--out-dir docs/img]
 
 Writes ``sweep-runs.png`` (the experiment's runs view, the parent run expanded to its three children, with their
-metrics), ``sweep-comparison.png`` (the parent run's ``ragjudge/comparison.json`` as the UI shows it) and
+metrics), ``sweep-charts.png`` (the experiment's chart view, opening on the headline metrics),
+``sweep-comparison.png`` (the parent run's ``ragjudge/comparison.json`` as the UI shows it),
 ``mlflow-compare-runs.png`` (the UI's run comparison of the three children), ``traces-tab.png`` (a variant's rows as
 traces with their assessments) and ``compare-to-baseline.png`` (the Evaluation runs page comparing that variant to
 the baseline row by row). Everything runs on 127.0.0.1 with the
@@ -53,6 +54,8 @@ def main() -> int:
             exp, parent, children = run_sweep(url)
             browse(f"{url}/#/experiments/{exp}/runs", clicks=(CLOSE_ASSISTANT, EXPAND_PARENT_RUN),
                    screenshot=out / "sweep-runs.png", width=2100, height=520)
+            browse(f"{url}/#/experiments/{exp}/runs?compareRunsMode=CHART", clicks=(CLOSE_ASSISTANT, EXPAND_PARENT_RUN),
+                   until=("_headline/correctness",), screenshot=out / "sweep-charts.png", width=1900, height=820)
             browse(f"{url}/#/experiments/{exp}/runs/{parent}/artifacts/ragjudge/comparison.json",
                    clicks=(CLOSE_ASSISTANT,), screenshot=out / "sweep-comparison.png", width=2300, height=900)
             page = f"{url}/#/compare-runs?runs={json.dumps(children)}&experiments={json.dumps([exp])}"
@@ -67,8 +70,8 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"wrote {out / 'sweep-runs.png'}, {out / 'sweep-comparison.png'}, {out / 'mlflow-compare-runs.png'}, "
-          f"{out / 'traces-tab.png'}, {out / 'compare-to-baseline.png'}")
+    print(f"wrote {out / 'sweep-runs.png'}, {out / 'sweep-charts.png'}, {out / 'sweep-comparison.png'}, "
+          f"{out / 'mlflow-compare-runs.png'}, {out / 'traces-tab.png'}, {out / 'compare-to-baseline.png'}")
     return 0
 
 

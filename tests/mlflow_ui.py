@@ -75,7 +75,7 @@ def chromium(url: str, *, screenshot: Path | None = None, width: int = 1500, hei
 
 def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = None, width: int = 1900,
            height: int = 1000, settle: float = 8.0, timeout: float = 120.0, ready: tuple[str, ...] = (),
-           until: tuple[str, ...] = ()) -> str:
+           until: tuple[str, ...] = (), script: str | None = None) -> str:
     """Open ``url`` in headless Chromium driven over the DevTools protocol, click each CSS selector of ``clicks``
     that is on the page (in order, a second apart), optionally write a PNG, and return the DOM.
 
@@ -83,7 +83,9 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
     for (polled, up to ``timeout``) on top of ``settle``, so a slow machine renders late rather than never.
 
     For pages whose interesting state needs a click (a parent run's children expanded, a panel closed), which
-    ``chromium --screenshot`` cannot do. Uses aiohttp's websocket client (an MLflow dependency)."""
+    ``chromium --screenshot`` cannot do. ``script``: a JavaScript expression evaluated last, in the page; its value
+    (as JSON text) is returned instead of the DOM -- for what the DOM text cannot tell, such as whether a cell's text
+    is cut (its ``scrollWidth`` beyond its ``clientWidth``). Uses aiohttp's websocket client (an MLflow dependency)."""
     import asyncio
     import base64
     import json
@@ -145,8 +147,10 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
             if screenshot is not None:
                 shot = await call("Page.captureScreenshot", format="png")
                 Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
-            got = await call("Runtime.evaluate", expression="document.documentElement.outerHTML")
-            return str(got.get("result", {}).get("value", ""))
+            if script is not None:
+                got = await call("Runtime.evaluate", expression=f"JSON.stringify({script})", returnByValue=True)
+                return str(got.get("result", {}).get("value", "null"))
+            return await dom()
 
     port = free_port()
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:  # chromium helpers may still write

@@ -7,7 +7,16 @@ import pytest
 from scipy import stats
 
 from mlflow_ragjudge.core.types import JudgeResult
-from mlflow_ragjudge.workflows.compare import COLUMNS, default_metrics, holm, paired_comparison, scores_by_row
+from mlflow_ragjudge.workflows.compare import (
+    COLUMNS,
+    comparison_figures,
+    default_metrics,
+    headline_metrics,
+    holm,
+    paired_comparison,
+    plotted_metrics,
+    scores_by_row,
+)
 
 
 def test_holm_against_its_definition():
@@ -36,7 +45,7 @@ def scores():
 
 def test_each_statistic_equals_scipy_on_the_paired_rows(scores):
     table = paired_comparison(scores, "base", n_boot=999, seed=3)
-    assert list(table.columns) == COLUMNS
+    assert list(table.columns) == COLUMNS and COLUMNS[:2] == ["variant", "metric"]  # what MLflow groups, compares
     for variant in ("better", "noisy"):
         row = table[(table["metric"] == "correctness") & (table["variant"] == variant)].iloc[0]
         keys = [k for k in scores[variant]["correctness"] if k in scores["base"]["correctness"]]
@@ -92,3 +101,57 @@ def test_default_metrics_drop_near_duplicates():
     names = ["correctness", "precision_at_1", "recall_at_5", "map", "recall", "context_rougeL_recall",
              "context_rougeL_f1", "ndcg", "ndcg_at_10"]
     assert default_metrics(names) == ["correctness", "map", "recall", "context_rougeL_recall", "ndcg"]
+
+
+# ------------------------------------------------------------------------------------------------ headline and plots
+
+
+def test_headline_metrics_are_correctness_and_faithfulness_or_what_was_asked():
+    assert headline_metrics(["answer_relevancy", "faithfulness", "context_recall", "correctness"]) == [
+        "correctness", "faithfulness"]
+    assert headline_metrics(["faithfulness", "map"]) == ["faithfulness"]
+    assert headline_metrics(["precision_at_1", "map", "mrr", "ndcg"]) == ["map", "mrr"]  # no @k family first
+    assert headline_metrics(["map", "correctness"], ["map", "nope", "map"]) == ["map"]
+
+
+def _table_with_many_metrics():
+    rng = np.random.default_rng(1)
+    base = {f"m{i:02d}": dict(enumerate(rng.integers(1, 6, 30).astype(float))) for i in range(14)}
+    base["correctness"] = {i: 3.0 for i in range(30)}
+    better = {m: {i: min(5.0, v + 1) for i, v in vals.items()} for m, vals in base.items()}
+    better["correctness"] = dict(base["correctness"])  # no difference at all in the headline metric
+    return {"baseline-with-a-long-name=" + "x" * 30: base, "better": better}
+
+
+def test_the_headline_metric_is_plotted_first_even_without_a_difference_and_past_any_cap():
+    scores = _table_with_many_metrics()
+    base = next(iter(scores))
+    table = paired_comparison(scores, base, n_boot=200)
+    assert plotted_metrics(table, max_plots=3)[:1] != ["correctness"]  # unchanged: it would not be plotted
+    assert plotted_metrics(table, ["correctness"], max_plots=3)[0] == "correctness"
+    assert len(plotted_metrics(table, ["correctness"], max_plots=3)) == 4  # the headline is not counted in the cap
+    figures = comparison_figures(scores, table, base, n_boot=200, max_plots=2)
+    assert list(figures)[0] == "ragjudge/plots/correctness.png" and len(figures) == 3
+
+
+def test_plot_titles_fit_in_their_figure():
+    import matplotlib.pyplot as plt
+
+    scores = _table_with_many_metrics()
+    base = next(iter(scores))
+    table = paired_comparison(scores, base, n_boot=200)
+    figures = comparison_figures(scores, table, base, n_boot=200, max_plots=1)
+    try:
+        for fig in figures.values():
+            renderer = fig.canvas.get_renderer()
+            box = fig.bbox
+            texts = [fig._suptitle] + [ax.title for ax in fig.axes]
+            assert all(t is not None and t.get_text() for t in texts)
+            for t in texts:
+                extent = t.get_window_extent(renderer)
+                assert box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1, t.get_text()
+                assert box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1, t.get_text()
+            assert "baseline-with-a-long-name=" in fig.axes[1].get_title().replace("\n", "")
+    finally:
+        for fig in figures.values():
+            plt.close(fig)

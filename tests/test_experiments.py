@@ -92,7 +92,7 @@ def test_retrieval_sweep_example(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'e.db'}"
     assert main(["--quick", "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
-    assert "comparison against 'chunk_size=64, top_k=3'" in out and "extractive" in out
+    assert "comparison against 'cs=64,top_k=3'" in out and "extractive" in out
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name("ragjudge-retrieval-sweep")
     assert len(MlflowClient().search_runs([exp.experiment_id])) == 4
@@ -119,14 +119,14 @@ def test_prompt_iterations_against_a_scripted_generator(fake_llm, tmp_path, monk
     assert main(["--generator", f"openai:/scripted?base_url={fake_llm.openai_base_url}", "--tracking-uri", uri]) == 0
     assert script.calls == {"zero_shot": 12, "few_shot": 12, "cot": 12}
     out = capsys.readouterr().out
-    assert "zero_shot = prompt=aurora-rag-answer@v1" in out and "cot = prompt=aurora-rag-answer@v3" in out
+    assert "zero_shot = prompt=@v1" in out and "cot = prompt=@v3" in out
     assert "generator=" not in out.split("iterations (prompt versions):")[1].splitlines()[0]
     mlflow.set_tracking_uri(uri)
     client = MlflowClient()
     exp = mlflow.get_experiment_by_name("ragjudge-prompt-iterations")
     runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
-    zero, cot = runs["prompt=aurora-rag-answer@v1"].data.metrics, runs["prompt=aurora-rag-answer@v3"].data.metrics
-    assert runs["prompt=aurora-rag-answer@v1"].data.params["variant.generator"].startswith("openai:/scripted")
+    zero, cot = runs["prompt=@v1"].data.metrics, runs["prompt=@v3"].data.metrics
+    assert runs["prompt=@v1"].data.params["variant.generator"].startswith("openai:/scripted")
     # what the script does, as the checks measure it: zero-shot breaks the format once and answers 2 of the 4
     # unanswerable questions (its English refusal of the Japanese one is still a refusal phrase); chain-of-thought
     # keeps the format, refuses every unanswerable question, and refuses one answerable one

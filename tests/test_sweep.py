@@ -59,10 +59,10 @@ def questions():
 def test_expand_variants_and_names():
     assert expand_variants({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
     assert expand_variants([{"k": 1}]) == [{"k": 1}]
-    assert variant_name({"chunk_size": 64, "top_k": 3}) == "chunk_size=64, top_k=3"
-    assert variant_name({}) == "baseline"
+    assert variant_name({"chunk_size": 64, "top_k": 3}) == "cs=64,top_k=3"  # 21 characters would be cut in the UI
+    assert variant_name({"top_k": 3}) == "top_k=3" and variant_name({}) == "baseline"
     assert variant_names([{"k": 1, "gen": "x"}, {"k": 2, "gen": "x"}]) == ["k=1", "k=2"]  # constants are not names
-    assert variant_names([{"k": 1, "gen": "x"}]) == ["k=1, gen=x"]
+    assert variant_names([{"k": 1, "gen": "x"}]) == ["k=1,gen=x"]
     with pytest.raises(ValueError, match="non-empty list"):
         expand_variants({"a": 3})
     with pytest.raises(ValueError, match="identifier"):
@@ -73,9 +73,10 @@ def test_a_sweep_is_a_parent_run_with_one_child_per_variant(tmp_tracking, questi
     pipe = Pipeline()
     res = rj.sweep(pipe, {"top_k": [1, 2], "style": ["plain", "quoted"]}, questions, experiment="sweeps",
                    evaluator_config={"judge": "offline:/lexical", "bertscore": False}, data_name="capitals")
-    assert list(res.run_ids) == ["top_k=1, style=plain", "top_k=1, style=quoted", "top_k=2, style=plain",
-                                 "top_k=2, style=quoted"]
-    assert res.baseline == "top_k=1, style=plain" and len(pipe.calls) == 16  # every question once per variant
+    # 19 characters: cut in the UI's runs table, but apart in the 15 it shows ("top_k=1,style=p…")
+    assert list(res.run_ids) == ["top_k=1,style=plain", "top_k=1,style=quoted", "top_k=2,style=plain",
+                                 "top_k=2,style=quoted"]
+    assert res.baseline == "top_k=1,style=plain" and len(pipe.calls) == 16  # every question once per variant
     client = MlflowClient()
     parent = client.get_run(res.parent_run_id)
     assert parent.info.run_name.startswith("sweep-capitals-") and parent.data.params["sweep.variants"] == "4"
@@ -83,8 +84,12 @@ def test_a_sweep_is_a_parent_run_with_one_child_per_variant(tmp_tracking, questi
         run = client.get_run(run_id)
         assert run.info.run_name == name and run.data.tags["mlflow.parentRunId"] == res.parent_run_id
         assert run.data.params["variant.top_k"] in ("1", "2")
+        assert run.data.params["variant.style"] in ("plain", "quoted") and "variant.name" not in run.data.params
         assert run.data.params["ragjudge.judge"] == "offline:/lexical"
         assert "correctness/mean" in run.data.metrics and "citation_validity/mean" in run.data.metrics
+        # the headline means come first in the store (the MLflow UI opens its parallel coordinates on the first)
+        assert list(run.data.metrics)[:2] == ["_headline/correctness", "_headline/faithfulness"]
+        assert run.data.metrics["_headline/correctness"] == run.data.metrics["correctness/mean"]
         assert run.inputs.dataset_inputs[0].dataset.name == "capitals"
         gens = mlflow.load_table("ragjudge/generations.json", run_ids=[run_id])
         assert gens["question"].tolist() == questions["question"].tolist() and gens["generation_error"].isna().all()
@@ -116,10 +121,23 @@ def test_changing_one_variant_regenerates_and_rejudges_only_it(fake_llm, judge, 
     assert second.generation["top_k=1"] == {**second.generation["top_k=1"], "generated": 0, "cached": 4}
     # and only its answers were judged: the unchanged variant's judge calls all came from the cache
     assert all(t.get("cache_hit") for t in second.outputs["top_k=1"].transcripts)
-    fresh = [t for t in second.outputs["top_k=2, style=quoted"].transcripts if not t.get("cache_hit")]
+    fresh = [t for t in second.outputs["top_k=2,style=quoted"].transcripts if not t.get("cache_hit")]
     assert fresh and fake_llm.request_count - sent == sum(t["attempts"] for t in fresh)
     assert second.outputs["top_k=1"].metrics["correctness/mean"] == first.outputs["top_k=1"].metrics[
         "correctness/mean"]
+
+
+def test_the_headline_metrics_asked_for_come_first_in_the_runs_and_the_plots(tmp_tracking, questions):
+    res = rj.sweep(Pipeline(), [{"top_k": 1}, {"top_k": 2}], questions, headline=["word_recall", "correctness"],
+                   evaluator_config={"judge": "offline:/lexical", "bertscore": False})
+    for run_id in res.run_ids.values():
+        metrics = MlflowClient().get_run(run_id).data.metrics
+        assert list(metrics)[:2] == ["_headline/word_recall", "_headline/correctness"]
+        assert not any(k.startswith("_headline/faithfulness") for k in metrics)
+    plots = [a.path for a in MlflowClient().list_artifacts(res.parent_run_id, "ragjudge/plots")]
+    assert "ragjudge/plots/word_recall.png" in plots and "ragjudge/plots/correctness.png" in plots
+    with pytest.raises(ValueError, match="lists of metric names"):
+        rj.sweep(Pipeline(), [{"top_k": 1}], questions, headline="correctness")
 
 
 def test_prompt_templates_are_versioned_in_the_registry(tmp_tracking, questions):
@@ -127,21 +145,22 @@ def test_prompt_templates_are_versioned_in_the_registry(tmp_tracking, questions)
     v = [{"prompt": PromptTemplate("capitals-answer", "Briefly: {{question}} {{contexts}}")},
          {"prompt": PromptTemplate("capitals-answer", "Carefully: {{question}} {{contexts}}")}]
     res = rj.sweep(pipe, v, questions, evaluator_config={"judge": "offline:/lexical", "bertscore": False})
-    assert list(res.run_ids) == ["prompt=capitals-answer@v1", "prompt=capitals-answer@v2"]
+    assert list(res.run_ids) == ["prompt=@v1", "prompt=@v2"]  # two versions of one prompt: named by their versions
     assert {c[1]["prompt"] for c in pipe.calls} == {v[0]["prompt"].template, v[1]["prompt"].template}
     client = MlflowClient()
-    run = client.get_run(res.run_ids["prompt=capitals-answer@v2"])
+    run = client.get_run(res.run_ids["prompt=@v2"])
     assert run.data.params["prompt.prompt"] == "prompts:/capitals-answer/2"
+    assert run.data.params["variant.prompt"] == "capitals-answer@v2"
     linked = json.loads(run.data.tags["mlflow.linkedPrompts"])
     assert linked == [{"name": "capitals-answer", "version": "2"}]
     # the same text again is the same version; an existing version by URI works as a variant too
     again = rj.sweep(Pipeline(), [{"prompt": v[1]["prompt"]}, {"prompt": "prompts:/capitals-answer/1"}], questions,
                      evaluator_config={"judge": "offline:/lexical", "bertscore": False})
-    assert list(again.run_ids) == ["prompt=capitals-answer@v2", "prompt=capitals-answer@v1"]
+    assert list(again.run_ids) == ["prompt=@v2", "prompt=@v1"]
     by_name = rj.sweep(Pipeline(), [{"prompt": v[1]["prompt"]}, {"prompt": "prompts:/capitals-answer/1"}],
                        questions, evaluator_config={"judge": "offline:/lexical", "bertscore": False},
                        baseline="prompt=capitals-answer@v1")
-    assert by_name.baseline == "prompt=capitals-answer@v1"
+    assert by_name.baseline == "prompt=@v1"  # the baseline by its parameters written out (the names of before)
     assert mlflow.genai.load_prompt("prompts:/capitals-answer@latest").version == 2
 
 
@@ -245,7 +264,7 @@ def test_cli_sweep_with_a_grid_file(tmp_path, tmp_tracking, questions, monkeypat
     assert main(["sweep", "q.jsonl", "--pipeline", "my_llm_rag.py:answer", "--grid", "prompts.yaml",
                  "--experiment", "cli-prompts", "--metrics", "lexical"]) == 0
     out = capsys.readouterr().out
-    assert "prompt=cli-prompt@v1" in out and "prompt=cli-prompt@v2" in out
+    assert "prompt=@v1" in out and "prompt=@v2" in out  # two versions of one prompt: named by their versions
     assert mlflow.genai.load_prompt("prompts:/cli-prompt/2").template == "Long. {{question}} {{contexts}}"
 
 
@@ -253,7 +272,7 @@ def test_quickstart_is_a_small_sweep(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'qs.db'}"
     assert main(["quickstart", "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
-    assert "three variants" in out and "comparison against 'chunk_size=64, top_k=3'" in out
+    assert "three variants" in out and "comparison against 'cs=64,top_k=3'" in out
     assert f"mlflow ui --backend-store-uri {uri}" in out
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name("ragjudge-quickstart")

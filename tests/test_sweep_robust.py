@@ -6,6 +6,7 @@ reason, and long variant names kept distinct (docs/sweeps.md, docs/failure-modes
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import mlflow
@@ -17,8 +18,8 @@ import mlflow_ragjudge as rj
 from mlflow_ragjudge import InputError
 from mlflow_ragjudge.cli import main
 from mlflow_ragjudge.core.errors import UnstableParameterWarning
-from mlflow_ragjudge.workflows.sweep import variant_names
-from mlflow_ragjudge.workflows.sweep.variants import MAX_NAME
+from mlflow_ragjudge.workflows.sweep import expand_variants, variant_names
+from mlflow_ragjudge.workflows.sweep.variants import MAX_NAME, SHORT_NAME, long_names, short_key, short_value
 
 OFFLINE = {"judge": "offline:/lexical", "bertscore": False}
 CORPUS = {"d1": "Paris is the capital of France.", "d2": "Berlin is the capital of Germany.",
@@ -82,7 +83,7 @@ def test_objects_with_a_cache_key_are_not_generated_again_and_names_carry_no_add
     first = Counting()
     res = rj.sweep(first, {"reranker": [Reranker("asc"), Reranker("desc")]}, questions, evaluator_config=cfg)
     assert first.calls == 6
-    assert list(res.run_ids) == ["reranker=reranker-asc", "reranker=reranker-desc"]
+    assert list(res.run_ids) == ["rer=reranker-asc", "rer=reranker-desc"]  # short enough for the UI's runs table
     # a re-run (new objects, as a new process would build them) answers from the cache: 0 more pipeline calls
     again = Counting()
     res2 = rj.sweep(again, {"reranker": [Reranker("asc"), Reranker("desc")]}, questions, evaluator_config=cfg)
@@ -120,7 +121,7 @@ def test_an_object_without_a_stable_identity_is_warned_about_and_never_answered_
         res = rj.sweep(pipe, {"reranker": [Reranker("asc", keyed=False), Reranker("desc", keyed=False)]},
                        questions, evaluator_config=cfg)
     names = list(res.run_ids)
-    assert len(set(names)) == 2 and all(n.startswith("reranker=Reranker #") for n in names)
+    assert len(set(names)) == 2 and all(re.fullmatch(r"rer=Reranker#[0-9a-f]{4}", n) for n in names)
     assert "0x" not in _all_logged_text([res.parent_run_id, *res.run_ids.values()])
     again = Counting()
     with pytest.warns(UnstableParameterWarning):
@@ -216,3 +217,29 @@ def test_variants_that_agree_on_a_long_beginning_are_distinct_with_short_unique_
     assert variant_names([{"prompt": p} for p in prompts]) == names
     # distinct parameters that print alike (1 and "1") get distinct names too
     assert len(set(variant_names([{"k": 1}, {"k": "1"}]))) == 2
+
+
+def test_names_fit_the_ui_runs_table_or_differ_in_what_it_shows():
+    # the MLflow UI's runs table shows about SHORT_NAME characters of a child run's name (tests/test_mlflow_server_ui)
+    grid = expand_variants({"chunk_size": [256, 512], "top_k": [3, 5]})
+    names = variant_names(grid)
+    assert names == ["cs=256,top_k=3", "cs=256,top_k=5", "cs=512,top_k=3", "cs=512,top_k=5"]
+    assert all(len(n) <= SHORT_NAME for n in names)
+    # the names of before were cut by the table into four times the same "chunk_size=256," / "chunk_size=512,"
+    assert len({n[: SHORT_NAME - 1] for n in long_names(grid)}) == 2
+    assert long_names(grid)[0] == "chunk_size=256, top_k=3"
+    # too long to fit at any level: the parameter names stay readable as long as what the table shows differs
+    styles = variant_names(expand_variants({"top_k": [1, 2], "style": ["plain", "quoted"]}))
+    assert styles[1] == "top_k=1,style=quoted" and len({n[: SHORT_NAME - 1] for n in styles}) == 4
+    # no spaces, values compact, a prompt's version kept when its name is cut
+    assert variant_names([{"temperature": 0.30000000000000004}, {"temperature": 0.7}]) == [
+        "temperature=0.3", "temperature=0.7"]
+    assert variant_names([{"temperature": 0.3, "max_tokens": 64}, {"temperature": 0.7, "max_tokens": 512}]) == [
+        "temp=0.3,mt=64", "temp=0.7,mt=512"]
+    assert short_value(["a", "b"]) == "[a,b]" and short_value({"k": 1}) == "{k:1}"
+    assert short_value("a-very-long-prompt-name@v12").endswith("…@v12") and len(
+        short_value("a-very-long-prompt-name@v12")) == 16
+    assert short_key("chunk_size", 1) == "cs" and short_key("top_k", 1) == "top_k" and short_key("top_k", 2) == "tk"
+    # versions of one registered prompt are named by their versions; of several prompts, by name and version
+    assert variant_names([{"prompt": "rag@v1"}, {"prompt": "rag@v2"}]) == ["prompt=@v1", "prompt=@v2"]
+    assert variant_names([{"prompt": "rag@v1"}, {"prompt": "terse@v1"}]) == ["prompt=rag@v1", "prompt=terse@v1"]

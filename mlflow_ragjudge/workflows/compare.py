@@ -35,15 +35,32 @@ from ..adapters import tracking
 from ..adapters.evaluator import load_output
 from ..core.types import JudgeResult
 
-__all__ = ["COLUMNS", "paired_comparison", "holm", "scores_by_row", "default_metrics", "comparison_figures",
-           "log_comparison", "compare_runs", "LOWER_IS_BETTER", "COMPARISON_FILE"]
+__all__ = ["COLUMNS", "HEADLINE", "HEADLINE_PREFIX", "headline_metrics", "paired_comparison", "holm",
+           "scores_by_row", "default_metrics", "comparison_figures", "plotted_metrics", "log_comparison",
+           "compare_runs", "LOWER_IS_BETTER", "COMPARISON_FILE"]
 
-COLUMNS = ["metric", "variant", "baseline", "n", "mean", "baseline_mean", "mean_diff", "ci_low", "ci_high",
+#: the comparison table's columns: the variant first and the metric second (MLflow's artifact comparison groups a
+#: table by its first column and compares its second)
+COLUMNS = ["variant", "metric", "baseline", "n", "mean", "baseline_mean", "mean_diff", "ci_low", "ci_high",
            "p_value", "p_holm", "wins", "ties", "losses", "test", "significant"]
 #: metrics where a lower value is better (the multi-turn number of judged turns)
 LOWER_IS_BETTER = frozenset({"lscore"})
 COMPARISON_FILE = "ragjudge/comparison.json"
 _AT_K = re.compile(r"_at_\d+$")
+#: the metrics a sweep puts first, where present (``sweep(headline=...)`` chooses others)
+HEADLINE = ("correctness", "faithfulness")
+#: a sweep's child run logs each headline metric's mean again as ``_headline/<metric>``, before anything else: the
+#: MLflow 3.17 UI's chart view sorts its sections by name (``localeCompare``: punctuation before letters, capitals
+#: among small letters), and its compare-runs page opens the parallel-coordinates plot on the first metric of a run
+HEADLINE_PREFIX = "_headline/"
+
+
+def headline_metrics(available: Sequence[str], asked: Sequence[str] | None = None) -> list[str]:
+    """The headline metrics among ``available`` (metric names, in their order): ``asked`` when given (those
+    available), else :data:`HEADLINE`'s that are present, else the first two :func:`default_metrics`."""
+    if asked is not None:
+        return [m for m in dict.fromkeys(asked) if m in available]
+    return [m for m in HEADLINE if m in available] or default_metrics(list(available))[:2]
 
 
 def default_metrics(names: Sequence[str]) -> list[str]:
@@ -153,25 +170,46 @@ def _safe_file(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name)
 
 
+def plotted_metrics(comparison: pd.DataFrame, headline: Sequence[str] = (), max_plots: int = 12) -> list[str]:
+    """The metrics :func:`comparison_figures` plots, in order: the ``headline`` metrics of the table first, always
+    (with or without a difference), then up to ``max_plots`` others where some variant differs from the baseline,
+    the most significant first."""
+    compared = set(comparison["metric"])
+    first = [m for m in dict.fromkeys(headline) if m in compared]
+    differing = comparison[comparison["mean_diff"].map(lambda v: v is not None and v != 0)
+                           & ~comparison["metric"].isin(first)]
+    order = (differing.assign(_p=differing["p_holm"].map(lambda p: 1.0 if p is None else p))
+             .groupby("metric", sort=False)["_p"].min().sort_values(kind="stable"))
+    return first + list(order.index)[:max_plots]
+
+
+def _wrapped(text: str, ax: Any, fontsize: float) -> str:
+    """``text`` wrapped to the width of ``ax`` (about 0.55 em a character), so that a title is never cut."""
+    import textwrap
+
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    return textwrap.fill(text, max(12, int(width_pt / (0.55 * fontsize))), break_on_hyphens=False)
+
+
 def comparison_figures(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], comparison: pd.DataFrame,
                        baseline: str, *, alpha: float = 0.05, n_boot: int = 1000, seed: int = 0,
-                       max_plots: int = 12) -> dict[str, Any]:
-    """One PNG-ready matplotlib figure per compared metric (those where some variant differs from the
-    baseline, most significant first, at most ``max_plots``): left, each variant's mean with its bootstrap
-    interval; right, the per-row differences from the baseline with the mean difference and its interval,
-    the Holm-adjusted p-value in the title. Returns ``file name -> figure``."""
+                       max_plots: int = 12, headline: Sequence[str] | None = None) -> dict[str, Any]:
+    """One PNG-ready matplotlib figure per metric of :func:`plotted_metrics` (the ``headline`` metrics first, never
+    capped; default :func:`headline_metrics` of the table): the metric as the figure's title; left, each variant's
+    mean with its bootstrap interval; right, the per-row differences from the baseline with the mean difference and
+    its interval and the Holm-adjusted p-value. Titles are wrapped to their plot's width. Returns ``file name ->
+    figure``, in that order."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    differing = comparison[comparison["mean_diff"].map(lambda v: v is not None and v != 0)]
-    order = (differing.assign(_p=differing["p_holm"].map(lambda p: 1.0 if p is None else p))
-             .groupby("metric")["_p"].min().sort_values())
     figures: dict[str, Any] = {}
     variants = list(scores)
-    for metric in list(order.index)[:max_plots]:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.55 * len(variants) + 2.2))
+    if headline is None:
+        headline = headline_metrics(list(dict.fromkeys(comparison["metric"])))
+    for metric in plotted_metrics(comparison, headline, max_plots):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.55 * len(variants) + 2.8))
         means, lows, highs, labels = [], [], [], []
         for v in variants:
             vals = np.array(list(scores[v].get(metric, {}).values()), dtype=float)
@@ -186,7 +224,6 @@ def comparison_figures(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], 
         left.errorbar(means, ys, xerr=[lows, highs], fmt="o", capsize=4, color="#1f77b4")
         left.set_yticks(ys, labels, fontsize=8)
         left.invert_yaxis()
-        left.set_title(f"{metric}: mean by variant ({1 - alpha:.0%} bootstrap interval)", fontsize=9)
         sub = comparison[comparison["metric"] == metric]
         rng = np.random.default_rng(seed)
         others = [v for v in variants if v != baseline and v in set(sub["variant"])]
@@ -204,10 +241,14 @@ def comparison_figures(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], 
         right.set_yticks(np.arange(len(others)), [
             f"{_short(v)}  p_holm={_fmt_p(sub[sub['variant'] == v].iloc[0]['p_holm'])}" for v in others], fontsize=8)
         right.invert_yaxis()
-        right.set_title(f"per-row difference from {baseline} (red: significant)", fontsize=9)
+        fig.suptitle(_short(metric, 90), fontsize=11, fontweight="bold")
         with warnings.catch_warnings():  # very long variant names: matplotlib keeps the layout it can
             warnings.simplefilter("ignore")
             fig.tight_layout()
+            for ax, title in ((left, f"mean by variant ({1 - alpha:.0%} bootstrap interval)"),
+                              (right, f"per-row difference from the baseline {_short(baseline)} (red: significant)")):
+                ax.set_title(_wrapped(title, ax, 9), fontsize=9)
+            fig.tight_layout()  # again, for the wrapped titles' height
         figures[f"ragjudge/plots/{_safe_file(metric)}.png"] = fig
     return figures
 

@@ -21,7 +21,8 @@ What a sweep does, in this order:
    failure is recorded for that row), and dry-runs the evaluation of that row: a bad setting or a pipeline that
    returns the wrong thing is an error before the sweep generates or judges anything more;
 2. opens a **parent run**, then for each variant a **nested child run** named from the parameters that differ
-   between the variants (``chunk_size=64, top_k=3``; all of them are recorded as ``variant.<name>`` params): the
+   between the variants, short enough for the MLflow UI's runs table (``cs=64,top_k=3``; all of them are recorded
+   whole as ``variant.<name>`` params; the headline means are logged first, as ``_headline/<metric>``): the
    pipeline answers every question (generations are **cached** like judge calls, keyed by the pipeline's code,
    the variant's parameters and the question), the ``ragjudge`` evaluator judges the answers (the judge-call
    cache makes an unchanged variant free to re-judge), and the child logs the parameters,

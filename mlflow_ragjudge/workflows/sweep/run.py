@@ -20,12 +20,21 @@ from ...core.errors import InputError, Interrupted, UnstableParameterWarning
 from ...core.stop import stop_on_signals, stop_reason, stop_requested
 from ...engine.config import RagJudgeConfig
 from ...engine.evaluate import EvalOutput, evaluate_frame
-from ..compare import COLUMNS, comparison_figures, log_comparison, paired_comparison, scores_by_row
+from ..compare import (
+    COLUMNS,
+    HEADLINE_PREFIX,
+    comparison_figures,
+    headline_metrics,
+    log_comparison,
+    paired_comparison,
+    scores_by_row,
+)
 from .generation import OUTPUT_KEYS, Generations, PipelineFailed, generate, pipeline_identity, retriever_for
 from .result import SweepResult
 from .variants import (
     PromptTemplate,
     expand_variants,
+    long_names,
     params_key,
     resolve_prompts,
     shown_value,
@@ -100,6 +109,9 @@ class _Plan:
     #: variant index -> question index -> the probe's answer ``(output, from_cache)`` or the pipeline's error
     done: dict[int, dict[int, tuple[dict[str, Any], bool] | str]] = field(default_factory=dict)
     questions: list[str] = field(default_factory=list)
+    #: the metrics each child run shows first (``sweep(headline=...)``, else ``compare``; None: from the first
+    #: variant evaluated, :func:`~mlflow_ragjudge.workflows.compare.headline_metrics`)
+    headline: list[str] | None = None
 
 
 #: the probe gives up looking for a question the pipeline answers after this many failures (the sweep goes on)
@@ -157,13 +169,15 @@ def _probe(plan: _Plan) -> None:
 
 
 def _baseline_index(baseline: int | str, names: list[str], param_list: list[dict[str, Any]]) -> int | None:
-    """The baseline's index, or None when it names a prompt variant known only once its prompts are registered."""
+    """The baseline's index, or None when it names a prompt variant known only once its prompts are registered. A
+    name is the run name or the parameters written out (``chunk_size=64, top_k=3``, the names of earlier releases)."""
     if isinstance(baseline, int) and not isinstance(baseline, bool):
         if not 0 <= baseline < len(names):
             raise ValueError(f"baseline={baseline} is not a variant index (0..{len(names) - 1})")
         return baseline
-    if baseline in names:
-        return names.index(str(baseline))
+    for known in (names, long_names(param_list)):
+        if baseline in known:
+            return known.index(str(baseline))
     if not any(isinstance(v, PromptTemplate) or (isinstance(v, str) and v.startswith("prompts:/"))
                for p in param_list for v in p.values()):
         raise ValueError(f"baseline {baseline!r} is not one of the variants {names}")
@@ -208,9 +222,9 @@ def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_conf
     if len(set(recorded_keys)) < len(recorded_keys):  # two templates that are one registered version
         raise ValueError(f"two variants are the same after resolving their prompts: {names}")
     if base_index is None:
-        if baseline not in names:
+        base_index = _baseline_index(baseline, names, recorded_list)
+        if base_index is None:
             raise ValueError(f"baseline {baseline!r} is not one of the variants {names}")
-        base_index = names.index(str(baseline))
     for i, p in enumerate(param_list):
         unstable = unstable_params(p)
         if unstable:
@@ -249,6 +263,21 @@ def _pipeline_calls(plan: _Plan, kwargs: dict[str, Any], ok: list[int], cached: 
     shown = {k: shown_value(v)[:2000] for k, v in kwargs.items()}
     return [{"name": f"pipeline: {name}", "inputs": {"question": plan.questions[j], **shown},
              "seconds": timings.get(j, 0.0), "from_cache": cached[j]} for j in ok]
+
+
+def _log_headline(plan: _Plan, child: tracking.RunLog, out: EvalOutput | None) -> None:
+    """The headline metrics' means as ``_headline/<metric>``, each in its own request and before any other metric of
+    the run, so that the store lists them first (the MLflow UI's compare-runs page opens its parallel-coordinates
+    plot on a run's first metric; its chart view puts the ``_headline`` section first)."""
+    if out is None:
+        return
+    means = [k[: -len("/mean")] for k in out.metrics if k.endswith("/mean")]
+    if plan.headline is None:
+        plan.headline = headline_metrics(means)
+    for metric in plan.headline:
+        value = out.metrics.get(f"{metric}/mean")
+        if value is not None:
+            child.metrics({HEADLINE_PREFIX + metric: float(value)})
 
 
 def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str, result: SweepResult,
@@ -294,10 +323,10 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
     result.outputs[name] = out
     with tracking.open_run(name, nested=True) as child:
         result.run_ids[name] = child.run_id
-        child.params({**{f"variant.{k}": shown_value(v)[:6000] for k, v in plan.recorded[name].items()},
-                      "variant.name": name})
+        child.params({f"variant.{k}": shown_value(v)[:6000] for k, v in plan.recorded[name].items()})
         child.tags({"ragjudge.sweep": "variant", "ragjudge.sweep.parent": parent.run_id,
                     "ragjudge.sweep.baseline": str(name == plan.base).lower()})
+        _log_headline(plan, child, out)
         child.dataset(plan.data, dname)
         child.metrics({"generation/failed_rate": gen_stats["failed"] / len(plan.questions),
                        "generation/seconds": seconds, "generation/cached": gen_stats["cached"],
@@ -335,6 +364,7 @@ def sweep(
     data_name: str | None = None,
     pipeline_version: str | None = None,
     compare: Sequence[str] | None = None,
+    headline: Sequence[str] | None = None,
     alpha: float = 0.05,
     n_boot: int = 2000,
     seed: int = 0,
@@ -364,6 +394,9 @@ def sweep(
         pipeline_version: a label to add to the generation cache key (when the pipeline's behaviour changes
             without its source changing).
         compare: the metrics to compare (default: :func:`mlflow_ragjudge.workflows.compare.default_metrics`).
+        headline: the metrics shown first -- in the MLflow UI (each child run logs their means as
+            ``_headline/<metric>`` before any other metric) and in the plots; default ``compare`` when given, else
+            correctness and faithfulness where evaluated (:func:`~mlflow_ragjudge.workflows.compare.headline_metrics`).
         alpha, n_boot, seed: the comparison's level, bootstrap resamples and seed.
         workers: questions answered in parallel by the pipeline (default 1: the pipeline need not be thread-safe).
         tracking_uri: the MLflow tracking URI (default: the current one).
@@ -376,17 +409,22 @@ def sweep(
     """
     with stop_on_signals():  # Ctrl-C / SIGTERM: no new pipeline call, variant or judge request (core.stop)
         return _sweep(pipeline, variants, data, evaluator_config, experiment, baseline, run_name, retriever, data_name,
-                      pipeline_version, compare, alpha, n_boot, seed, workers, tracking_uri, plots, verbose)
+                      pipeline_version, compare, headline, alpha, n_boot, seed, workers, tracking_uri, plots, verbose)
 
 
 def _sweep(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_config: Mapping[str, Any] | None,
            experiment: str | None, baseline: int | str, run_name: str | None, retriever: Callable[..., Any] | None,
-           data_name: str | None, pipeline_version: str | None, compare: Sequence[str] | None, alpha: float,
-           n_boot: int, seed: int, workers: int, tracking_uri: str | None, plots: bool, verbose: bool) -> SweepResult:
+           data_name: str | None, pipeline_version: str | None, compare: Sequence[str] | None,
+           headline: Sequence[str] | None, alpha: float, n_boot: int, seed: int, workers: int,
+           tracking_uri: str | None, plots: bool, verbose: bool) -> SweepResult:
+    if isinstance(headline, str) or isinstance(compare, str):
+        raise ValueError("headline= and compare= are lists of metric names, e.g. ['correctness', 'faithfulness']")
     given_name = dataset_name(data, data_name) if isinstance(data, pd.DataFrame) and len(data) else None
     plan = _plan(pipeline, variants, data, evaluator_config, experiment, baseline, retriever, pipeline_version,
                  workers, tracking_uri)
     dname = given_name or dataset_name(plan.data, None)
+    asked = headline if headline is not None else compare
+    plan.headline = list(dict.fromkeys(asked)) if asked is not None else None
     result = SweepResult("", {}, pd.DataFrame(), plan.base, plan.recorded)
     scores: dict[str, dict[str, dict[Any, float]]] = {}
     with tracking.open_run(run_name or f"sweep-{dname}-{time.strftime('%Y%m%d-%H%M%S')}") as parent:
@@ -407,7 +445,8 @@ def _sweep(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_con
         comparison = (paired_comparison(scores, plan.base, metrics=compare, alpha=alpha, n_boot=n_boot, seed=seed)
                       if plan.base in scores else pd.DataFrame(columns=list(COLUMNS)))
         result.comparison = comparison
-        figures = (comparison_figures(scores, comparison, plan.base, alpha=alpha, seed=seed)
+        figures = (comparison_figures(scores, comparison, plan.base, alpha=alpha, seed=seed,
+                                      headline=plan.headline or ())
                    if plots and len(comparison) else {})
         log_comparison(parent.run_id, comparison, figures)
         parent.metrics({"sweep/significant_differences": float(len(result.significant()))})

@@ -9,6 +9,7 @@ import hashlib
 import inspect
 import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 from ...adapters import tracking
 from ...core.errors import InputError
 
-__all__ = ["PromptTemplate", "Identity", "identity", "is_labelled", "shown_value", "expand_variants", "variant_name",
-           "variant_names", "params_key", "unstable_params", "resolve_prompts", "MAX_NAME"]
+__all__ = ["PromptTemplate", "Identity", "identity", "is_labelled", "shown_value", "short_value", "short_key",
+           "expand_variants", "variant_name", "variant_names", "long_names", "params_key", "unstable_params",
+           "resolve_prompts", "MAX_NAME", "SHORT_NAME", "SHORT_VALUE"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def expand_variants(variants: Sequence[Mapping[str, Any]] | Mapping[str, Sequenc
                                  "each must be a Python identifier such as 'top_k'")
     return out
 
-#: a run name longer than this is cut, and ends in `` #`` and 8 hex digits of the variant's full parameters
+#: a run name is never longer than this: cut, it ends in ``…#`` and 8 hex digits of the variant's full parameters
 MAX_NAME = 100
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -157,35 +159,137 @@ def unstable_params(params: Mapping[str, Any]) -> list[str]:
     return [k for k, v in params.items() if not identity(v).stable]
 
 
-def _suffix(params: Mapping[str, Any]) -> str:
-    return " #" + hashlib.sha256(params_key(params).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+def _digest(params: Mapping[str, Any], n: int) -> str:
+    return hashlib.sha256(params_key(params).encode("utf-8", "surrogatepass")).hexdigest()[:n]
+
+
+#: a run name the MLflow 3.17 UI shows whole in its runs table (a child run's name cell shows about 16 characters;
+#: measured in Chromium); longer names are shortened -- parameter names first, then values (:func:`variant_names`)
+SHORT_NAME = 16
+#: a value longer than this is cut in a run name (``…``); the run's ``variant.<name>`` param keeps it whole
+SHORT_VALUE = 16
+_VERSION = re.compile(r"(@v\d+)$")
+
+
+def short_value(value: Any) -> str:
+    """A parameter value as a run name shows it: compact (no spaces in lists and dicts, floats to 4 significant
+    digits), cut to :data:`SHORT_VALUE` characters with ``…`` (a prompt's ``@v<version>`` is kept)."""
+    if isinstance(value, float) and value == value:
+        text = format(value, ".4g")
+    elif isinstance(value, (list, tuple, dict)) and identity(value).stable:
+        text = shown_value(value).replace(", ", ",").replace(": ", ":")
+    else:
+        text = shown_value(value)
+    text = " ".join(text.split())
+    if len(text) <= SHORT_VALUE:
+        return text
+    version = _VERSION.search(text)
+    tail = version.group(1) if version else ""
+    return text[: SHORT_VALUE - 1 - len(tail)].rstrip() + "…" + tail
+
+
+def _short_values(values: Sequence[Any]) -> list[str]:
+    """One parameter's values across the variants as the names show them (:func:`short_value`); versions of one
+    registered prompt (``rag-answer@v1``, ``rag-answer@v2``) show as their versions (``@v1``, ``@v2``)."""
+    found = [_VERSION.search(v) if isinstance(v, str) else None for v in values]
+    heads = {v[: m.start()] for v, m in zip(values, found) if m is not None}
+    if len(values) > 1 and all(found) and len(heads) == 1:
+        return [m.group(1) for m in found if m is not None]
+    return [short_value(v) for v in values]
+
+
+def short_key(key: str, level: int) -> str:
+    """A parameter name as a run name shows it: whole at level 0; at level 1 a ``snake_case`` name over 6 characters
+    becomes its parts' initials (``chunk_size`` -> ``cs``) and one word over 8 characters its first 4 letters
+    (``temperature`` -> ``temp``); at level 2 every name over 3 characters is shortened so, one word to its first 3
+    letters (``top_k`` -> ``tk``, ``style`` -> ``sty``)."""
+    parts = [p for p in key.split("_") if p]
+    if level == 0 or len(key) <= 3 or not parts:
+        return key
+    if len(parts) > 1:
+        return "".join(p[0] for p in parts) if level == 2 or len(key) > 6 else key
+    if level == 1:
+        return key[:4] if len(key) > 8 else key
+    return key[:3]
+
+
+def _short_keys(keys: Sequence[str], level: int) -> dict[str, str]:
+    """Each key's short form at ``level``; keys whose short forms would agree keep their whole names."""
+    short = {k: short_key(k, level) for k in keys}
+    taken = [short[k] for k in keys]
+    return {k: (s if taken.count(s) == 1 and (s == k or s not in keys) else k) for k, s in short.items()}
+
+
+def _names_at(param_list: Sequence[Mapping[str, Any]], shown: Sequence[Sequence[str]], level: int) -> list[str]:
+    """The names at one level of key shortening, unique: names that agree end in ``#`` and 4 hex digits of the
+    variant's full parameters (8 when 4 are not enough)."""
+    keys = list(dict.fromkeys(k for ks in shown for k in ks))
+    short = _short_keys(keys, level)
+    values = {k: _short_values([p[k] for p, ks in zip(param_list, shown) if k in ks]) for k in keys}
+    seen = dict.fromkeys(keys, 0)
+    names = []
+    for ks in shown:
+        pairs = []
+        for k in ks:
+            pairs.append(f"{short[k]}={values[k][seen[k]]}")
+            seen[k] += 1
+        names.append(",".join(pairs) or "baseline")
+    for n in (4, 8):
+        clash = {x for x in names if names.count(x) > 1}
+        names = [x + "#" + _digest(p, n) if x in clash else x for x, p in zip(names, param_list)]
+        if len(set(names)) == len(names):
+            break
+    return [x if len(x) <= MAX_NAME else x[: MAX_NAME - 10] + "…#" + _digest(p, 8) for x, p in zip(names, param_list)]
 
 
 def variant_name(params: Mapping[str, Any]) -> str:
-    """A run name from a variant's parameters, in their order: ``chunk_size=64, top_k=3`` (``baseline`` for a
-    variant with none); over :data:`MAX_NAME` characters it is cut and ends in `` #<8 hex digits>`` of the full
-    parameters, so two long names that agree on their beginning stay apart."""
-    if not params:
-        return "baseline"
-    name = ", ".join(f"{k}={shown_value(v)}" for k, v in params.items())
-    if len(name) > MAX_NAME:
-        name = name[: MAX_NAME - 13].rstrip() + "..." + _suffix(params)
-    return name
+    """One variant's run name from its parameters, in their order: compact ``key=value`` pairs (``top_k=3,style=plain``;
+    ``baseline`` for a variant with none), shortened as :func:`variant_names` shortens them."""
+    return variant_names([params])[0]
 
 
-def variant_names(param_list: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Each variant's run name from the parameters that vary across the variants (one that every variant sets to
-    the same value is recorded as a param of each child run, not repeated in every name); with a single
-    variant, all of them. Names are unique: variants whose names would agree (``1`` and ``"1"``, two objects
-    shown by one class name) end in `` #<8 hex digits>`` of their full parameters."""
+def long_names(param_list: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The parameters that name each variant, written out whole (``chunk_size=64, top_k=3``): the run names of
+    earlier releases, still taken as ``baseline=``."""
+    return [", ".join(f"{k}={shown_value(p[k])}" for k in ks) or "baseline"
+            for p, ks in zip(param_list, _shown_keys(param_list))]
+
+
+def _shown_keys(param_list: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """Per variant, the parameters its name shows: those that vary across the variants (all, for one variant)."""
     if len(param_list) < 2:
-        return [variant_name(p) for p in param_list]
+        return [list(p) for p in param_list]
     keys = list(dict.fromkeys(k for p in param_list for k in p))
     same = {k for k in keys if all(k in p for p in param_list)
             and len({json.dumps(identity(p[k]).key, sort_keys=True) for p in param_list}) == 1}
-    names = [variant_name({k: v for k, v in p.items() if k not in same}) for p in param_list]
-    clash = {n for n in names if names.count(n) > 1}
-    return [n + _suffix(p) if n in clash else n for n, p in zip(names, param_list)]
+    return [[k for k in p if k not in same] for p in param_list]
+
+
+def variant_names(param_list: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each variant's run name: short, unique, the same on every run (a function of the parameters only).
+
+    The name shows the parameters that vary across the variants (one every variant sets alike is a param of each
+    child run, not part of its name; a single variant shows all of them) as ``key=value`` joined by ``,``, values
+    compact (:func:`short_value`). When a name is longer than :data:`SHORT_NAME` -- more than the MLflow UI's runs
+    table shows of a child run -- the parameter names are shortened (:func:`short_key`): the first of levels 0 and
+    1 at which every name fits, else at which the names differ within their first :data:`SHORT_NAME` - 1
+    characters (what the table shows before its ``…``); only then level 2 (every name shortened), if it fits or
+    keeps them apart so; else level 1. Variants whose names would agree (``1`` and ``"1"``, cut values,
+    objects shown by one class name) end in ``#`` and 4 hex digits of their full parameters."""
+    shown = _shown_keys(param_list)
+    levels = [_names_at(param_list, shown, level) for level in (0, 1, 2)]
+
+    def fits(names: list[str]) -> bool:
+        return all(len(n) <= SHORT_NAME for n in names)
+
+    def apart(names: list[str]) -> bool:
+        return len({n[: SHORT_NAME - 1] for n in names}) == len(names)
+
+    for test, candidates in ((fits, levels[:2]), (apart, levels[:2]), (fits, levels[2:]), (apart, levels[2:])):
+        for names in candidates:
+            if test(names):
+                return names
+    return levels[1]
 
 
 def _register_prompt(p: PromptTemplate) -> Any:
