@@ -320,3 +320,30 @@ def test_cli_review_queue_and_calibrate_on_a_ragjudge_evaluate_runs_traces(store
     text = capsys.readouterr().out
     assert "correctness: calibrated" in text and "from 35 human labels" in text
     assert "correctness/ppi_mean" in client.get_run(run_id).data.metrics
+
+
+def test_a_stop_while_traces_are_written_leaves_the_run_logged_and_says_so(tmp_tracking, monkeypatch):
+    """Ctrl-C / SIGTERM after the scores: the table and metrics are logged, no more traces are written, and the
+    run's tag says what was written and why the rest was not."""
+    from mlflow.tracing.client import TracingClient
+
+    from mlflow_ragjudge.core.stop import clear_stop, request_stop
+
+    real = TracingClient.start_trace
+    written = {"n": 0}
+
+    def then_stop(self, trace_info):
+        written["n"] += 1
+        if written["n"] == 3:
+            request_stop("SIGINT")  # the signal arrives while the third trace is being written
+        return real(self, trace_info)
+
+    monkeypatch.setattr(TracingClient, "start_trace", then_stop)
+    try:
+        run_id, _ = _offline_run(8)
+    finally:
+        clear_stop()
+    assert len(_traces(tmp_tracking, run_id)) == 3
+    tag = MlflowClient().get_run(run_id).data.tags["ragjudge.traces"]
+    assert tag == "3 of 8 rows as traces; the rest not written: the run was stopped by SIGINT"
+    assert len(load_run_table(run_id, TABLE_FILE)) == 8

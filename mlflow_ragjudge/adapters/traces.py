@@ -42,6 +42,7 @@ from mlflow.entities import (
 from mlflow.tracing.client import TracingClient
 from mlflow.tracking import MlflowClient
 
+from ..core.stop import stop_reason, stop_requested
 from ..core.types import JudgeResult, Row, Status
 from ..metrics.spec import all_specs
 from .tracking import is_remote_uri
@@ -70,15 +71,19 @@ class TraceLog:
     seconds: float = 0.0
     trace_ids: dict[int, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: what stopped the writing (Ctrl-C / SIGTERM), when the run was stopped
+    stopped: str | None = None
 
     def describe(self) -> str:
-        if self.logged == 0 and not self.errors:
+        if self.logged == 0 and not self.errors and not self.stopped:
             return "no traces (traces=0)" if self.rows else "no rows"
         text = f"{self.logged} of {self.rows} rows as traces"
         if self.sampled:
             text += " (a seeded uniform sample; raise the 'traces' setting for more)"
         if self.errors:
             text += f"; {len(self.errors)} refused by the store: {self.errors[0][:300]}"
+        if self.stopped:
+            text += f"; the rest not written: the run was stopped by {self.stopped}"
         return text
 
 
@@ -305,6 +310,8 @@ def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACE
                                  now_ms + i, step))
 
     def start(t: _RowTrace) -> None:
+        if stop_requested():  # a stopped run is logged quickly: no more traces
+            return
         try:
             client.start_trace(t.info)
             log.trace_ids[t.index] = t.info.trace_id
@@ -319,6 +326,9 @@ def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACE
     else:
         for t in traces:
             start(t)
+    if stop_requested() and len(log.trace_ids) < len(traces):
+        # Ctrl-C / SIGTERM (before or while the traces are written): the run's results are logged already
+        log.stopped = str(stop_reason() or "a signal")
     spans = [s for t in traces if t.index in log.trace_ids for s in t.spans]
     for k in range(0, len(spans), SPAN_BATCH):
         try:
