@@ -204,6 +204,41 @@ def test_each_sweep_variant_logs_its_rows_as_traces_with_the_pipeline_call(store
     assert _traces(store, result.parent_run_id) == []
 
 
+def test_ragjudge_sweep_cli_logs_traces_in_each_child_and_none_beyond_traces_n(store, tmp_path, capsys):
+    code = tmp_path / "pipe.py"
+    code.write_text("def answer(question, *, style):\n"
+                    "    return {'answer': question.upper() if style == 'loud' else question,\n"
+                    "            'contexts': ['The archive holds maps.', question]}\n", encoding="utf-8")
+    data = tmp_path / "questions.jsonl"
+    data.write_text("\n".join(json.dumps({"question": f"What does archive {i} hold?", "reference": "Maps."})
+                              for i in range(6)), encoding="utf-8")
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"style": ["loud", "quiet"]}), encoding="utf-8")
+    exp = _experiment("traces-sweep-cli")
+    assert main(["sweep", str(data), "--pipeline", f"{code}:answer", "--grid", str(grid), "--metrics",
+                 "lexical,faithfulness", "--traces", "4", "--experiment", exp, "--tracking-uri", store]) == 0, \
+        capsys.readouterr().err
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name(exp).experiment_id])
+    children = [r for r in runs if r.data.tags.get("ragjudge.sweep") == "variant"]
+    assert len(children) == 2
+    for child in children:
+        traces = _traces(store, child.info.run_id)
+        assert len(traces) == 4  # --traces 4 of the 6 rows: a seeded sample, the same rows in every variant
+        assert child.data.tags["ragjudge.traces"].startswith("4 of 6 rows as traces (a seeded uniform sample")
+        table = load_run_table(child.info.run_id, TABLE_FILE, client)
+        for t in traces:
+            i = int(t.info.trace_metadata["ragjudge.row"])
+            got = {a.name: a.value for a in t.info.assessments if a.feedback is not None}
+            assert got["faithfulness"] == pytest.approx(table["faithfulness/score"].iloc[i], rel=1e-9)
+            assert got["rougeL"] == pytest.approx(table["rougeL/score"].iloc[i], rel=1e-9)
+            call = next(s for s in t.data.spans if s.name == "pipeline: answer")
+            assert call.inputs["style"] == child.data.params["variant.style"]
+    rows = [sorted(int(t.info.trace_metadata["ragjudge.row"]) for t in _traces(store, c.info.run_id))
+            for c in children]
+    assert rows[0] == rows[1] == pick_rows(6, 4, seed=0)
+
+
 # ----------------------------------------------------------------------------- bounded, replaced, labelled
 
 
