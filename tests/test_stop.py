@@ -47,6 +47,9 @@ def test_ctrl_c_in_process_stops_sending_and_a_rerun_sends_only_the_rest(fake_ll
     monkeypatch.setenv("RAGJUDGE_STOP_GRACE", "30")  # long enough for every reply in flight to arrive
     cfg = {"judge": f"openai:/m?base_url={fake_llm.openai_base_url}", "metrics": ["correctness", "faithfulness"],
            "max_concurrency": 2, "cache": str(tmp_path / "cache")}
+    # what SIGINT did before: Python's KeyboardInterrupt handler, or SIG_IGN in a process a non-interactive shell
+    # started in the background (`pytest ... &`)
+    before = signal.getsignal(signal.SIGINT)
     seen = _signal_after(fake_llm, 6)
     out = evaluate_frame(ROWS, cfg)
     first = fake_llm.request_count
@@ -57,7 +60,7 @@ def test_ctrl_c_in_process_stops_sending_and_a_rerun_sends_only_the_rest(fake_ll
     reasons = {r.reason for res in out.results.values() for r in res if r.status.value == "failed"}
     assert "scored" in statuses and reasons == {"interrupted"}
     assert out.config["interrupted"]["results_not_judged"] == statuses.count("failed")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
 
     fake_llm.reset()
     fake_llm.set_handler(CompliantModel("json_schema"))
