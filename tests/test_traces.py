@@ -382,3 +382,30 @@ def test_a_stop_while_traces_are_written_leaves_the_run_logged_and_says_so(tmp_t
     tag = MlflowClient().get_run(run_id).data.tags["ragjudge.traces"]
     assert tag == "3 of 8 rows as traces; the rest not written: the run was stopped by SIGINT"
     assert len(load_run_table(run_id, TABLE_FILE)) == 8
+
+
+def test_a_question_the_pipeline_failed_on_is_an_error_trace_with_the_error(tmp_tracking):
+    from mlflow_ragjudge import sweep
+
+    def pipeline(question, *, top_k):
+        if "RUNSTATS" in question:
+            raise TimeoutError("the index did not answer in 30 s")
+        return example_rag.answer(question, top_k=top_k)
+
+    questions = example_rag.sample_questions().head(10)
+    broken = [i for i, q in enumerate(questions["question"]) if "RUNSTATS" in q]
+    assert broken  # the sample has such a question
+    result = sweep(pipeline, [{"top_k": 3}, {"top_k": 1}], questions, experiment=_experiment("traces-failed"),
+                   evaluator_config={"judge": "offline:/lexical", "progress": False, "max_error_rate": 0.5})
+    for run_id in result.run_ids.values():
+        traces = _traces(tmp_tracking, run_id)
+        errors = [t for t in traces if "ragjudge.generation_error" in t.info.trace_metadata]
+        judged = [t for t in traces if "ragjudge.row" in t.info.trace_metadata]
+        assert len(judged) == 10 - len(broken) and len(errors) == len(broken)
+        for t in errors:
+            assert t.info.state.value == "ERROR" and not t.info.assessments  # nothing was judged
+            assert int(t.info.trace_metadata["ragjudge.question"]) in broken
+            why = t.info.trace_metadata["ragjudge.generation_error"]
+            assert "TimeoutError: the index did not answer in 30 s" in why
+            call = next(s for s in t.data.spans if s.name == "pipeline: pipeline")
+            assert call.status.status_code.value == "ERROR" and "30 s" in call.status.description

@@ -47,7 +47,8 @@ from ..core.types import JudgeResult, Row, Status
 from ..metrics.spec import all_specs
 from .tracking import is_remote_uri
 
-__all__ = ["DEFAULT_MAX_TRACES", "EXPECTATION_NAME", "TRACE_NAME", "TraceLog", "log_row_traces", "pick_rows"]
+__all__ = ["DEFAULT_MAX_TRACES", "EXPECTATION_NAME", "TRACE_NAME", "TraceLog", "log_row_traces", "log_failed_calls",
+           "pick_rows", "remove_row_traces"]
 
 #: traces a run logs by default; beyond it, a seeded uniform sample of the rows
 DEFAULT_MAX_TRACES = 2000
@@ -226,7 +227,8 @@ class _RowTrace:
 
 
 def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str, run_id: str,
-               assessments: list[Any], now_ms: int, pipeline: dict[str, Any] | None) -> _RowTrace:
+               assessments: list[Any], now_ms: int, pipeline: dict[str, Any] | None,
+               meta_extra: dict[str, str] | None = None) -> _RowTrace:
     otel = uuid.uuid4().int
     trace_id = f"tr-{otel:032x}"
     question = _plain(table["question"].iloc[i]) if "question" in table.columns else None
@@ -249,7 +251,8 @@ def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str,
         spans.append(_span(trace_id, otel, next(ids), root, "retrieved_contexts", "RETRIEVER", start_ns,
                            start_ns + 1_000, {"query": _clip(question)}, docs))
     row_id = _plain(table["row_id"].iloc[i]) if "row_id" in table.columns else None
-    meta = {"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3", "ragjudge.row": str(i)}
+    meta = {"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3",
+            **(meta_extra if meta_extra is not None else {"ragjudge.row": str(i)})}
     if row_id is not None:
         meta["ragjudge.row_id"] = str(row_id)
     info = TraceInfo(
@@ -339,6 +342,36 @@ def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACE
     log.sampled = len(picked) < len(table)
     log.seconds = time.perf_counter() - t0
     return log
+
+
+def log_failed_calls(run_id: str, failed: Sequence[tuple[int, str, dict[str, Any]]], *,
+                     max_traces: int = DEFAULT_MAX_TRACES) -> int:
+    """The questions a sweep's pipeline failed on, as traces in the variant's run: state ERROR, the question in, the
+    call's span with the error, no assessments (nothing was judged); ``failed`` holds ``(question index, question,
+    call)`` with the call as :func:`log_row_traces` takes it plus its ``error``. Metadata ``ragjudge.question`` (the
+    question's index in the data) and ``ragjudge.generation_error``; no ``ragjudge.row`` (the row is not in the
+    per-row table). At most ``max_traces``; a store that refuses them is not an error (returns how many were
+    written)."""
+    if max_traces <= 0 or not failed or stop_requested():  # a stopped sweep logs quickly
+        return 0
+    mclient = MlflowClient()
+    experiment_id = mclient.get_run(run_id).info.experiment_id
+    client = TracingClient(mclient.tracking_uri)
+    picked = list(failed)[:max_traces]
+    table = pd.DataFrame({"question": [q for _, q, _ in picked]})
+    now_ms = int(time.time() * 1000)
+    written = 0
+    for k, (j, _, call) in enumerate(picked):
+        error = str(call.get("error") or "the pipeline failed")
+        extra = {"ragjudge.question": str(j), "ragjudge.generation_error": error[:5000]}
+        t = _row_trace(k, table, None, experiment_id, run_id, [], now_ms + k, {**call, "error": error}, extra)
+        try:
+            client.start_trace(t.info)
+            client.log_spans(experiment_id, t.spans)
+            written += 1
+        except Exception:  # the run and its generations table say the same; the trace is a view
+            continue
+    return written
 
 
 def remove_row_traces(run_id: str) -> int:
