@@ -321,3 +321,112 @@ sys.exit(rc)
     assert "offline estimates" in proc.stdout and "bertscore" not in proc.stdout
     means = [float(m) for m in re.findall(r"correctness=([0-9.]+)", proc.stdout)]
     assert len(means) == 3 and not any(math.isnan(m) for m in means) and "faithfulness=" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- hard rules, languages (issue 27)
+
+#: (question, a response that contains none of the reference, the reference): never a passing level
+NOTHING_OF_THE_REFERENCE = [
+    ("What is the chemical formula of water?", "The chemical formula of water is CO2.", ["H2O"]),
+    ("水の化学式は何ですか？", "水の化学式はCO2です。", ["H2O"]),
+    ("日本の首都はどこですか？", "日本の首都は大阪です。", ["東京"]),
+    ("中国的首都是哪里？", "中国的首都是上海。", ["北京"]),
+    ("When did Apollo 11 land on the Moon?", "Apollo 11 landed on the Moon in 1970.", ["1969"]),
+    ("Who wrote the Virginia Plan?", "Edmund Randolph proposed the Virginia Plan at the Constitutional Convention "
+     "in Philadelphia, where the delegates debated it at length.", ["Madison", "James Madison"]),
+]
+
+
+@pytest.mark.parametrize("question,response,references", NOTHING_OF_THE_REFERENCE)
+def test_no_passing_level_for_a_response_with_none_of_the_reference(question, response, references):
+    res = OfflineJudge().correctness(question, response, references)
+    assert res.value is not None and res.value <= 3, (res.value, res.rationale)
+    assert "none of any acceptable answer is in the response" in res.rationale
+
+
+def test_the_japanese_case_of_the_issue_is_wrong_not_largely_correct():
+    res = OfflineJudge().correctness("水の化学式は何ですか？", "水の化学式はCO2です。", ["H2O"])
+    assert res.value == 1  # it was level 4 ("largely correct") while saying 0 % of the reference was found
+
+
+def test_a_number_or_formula_that_disagrees_counts_against_the_answer():
+    judge = OfflineJudge()
+    wrong_year = judge.correctness("When did Apollo 11 land?", "Apollo 11 landed on the Moon in July 1970.",
+                                   ["July 1969"])
+    right_year = judge.correctness("When did Apollo 11 land?", "Apollo 11 landed on the Moon in July 1969.",
+                                   ["July 1969"])
+    assert right_year.value >= 4 and wrong_year.value <= 3 < right_year.value
+    assert "the response gives 1970, the reference does not" in wrong_year.rationale
+    # a long reference's numbers are details among many: the rule is for answers that are a number
+    long_ref = ("The treaty was signed in 1648 after thirty years of war, ending the conflict between the Catholic "
+                "and Protestant states of the Holy Roman Empire.")
+    res = judge.correctness("How did the war end?", "The war ended with the Peace of Westphalia in 1649, between the "
+                            "Catholic and Protestant states of the Holy Roman Empire.", [long_ref])
+    assert "the reference does not" not in res.rationale
+
+
+@pytest.mark.parametrize("question,reference,right,partial,wrong", [
+    ("東京タワーの高さは？", "333メートル", "東京タワーの高さは333メートルです。", "高さは約300メートルです。",
+     "東京タワーはとても高いです。"),
+    ("日本で一番高い山は何ですか？", "富士山", "日本で一番高い山は富士山です。", "富士という名前の山です。",
+     "日本で一番高い山は北岳です。"),
+    ("中国的首都是哪里？", "北京", "中国的首都是北京。", "北方的一个城市，北边。", "中国的首都是上海。"),
+    ("长城有多长？", "两万一千公里", "长城长两万一千公里。", "长城有一千公里长。", "长城很长很长。"),
+])
+def test_japanese_and_chinese_answers_order_right_partial_wrong(question, reference, right, partial, wrong):
+    judge = OfflineJudge()
+    levels = [judge.correctness(question, r, [reference]).value for r in (right, partial, wrong)]
+    assert levels[0] >= 4 and levels[2] <= 2, levels
+    assert levels[0] >= levels[1] >= levels[2] and levels[0] > levels[2], levels
+
+
+def test_answer_relevancy_refuses_other_languages_with_an_english_only_embedder(fake_llm):
+    from mlflow_ragjudge.core.types import Status
+    from mlflow_ragjudge.llm.client import JudgeClient
+    from mlflow_ragjudge.metrics.answer_relevancy import AnswerRelevancyJudge
+
+    def english_only(texts):
+        raise AssertionError("an English-only model must not be asked to compare Japanese text")
+
+    english_only.languages = ("en",)
+    client = JudgeClient(f"openai:/m?base_url={fake_llm.openai_base_url}", cache=False, check_ready=False)
+    judge = AnswerRelevancyJudge(client, embed=english_only)
+    for question, response in (("水の化学式は何ですか？", "水の化学式はH2Oです。"),
+                               ("中国的首都是哪里？", "中国的首都是北京。"),
+                               ("Какая столица России?", "Столица России — Москва.")):
+        res = judge.judge(question, response)
+        assert res.status is Status.ABSTAINED and res.reason == "unsupported_language", res
+        assert res.value is None and "English-only" in res.rationale and "embeddings=" in res.rationale
+    assert fake_llm.request_count == 0  # refused before the question-generation call: nothing paid for
+    # the run's language setting says it too, whatever the script
+    ja = AnswerRelevancyJudge(client, embed=english_only, language="ja")
+    assert ja.judge("What is H2O?", "Water.").reason == "unsupported_language"
+    # an embedder not known to be English-only (a multilingual URI, your callable) is used
+    assert AnswerRelevancyJudge(client, embed=lambda t: [[1.0]] * len(t))._unsupported_language("水", "水") is None
+
+
+def test_answer_relevancy_with_the_local_minilm_skips_japanese_rows_and_scores_english_ones(fake_llm, tmp_path):
+    """Through the whole evaluation, with the real local MiniLM (skipped where it cannot load): the Japanese rows
+    are not scored, with their reason; the English row is; no judge call is made for the refused rows."""
+    from compliant_model import CompliantModel
+
+    from mlflow_ragjudge.llm.local_model import LocalEmbedder, LocalModelUnavailable
+
+    try:
+        LocalEmbedder.load()
+    except LocalModelUnavailable as e:
+        pytest.skip(f"the local MiniLM cannot load here ({e.reason})")
+    fake_llm.set_handler(CompliantModel("json_schema"))
+    frame = pd.DataFrame({
+        "question": ["水の化学式は何ですか？", "中国的首都是哪里？", "What is the chemical formula of water?"],
+        "answer": ["水の化学式はH2Oです。", "中国的首都是北京。", "Water is H2O."],
+    })
+    out = evaluate_frame(frame, {"judge": f"openai:/m?base_url={fake_llm.openai_base_url}", "embeddings": "local",
+                                 "metrics": ["answer_relevancy"], "cache": str(tmp_path / "cache"),
+                                 "progress": False})
+    res = out.results["answer_relevancy"]
+    assert [r.reason for r in res[:2]] == ["unsupported_language", "unsupported_language"]
+    assert all(r.value is None and "English-only" in r.rationale for r in res[:2])
+    assert res[2].status.value == "scored" and res[2].value is not None
+    assert out.table["answer_relevancy/score"].iloc[:2].isna().all()
+    assert len([r for r in fake_llm.requests if r.path.endswith("/chat/completions")]) == 1  # the English row's

@@ -69,6 +69,7 @@ __all__ = [
     "as_text_list",
     "Repairs",
     "split_context_sentences",
+    "non_latin_script",
 ]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -366,3 +367,29 @@ class Repairs:
                 f"U+FFFD in {where}{more}; fix the data's encoding to keep the original text.",
                 InvalidTextWarning, stacklevel=3,
             )
+
+
+_SCRIPTS = (("CJK", ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F))),
+            ("Hangul", ((0x1100, 0x11FF), (0xAC00, 0xD7AF))), ("Cyrillic", ((0x0400, 0x04FF),)),
+            ("Greek", ((0x0370, 0x03FF),)), ("Arabic", ((0x0600, 0x06FF),)), ("Hebrew", ((0x0590, 0x05FF),)),
+            ("Devanagari", ((0x0900, 0x097F),)), ("Thai", ((0x0E00, 0x0E7F),)))
+
+
+def non_latin_script(text: str | None, share: float = 0.3) -> str | None:
+    """The name of the non-Latin script (``CJK``, ``Hangul``, ``Cyrillic`` ...) that at least ``share`` of the
+    text's letters are written in, or None (mostly Latin letters, or no letters)."""
+    counts: dict[str, int] = {}
+    letters = 0
+    for ch in text or "":
+        if not ch.isalpha():
+            continue
+        letters += 1
+        code = ord(ch)
+        for name, ranges in _SCRIPTS:
+            if any(lo <= code <= hi for lo, hi in ranges):
+                counts[name] = counts.get(name, 0) + 1
+                break
+    if not letters or not counts:
+        return None
+    name, n = max(counts.items(), key=lambda kv: kv[1])
+    return name if n / letters >= share else None

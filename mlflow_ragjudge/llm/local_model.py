@@ -337,6 +337,10 @@ class LocalEmbedder:
     relevancy metric uses it to compare generated questions with the user's.
     """
 
+    #: the languages the model was trained for (all-MiniLM-L6-v2: English only); answer relevancy refuses rows in
+    #: other languages rather than return a similarity this model cannot give
+    languages: tuple[str, ...] = ("en",)
+
     def __init__(
         self, torch: Any, tokenizer: Any, model: Any, *, model_path: str, batch_size: int = 32
     ) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
+from ..core.text import non_latin_script
 from ..core.types import FailureReason, JudgeResult
 from ..core.values import is_int
 from ..llm.backends import BackendError, ChatRequest, ChatResponse, JsonSchema
@@ -105,6 +106,14 @@ class AnswerRelevancyJudge:
             details.update(noncommittal=True, empty_response=True, generated_questions=[])
             return JudgeResult.scored(0.0, "The response is empty, so it does not address the question (score 0).",
                                       details=details)
+        refused = self._unsupported_language(question, response)
+        if refused:
+            details["unsupported_language"] = refused
+            return JudgeResult.abstained(
+                "unsupported_language",
+                f"Not scored: this row is in {refused}, and the embedding model ({self._embedder_name()}) is "
+                f"English-only, so its similarity would mean nothing. Give a multilingual embedding model "
+                f"(embeddings='openai:/text-embedding-3-small' or any embeddings URI or callable).", details=details)
         request = ChatRequest.of(
             self._messages(response), max_tokens=self.max_tokens,
             json_schema=JsonSchema("answer_relevancy_questions", self.call_schema()),
@@ -144,6 +153,27 @@ class AnswerRelevancyJudge:
         rationale = f"Mean cosine similarity {score:.3f} between the question and {len(sims)} questions "
         rationale += "the response answers: " + "; ".join(f"\"{q}\" ({s:.2f})" for q, s in zip(generated, sims)) + "."
         return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
+
+    def _embedder_languages(self) -> tuple[str, ...] | None:
+        owner = getattr(self.embed, "__self__", None)  # a bound method of the embedder (the local MiniLM's)
+        langs = getattr(owner, "languages", None) or getattr(self.embed, "languages", None)
+        return tuple(langs) if langs else None
+
+    def _embedder_name(self) -> str:
+        owner = getattr(self.embed, "__self__", None)
+        return type(owner).__name__ if owner is not None else getattr(self.embed, "__name__", "embed")
+
+    def _unsupported_language(self, question: str, response: str) -> str | None:
+        """The language of a row an English-only embedder cannot compare (the run's ``language``, or text that is
+        mostly in a script other than Latin: Japanese, Chinese, Korean, Cyrillic, Arabic ...); None when the
+        embedder is not known to be English-only."""
+        langs = self._embedder_languages()
+        if not langs or "en" not in langs or len(langs) > 1:
+            return None
+        if self.language not in langs:
+            return f"language {self.language!r} (the run's language setting)"
+        script = non_latin_script(f"{question} {response}")
+        return f"a non-Latin script ({script})" if script else None
 
     def estimate(self, question: str, response: str) -> dict[str, int]:
         """Upper-bound cost of one row without calling the model: 1 chat call (0 for an empty

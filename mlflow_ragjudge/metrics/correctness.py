@@ -27,7 +27,7 @@ from ..llm.client import JudgeClient
 from ..llm.parsing import parse_score_reply
 from ..llm.prompts import Prompt, fence_items, load_prompt, reference_text
 from .contexts import prepare_judge_contexts
-from .offline_evidence import LEVEL_WORDS, OfflineEvidence, answer_features
+from .offline_evidence import LEVEL_WORDS, OfflineEvidence, answer_features, answer_found, code_conflict
 from .spec import Finish, MetricSpec, Option
 from .statements import estimate_messages
 
@@ -276,12 +276,23 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
                                   details=ev.details())
     p, i, f = best
     level = ev.calibration.level(p, f["recall"])
+    # hard rules on top of the fitted model (issue 27): no passing level for a response that contains none of any
+    # acceptable answer, and a number or formula that disagrees with the reference's counts against it
+    found = any(g is not None and answer_found(g, response, r)
+                for g, r in ((answer_features(question, response, r), r) for r in references))
+    conflict = code_conflict(question, response, references[i])
+    if not found:
+        level = min(level, ev.calibration.level(0.0, f["recall"]))
+    if conflict:
+        level = min(level, 3)
     shown = {k: round(v, 3) for k, v in f.items()}
     rationale = (f"(offline judge, lexical evidence, not an LLM) level {level} ({LEVEL_WORDS[level]}): "
                  f"P(acceptable)={p:.2f}; {f['recall']:.0%} of the reference's content words found"
                  + (", as a phrase" if f["phrase"] else "")
                  + ("; a number of the reference is missing" if f["number_missing"] else "")
                  + ("; the response gives other numbers" if f["number_conflict"] else "")
+                 + (f"; the response gives {conflict}, the reference does not" if conflict else "")
+                 + ("; none of any acceptable answer is in the response, so not a passing level" if not found else "")
                  + f"; {f['support']:.0%} of the response is backed by the reference, contexts or question"
                  + (f" (best of {len(references)} acceptable answers: #{i + 1})" if len(references) > 1 else "")
                  + ".")

@@ -16,7 +16,10 @@ How each metric is scored (the same rules as the LLM judges' definitions where a
   response against that answer (:func:`answer_features`); a logistic model turns them into the probability
   that a human accepts the response, and the best acceptable answer wins. Fitted cut-points on that
   probability give levels 5 and 4 (accepted); below them, fitted cut-points on how much of the answer's
-  content the response contains give 3, 2 or 1 (none of it: wrong outright). Level 0 ("not sure") only when
+  content the response contains give 3, 2 or 1 (none of it: wrong outright). Two hard rules hold over the
+  model: a response that contains none of any acceptable answer (:func:`answer_found`) is never 4 or 5, and a
+  number, date or formula that disagrees with a short answer's (:func:`code_conflict`: ``CO2`` for ``H2O``)
+  caps the level at 3. Level 0 ("not sure") only when
   the whole response declines to answer (:func:`declines_to_answer`), never because a partial answer says it
   lacks some detail.
 * **faithfulness** -- the response is cut into claim-like sentences; each sentence's support is the share of
@@ -61,6 +64,7 @@ from ..core.matching import (
     declines_to_answer,
     match_tokens,
 )
+from ..core.text import has_cjk
 
 __all__ = [
     "OFFLINE_PROVIDER",
@@ -72,6 +76,8 @@ __all__ = [
     "content_tokens",
     "declines_to_answer",
     "answer_features",
+    "answer_found",
+    "code_conflict",
     "FEATURES",
     "STOPWORDS",
 ]
@@ -154,6 +160,56 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
         "response_length": math.log1p(len(resp_content)),
         "answer_length": math.log1p(len(distinct)),
     }
+
+
+#: a response "contains" an acceptable answer when it has some of its content words, the whole answer as a phrase, or
+#: at least this share of its character trigrams (spelling variants: ``Abidali`` / ``Abid Ali``)
+FOUND_CHAR_RECALL = 0.5
+
+
+def answer_found(features: dict[str, float], response: str = "", answer: str = "") -> bool:
+    """Whether the response contains something of the acceptable answer these features describe. For an answer
+    written without spaces (Japanese, Chinese), where a single shared character means little (``山`` of ``富士山`` in
+    ``北岳は山です``), something is at least half of the answer's character bigrams, or the whole answer."""
+    if features["phrase"] > 0:
+        return True
+    if answer and has_cjk(answer):
+        want = _bigrams(match_tokens(answer))
+        if not want:  # a one-character answer: that character
+            return features["recall"] > 0
+        got = _bigrams(match_tokens(response))
+        return len(want & got) / len(want) >= 0.5
+    return features["recall"] > 0 or features["char_recall"] >= FOUND_CHAR_RECALL
+
+
+def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    return {(a, b) for a, b in zip(tokens, tokens[1:])}
+
+
+def _codes(tokens: Iterable[str]) -> list[str]:
+    """Numbers, years, and codes with digits (chemical formulas ``h2o``, ``co2``; model numbers)."""
+    return [t for t in tokens if any(c.isdigit() for c in t)]
+
+
+#: content words of an answer short enough that its number, date or formula is the answer (the conflict rule)
+SHORT_ANSWER = 6
+
+
+def code_conflict(question: str, response: str, answer: str) -> str | None:
+    """A number, date or formula of the response that disagrees with a short answer's (at most
+    :data:`SHORT_ANSWER` content words, where the number is the answer): the answer has some, the
+    response gives others (not taken from the question) and none of the answer's. Returns the first such token of
+    the response, or None (``CO2`` for the answer ``H2O``; ``1970`` for ``1969``)."""
+    tokens = match_tokens(answer)
+    wanted = set(_codes(tokens))
+    if not wanted or len([t for t in tokens if t not in STOPWORDS]) > SHORT_ANSWER:
+        return None  # a long answer's numbers are details of many; the rule is for answers that are a number
+    said = match_tokens(response)
+    asked = set(match_tokens(question))
+    given = [t for t in _codes(said) if t not in asked]
+    if not given or any(t in wanted for t in said):
+        return None
+    return given[0]
 
 
 # --------------------------------------------------------------------------- calibration
