@@ -116,6 +116,20 @@ def fresh_tracking_uri():
     return _fresh_tracking_uri
 
 
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on 127.0.0.1 for the tests of one module, its SQLite store initialised beforehand (the
+    server need not migrate a new one) in a temp dir; yields its URL."""
+    from mlflow_ui import start_server
+
+    workdir = tmp_path_factory.mktemp("mlflow-server")
+    _fresh_tracking_uri(workdir / "mlflow.db")
+    proc, url = start_server(workdir)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
 @pytest.fixture
 def tmp_tracking(tmp_path, monkeypatch):
     """A fresh SQLite MLflow tracking store for one test (``tmp_path / "mlflow.db"``), made the active one."""

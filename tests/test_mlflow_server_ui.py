@@ -8,19 +8,14 @@ import mlflow
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_ui import chromium, chromium_path, start_server
+from mlflow_ui import chromium, chromium_path
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, fresh_tracking_uri):
-    workdir = tmp_path_factory.mktemp("mlflow-server")
-    fresh_tracking_uri(workdir / "mlflow.db")  # an initialised store: the server need not migrate a new one
-    proc, url = start_server(workdir)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+def server(mlflow_server):
+    return mlflow_server
 
 
 def _data(answers):

@@ -19,7 +19,6 @@ from compliant_model import CompliantModel
 from fakellm import Reply
 from mlflow.entities import AssessmentSource, AssessmentSourceType
 from mlflow.tracking import MlflowClient
-from mlflow_ui import start_server
 
 from mlflow_ragjudge import example_rag, load_output
 from mlflow_ragjudge.adapters.evaluator import TABLE_FILE, log_output
@@ -30,16 +29,6 @@ from mlflow_ragjudge.engine.evaluate import evaluate_frame
 from mlflow_ragjudge.workflows.calibration_traces import calibrate_traces
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory, fresh_tracking_uri):
-    workdir = tmp_path_factory.mktemp("traces-server")
-    fresh_tracking_uri(workdir / "mlflow.db")
-    proc, url = start_server(workdir)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
 
 
 @pytest.fixture(params=["sqlite", "server"])

@@ -26,7 +26,7 @@ from compliant_model import CompliantModel
 from fakellm import Reply
 from mlflow.entities import AssessmentSource
 from mlflow.tracking import MlflowClient
-from mlflow_ui import free_port, start_server
+from mlflow_ui import free_port
 
 import mlflow_ragjudge as rj
 from mlflow_ragjudge import example_rag
@@ -36,16 +36,6 @@ from mlflow_ragjudge.workflows.calibration import CALIBRATED_COLUMNS
 from mlflow_ragjudge.workflows.compare import COMPARISON_FILE
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory, fresh_tracking_uri):
-    workdir = tmp_path_factory.mktemp("user-paths-server")
-    fresh_tracking_uri(workdir / "mlflow.db")  # an initialised store: the server need not migrate a new one
-    proc, url = start_server(workdir)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
 
 
 @pytest.fixture(params=["sqlite", "server"])
