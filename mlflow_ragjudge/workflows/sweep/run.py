@@ -262,7 +262,7 @@ def _pipeline_calls(plan: _Plan, kwargs: dict[str, Any], ok: list[int], cached: 
     target = plan.gens.pipeline
     name = getattr(target, "__name__", None) or type(target).__name__
     shown = {k: shown_value(v)[:2000] for k, v in kwargs.items()}
-    return [{"name": f"pipeline: {name}", "inputs": {"question": plan.questions[j], **shown}, "index": j,
+    return [{"name": f"pipeline: {name}", "inputs": {"question": plan.questions[j], **shown},
              "seconds": timings.get(j, 0.0), "from_cache": cached[j]} for j in ok]
 
 
@@ -338,11 +338,10 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
             child.params({f"prompt.{k}": f"prompts:/{pv.name}/{pv.version}" for k, pv in pvs.items()})
         tracking.append_table(child.run_id, _generations_table(plan.questions, outs, errors, cached),
                               GENERATIONS_FILE)
-        failed_calls = _pipeline_calls(plan, kwargs, [j for j in range(len(plan.questions)) if errors[j]], cached,
-                                       timings)
-        log_failed_calls(child.run_id, [(int(c["index"]), plan.questions[int(c["index"])],
-                                         {**c, "error": errors[int(c["index"])]}) for c in failed_calls],
-                         max_traces=plan.cfg.traces)
+        failed_js = [j for j in range(len(plan.questions)) if errors[j]]
+        failed_calls = _pipeline_calls(plan, kwargs, failed_js, cached, timings)
+        log_failed_calls(child.run_id, [(j, plan.questions[j], {**c, "error": errors[j]})
+                                        for j, c in zip(failed_js, failed_calls)], max_traces=plan.cfg.traces)
         if out is not None:
             calls = _pipeline_calls(plan, kwargs, ok, cached, timings)
             log_output(out, child.run_id, saved=save_local(out, f"sweep-{i}"), pipeline=calls)
