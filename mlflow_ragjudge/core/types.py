@@ -137,6 +137,11 @@ class Aggregate:
     n_abstained: int
     n_failed: int
     distribution: dict[str, int]
+    #: the sum of the scored values (``mean * n_scored``), kept so that summaries of parts of the data add up
+    total: float = 0.0
+    #: failed rows per failure reason, and the first non-empty rationale of each reason
+    reasons: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
 
     @property
     def abstain_rate(self) -> float:
@@ -165,6 +170,32 @@ class Aggregate:
             out[f"{name}/mean"] = self.mean
         return out
 
+    def merge(self, other: Aggregate) -> Aggregate:
+        """The summary of both parts' rows together (the mean re-derived from the sums, never a mean of means)."""
+        n_scored = self.n_scored + other.n_scored
+        total = self.total + other.total
+        return Aggregate(total / n_scored if n_scored else None, self.count + other.count, n_scored,
+                         self.n_abstained + other.n_abstained, self.n_failed + other.n_failed,
+                         dict(Counter(self.distribution) + Counter(other.distribution)), total,
+                         dict(Counter(self.reasons) + Counter(other.reasons)), {**other.examples, **self.examples})
+
+    @classmethod
+    def abstentions(cls, n: int) -> Aggregate:
+        """``n`` rows with no result: abstained, as :func:`aggregate` counts a row an output did not score."""
+        return cls(None, n, 0, n, 0, {"abstained": n} if n else {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "n_scored": self.n_scored, "n_abstained": self.n_abstained,
+                "n_failed": self.n_failed, "total": self.total, "distribution": self.distribution,
+                "reasons": self.reasons, "examples": self.examples}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Aggregate:
+        n_scored, total = int(d["n_scored"]), float(d["total"])
+        return cls(total / n_scored if n_scored else None, int(d["count"]), n_scored, int(d["n_abstained"]),
+                   int(d["n_failed"]), dict(d.get("distribution") or {}), total, dict(d.get("reasons") or {}),
+                   dict(d.get("examples") or {}))
+
 
 def _level_key(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
@@ -188,6 +219,8 @@ def aggregate(
     n = n_scored = n_abst = n_fail = 0
     total = 0.0
     dist: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    examples: dict[str, str] = {}
     for r in results:
         n += 1
         if r.status is Status.SCORED and r.value is not None and r.value not in exclude_values:
@@ -198,11 +231,15 @@ def aggregate(
         elif r.status is Status.FAILED:
             n_fail += 1
             dist["failed"] += 1
+            reason = r.reason or "unknown"
+            reasons[reason] += 1
+            if r.rationale and reason not in examples:
+                examples[reason] = r.rationale
         else:
             n_abst += 1
             dist["abstained"] += 1
     mean = total / n_scored if n_scored else None
-    return Aggregate(mean, n, n_scored, n_abst, n_fail, dict(dist))
+    return Aggregate(mean, n, n_scored, n_abst, n_fail, dict(dist), total, dict(reasons), examples)
 
 
 # One segment of an MLflow metric name: MLflow accepts word characters (any script), "_", "-", ".", space, ":"

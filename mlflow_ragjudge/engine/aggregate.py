@@ -7,33 +7,66 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from ..core.types import JudgeResult, Row, Status, aggregate, metric_name_safe
+from ..core.types import Aggregate, JudgeResult, Row, Status, aggregate, metric_name_safe
 from ..metrics.spec import Finish, MetricSpec
 from .config import RagJudgeConfig
 from .inputs import row_ids
 from .schedule import ERROR_KEY
 from .select import gate_metric_name
 
-__all__ = ["aggregate_metric", "build_table", "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX"]
+__all__ = ["aggregate_metric", "build_table", "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX",
+           "OutputSummary", "summarize_output", "output_metrics", "level_shares", "run_metrics"]
 
 
-def aggregate_metric(name: str, results: list[JudgeResult], rows: Sequence[Row], judged: bool) -> dict[str, float]:
+@dataclass(frozen=True)
+class OutputSummary:
+    """What one output's per-row results add up to, over all rows and per group: the sums and counts its metrics
+    are computed from. Summaries of parts of the data merge (:meth:`merge`) into the summary of the whole, so an
+    evaluation split over partitions logs the numbers one process would."""
+
+    all: Aggregate
+    groups: dict[str, Aggregate] = field(default_factory=dict)
+
+    def merge(self, other: OutputSummary) -> OutputSummary:
+        groups = dict(self.groups)
+        for g, agg in other.groups.items():
+            groups[g] = groups[g].merge(agg) if g in groups else agg
+        return OutputSummary(self.all.merge(other.all), groups)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"all": self.all.to_dict(), "groups": {g: a.to_dict() for g, a in self.groups.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OutputSummary:
+        return cls(Aggregate.from_dict(d["all"]), {g: Aggregate.from_dict(a) for g, a in d["groups"].items()})
+
+
+def summarize_output(results: Sequence[JudgeResult], rows: Sequence[Row]) -> OutputSummary:
+    """One output's per-row results as sums and counts, over all rows and per group."""
+    groups: dict[str, list[JudgeResult]] = {}
+    for res, r in zip(results, rows):
+        if r.group is not None:
+            groups.setdefault(r.group, []).append(res)
+    return OutputSummary(aggregate(results, levels=True),
+                         {g: aggregate(sub, levels=True) for g, sub in groups.items()})
+
+
+def output_metrics(name: str, summary: OutputSummary, judged: bool) -> dict[str, float]:
     """One output's metrics: ``<name>/mean`` over the scored rows and, for a judged output, what became of the
     rows (:meth:`~mlflow_ragjudge.core.types.Aggregate.as_metrics`); per group too."""
-    agg = aggregate(results)
+    agg = summary.all
     out: dict[str, float] = {}
     if judged:
         out.update(agg.as_metrics(name))
     elif agg.mean is not None:
         out[f"{name}/mean"] = agg.mean
-    groups = sorted({r.group for r in rows if r.group is not None})
-    for g in groups:
-        sub = [res for res, r in zip(results, rows) if r.group == g]
-        gagg = aggregate(sub)
+    for g in sorted(summary.groups):
+        gagg = summary.groups[g]
         gname = metric_name_safe(g)
         if gagg.mean is not None:
             out[f"{name}/mean/{gname}"] = gagg.mean
@@ -41,6 +74,41 @@ def aggregate_metric(name: str, results: list[JudgeResult], rows: Sequence[Row],
             out[f"{name}/count/{gname}"] = float(gagg.count)
             out[f"{name}/n_scored/{gname}"] = float(gagg.n_scored)
     return out
+
+
+def aggregate_metric(name: str, results: list[JudgeResult], rows: Sequence[Row], judged: bool) -> dict[str, float]:
+    """One output's metrics from its per-row results (:func:`output_metrics` of :func:`summarize_output`)."""
+    return output_metrics(name, summarize_output(results, rows), judged)
+
+
+def level_shares(name: str, agg: Aggregate) -> dict[str, float]:
+    """The distribution of the six levels over all rows, as the paper reports it: ``<name>/share_level_<n>`` for
+    n = 1..5, and ``share_level_0`` for the rows the judge was not sure about (abstained); failed rows are in
+    neither, so the shares add up to one minus the error rate."""
+    return {f"{name}/share_level_{lvl}": (agg.distribution.get("abstained" if lvl == 0 else str(lvl), 0) / agg.count
+                                          if agg.count else 0.0) for lvl in range(0, 6)}
+
+
+def run_metrics(specs: Sequence[MetricSpec], summaries: dict[str, dict[str, OutputSummary]], max_error_rate: float
+                ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Every output's metrics and the level shares of the six-level ones, from the outputs' summaries; and the
+    judged metrics that failed on more than ``max_error_rate`` of their rows (one report per metric: multi-turn's
+    three scores fail together)."""
+    out: dict[str, float] = {}
+    failures: list[dict[str, Any]] = []
+    for spec in specs:
+        outputs = summaries.get(spec.name, {})
+        for name, summary in outputs.items():
+            out.update(output_metrics(name, summary, spec.judged))
+        for name, summary in outputs.items():
+            if _on_levels(spec, name):
+                out.update(level_shares(name, summary.all))
+        if spec.judged and outputs:
+            report = failure_report(spec.name, next(iter(outputs.values())).all, max_error_rate)
+            if report is not None:
+                failures.append(report)
+    return out, failures
+
 
 def _on_levels(spec: MetricSpec, name: str) -> bool:
     """Whether an output is on the six-level scale (its abstention "not sure" is shown as level 0 in the table)."""
@@ -111,21 +179,22 @@ LIKELY_FIX: dict[str, str] = {
                    "command again: the judge-call cache holds every reply that arrived, so only the rest is sent",
 }
 
-def failure_report(name: str, results: Sequence[JudgeResult], max_error_rate: float) -> dict[str, Any] | None:
-    failed = [r for r in results if r.status is Status.FAILED]
-    if not results or len(failed) / len(results) <= max_error_rate:
+def failure_report(name: str, agg: Aggregate, max_error_rate: float) -> dict[str, Any] | None:
+    """A judged metric that failed on more than ``max_error_rate`` of its rows: how often, why, the likely fix."""
+    if not agg.count or agg.n_failed / agg.count <= max_error_rate:
         return None
-    reasons = Counter(r.reason or "unknown" for r in failed)
+    reasons = Counter(agg.reasons)
     top = reasons.most_common(1)[0][0]
     shown = ", ".join(f"{reason} x{count}" for reason, count in reasons.most_common())
+    rate = agg.n_failed / agg.count
     message = (
-        f"'{name}' failed on {len(failed)} of {len(results)} rows (error rate {len(failed) / len(results):.2f} > "
+        f"'{name}' failed on {agg.n_failed} of {agg.count} rows (error rate {rate:.2f} > "
         f"max_error_rate {max_error_rate:g}): {shown}. Likely fix: {LIKELY_FIX.get(top, 'see the transcripts')}."
     )
-    example = next((r.rationale for r in failed if r.reason == top and r.rationale), "")
+    example = agg.examples.get(top, "")
     if example:
         message += f" First error: {example[:200]}"
-    return {"metric": name, "error_rate": len(failed) / len(results), "failed": len(failed), "rows": len(results),
+    return {"metric": name, "error_rate": rate, "failed": agg.n_failed, "rows": agg.count,
             "reasons": dict(reasons), "message": message}
 
 def gate_outcome(fail_under: dict[str, float], metrics_out: dict[str, float]) -> list[dict[str, Any]]:

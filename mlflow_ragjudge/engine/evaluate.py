@@ -33,7 +33,7 @@ from ..core.types import JudgeResult, Row
 from ..llm.client import JudgeClient
 from ..llm.pricing import cost_usd
 from ..metrics.spec import Finish, MetricSpec, Prepared, RunContext, metric_names
-from .aggregate import aggregate_metric, build_table, failure_report, gate_outcome, usage_by_metric
+from .aggregate import OutputSummary, build_table, gate_outcome, run_metrics, summarize_output, usage_by_metric
 from .config import RagJudgeConfig
 from .human import calibrated_estimates, meta_evaluation
 from .inputs import check_human_labels, read_rows
@@ -78,6 +78,10 @@ class EvalOutput:
     gate: list[dict[str, Any]] = field(default_factory=list)
     #: the validated input rows (question, answer, contexts, ...), for the per-row traces; not saved with the run
     rows: list[Row] = field(default_factory=list, repr=False)
+    #: metric -> output -> the sums and counts behind its aggregates (they merge over parts of the data)
+    summaries: dict[str, dict[str, OutputSummary]] = field(default_factory=dict, repr=False)
+    #: metric -> the counts its ``finish`` hook added (they add up over parts of the data)
+    counts: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 
     @property
     def gate_passed(self) -> bool:
@@ -109,8 +113,9 @@ def _config(config: RagJudgeConfig | dict[str, Any] | None, overrides: dict[str,
     return RagJudgeConfig.from_dict({**(config or {}), **overrides})
 
 
-def _validate(data: Any, cfg: RagJudgeConfig) -> _Run:
-    """Step 1: everything that can refuse the input, before any judge call."""
+def _validate(data: Any, cfg: RagJudgeConfig, first_row: int = 0) -> _Run:
+    """Step 1: everything that can refuse the input, before any judge call (``first_row``: where ``data`` starts in
+    the whole data, when it is one part of it)."""
     if not isinstance(data, pd.DataFrame):
         raise InputError(f"data must be a pandas DataFrame, got {type(data).__name__}.")
     if len(data) == 0:
@@ -124,7 +129,8 @@ def _validate(data: Any, cfg: RagJudgeConfig) -> _Run:
     if cfg.human_labels:
         check_human_labels(data, cfg, labelled_outputs(specs), min_labelled=MIN_LABELS)
     repairs = Repairs()
-    rows = read_rows(data, cfg, required_text={c for s in specs for c in s.text_columns(cfg)}, repairs=repairs)
+    rows = read_rows(data, cfg, required_text={c for s in specs for c in s.text_columns(cfg)}, repairs=repairs,
+                     first_row=first_row)
     renamed = check_metric_name_parts(rows, cfg)
     ctx = RunContext(None, cfg, metrics=tuple(s.name for s in specs), rows=rows,
                      columns=frozenset(map(str, data.columns)), repairs=repairs)
@@ -164,9 +170,9 @@ def evaluate_frame(
 
 
 def _evaluate(data: Any, config: RagJudgeConfig | dict[str, Any] | None, client: JudgeClient | None,
-              overrides: dict[str, Any]) -> EvalOutput:
+              overrides: dict[str, Any], first_row: int = 0) -> EvalOutput:
     cfg = _config(config, overrides)
-    run = _validate(data, cfg)  # 1
+    run = _validate(data, cfg, first_row)  # 1
     specs, ctx = run.specs, run.ctx
     # 2. prepare: the client, embeddings and each metric's state
     if client is None and cfg.judge is not None and not is_offline_judge(cfg.judge) and any(s.judged for s in specs):
@@ -213,20 +219,18 @@ def _finish_metrics(run: _Run, results: dict[str, dict[str, list[JudgeResult]]])
 
 
 def _metrics(run: _Run, results: dict[str, dict[str, list[JudgeResult]]], finishes: dict[str, Finish]
-             ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Every output's aggregates, each metric's finishing metrics, and the judged metrics that failed too often."""
-    metrics_out: dict[str, float] = {}
-    failures: list[dict[str, Any]] = []
+             ) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, OutputSummary]]]:
+    """Every output's aggregates (from its summary: the sums and counts that also merge over partitions), each
+    metric's finishing metrics and counts, and the judged metrics that failed too often."""
+    summaries = {spec.name: {name: summarize_output(res, run.rows) for name, res in results[spec.name].items()}
+                 for spec in run.specs}
+    metrics_out, failures = run_metrics(run.specs, summaries, run.cfg.max_error_rate)
+    for report in failures:
+        warnings.warn(report["message"], JudgeFailureWarning, stacklevel=5)
     for spec in run.specs:
-        for name, res in results[spec.name].items():
-            metrics_out.update(aggregate_metric(name, res, run.rows, spec.judged))
-        if spec.judged and results[spec.name]:  # one report per metric (multi-turn's three scores fail together)
-            report = failure_report(spec.name, next(iter(results[spec.name].values())), run.cfg.max_error_rate)
-            if report is not None:
-                failures.append(report)
-                warnings.warn(report["message"], JudgeFailureWarning, stacklevel=5)
         metrics_out.update(finishes[spec.name].metrics)
-    return metrics_out, failures
+        metrics_out.update(finishes[spec.name].counts)
+    return metrics_out, failures, summaries
 
 
 def _usage(client: JudgeClient | None) -> tuple[dict[str, Any], dict[str, float]]:
@@ -248,7 +252,7 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
     cfg, client, specs = run.cfg, run.ctx.client, run.specs
     results = {s.name: by_output(s, per_row[s.name]) for s in specs}
     finishes = _finish_metrics(run, results)
-    metrics_out, failures = _metrics(run, results, finishes)
+    metrics_out, failures, summaries = _metrics(run, results, finishes)
     all_results = {name: res for s in specs for name, res in results[s.name].items()}
     table = build_table(run.rows, specs, results, per_row, finishes, run.data, cfg)
     meta_frame, meta_metrics = meta_evaluation(table, cfg)
@@ -298,7 +302,8 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
         record["interrupted"] = {"by": stop_reason(), "results_not_judged": stopped,
                                  "results": sum(len(res) for res in all_results.values())}
     return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, run.skipped,
-                      artifacts, failures, gate, list(run.rows))
+                      artifacts, failures, gate, list(run.rows), summaries,
+                      {name: dict(f.counts) for name, f in finishes.items()})
 
 
 def _dry_run(cfg: RagJudgeConfig, rows: Sequence[Row], specs: Sequence[MetricSpec], states: dict[str, Any],

@@ -216,14 +216,23 @@ def row_ids(df: pd.DataFrame, cfg: RagJudgeConfig, rows: Sequence[Row]) -> list[
     out: list[str] = []
     seen: Counter[str] = Counter()
     for r in rows:
+        base = row_key(r)
         if r.question is None:
-            out.append(f"row-{r.index}")
+            out.append(base)
             continue
-        key = json.dumps([r.question, r.acceptable_answers or []], ensure_ascii=False)
-        base = hashlib.sha1(key.encode("utf-8", "backslashreplace")).hexdigest()[:12]
         seen[base] += 1
         out.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
     return out
+
+
+def row_key(r: Row) -> str:
+    """A row's id before repeats are numbered: a hash of the question and the acceptable answers, or
+    ``row-<position>`` for a row with no question (:func:`row_ids` numbers the repeats of a hash ``-2``, ``-3``...
+    in order)."""
+    if r.question is None:
+        return f"row-{r.index}"
+    key = json.dumps([r.question, r.acceptable_answers or []], ensure_ascii=False)
+    return hashlib.sha1(key.encode("utf-8", "backslashreplace")).hexdigest()[:12]
 
 
 def off_scale(values: pd.Series, scale: tuple[float, float]) -> pd.Series:
@@ -273,9 +282,11 @@ def check_human_labels(df: pd.DataFrame, cfg: RagJudgeConfig, outputs: Mapping[s
 
 
 def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[str] = (),
-              repairs: Repairs | None = None) -> list[Row]:
+              repairs: Repairs | None = None, first_row: int = 0) -> list[Row]:
     """Every row of ``df`` as a :class:`Row`, checked cell by cell (``required_text``: the text columns
-    that must be non-empty in every row, because a metric of the run needs them)."""
+    that must be non-empty in every row, because a metric of the run needs them). ``first_row``: the position of
+    ``df``'s first row in the whole data when ``df`` is a part of it (a Spark partition), so that rows are numbered
+    and named in errors as in the whole."""
     repairs = repairs if repairs is not None else Repairs()
     required = set(required_text)
     present = {logical for logical in LOGICAL_COLUMNS if cfg.column(logical) in df.columns}
@@ -284,7 +295,7 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
         raise InputError(f"group_column={group_col!r} is not a column of the data ({list(df.columns)}).")
     _check_human_columns(df, cfg)
     rows: list[Row] = []
-    for pos, (_, rec) in enumerate(df.iterrows()):
+    for pos, (_, rec) in enumerate(df.iterrows(), start=first_row):
         r = Row(index=pos, relevance_threshold=cfg.relevance_threshold)
         for logical in TEXT_COLUMNS:
             if logical in present:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..core.constants import CONTEXT_PROVENANCE
 from ..core.matching import declines_to_answer
-from ..core.types import JudgeResult, aggregate
+from ..core.types import JudgeResult
 from ..core.values import is_int
 from ..llm.backends import ChatRequest, JsonSchema
 from ..llm.client import JudgeClient
@@ -28,7 +28,7 @@ from ..llm.parsing import parse_score_reply
 from ..llm.prompts import Prompt, fence_items, load_prompt, reference_text
 from .contexts import prepare_judge_contexts
 from .offline_evidence import LEVEL_WORDS, OfflineEvidence, answer_features, answer_found, code_conflict
-from .spec import Finish, MetricSpec, Option
+from .spec import MetricSpec, Option
 from .statements import estimate_messages
 
 __all__ = ["CorrectnessJudge", "format_contexts", "LEVELS"]
@@ -239,23 +239,6 @@ def _per_mode(key: str) -> Any:
     return build
 
 
-def level_shares(name: str, results: Sequence[JudgeResult]) -> dict[str, float]:
-    """The distribution of the six levels over all rows, as the paper reports it: ``<name>/share_level_<n>`` for
-    n = 1..5, and ``share_level_0`` for the rows the judge was not sure about (abstained); failed rows are in
-    neither, so the shares add up to one minus the error rate."""
-    agg = aggregate(results, levels=True)
-    return {f"{name}/share_level_{lvl}": (agg.distribution.get("abstained" if lvl == 0 else str(lvl), 0) / agg.count
-                                          if agg.count else 0.0) for lvl in range(0, 6)}
-
-
-def _finish(state: Any, rows: Sequence[Any], by_row: list[dict[str, JudgeResult]], ctx: Any) -> Finish:
-    names = list(dict.fromkeys(name for res in by_row for name in res))
-    metrics: dict[str, float] = {}
-    for name in names:
-        metrics.update(level_shares(name, [res[name] for res in by_row if name in res]))
-    return Finish(metrics=metrics)
-
-
 def offline_correctness(ev: OfflineEvidence, question: str, response: str, references: Sequence[str],
                         contexts: Sequence[str] | None = None) -> JudgeResult:
     """Six-level correctness of ``response`` against the acceptable answers ``references`` (the best one
@@ -318,7 +301,6 @@ def _spec() -> Any:
         judged=True,
         prepare=prepare_judge_contexts,
         setup=shared_correctness_judge,
-        finish=_finish,
         score=_score,
         estimate=_estimate,
         outputs=("correctness", "correctness_"),

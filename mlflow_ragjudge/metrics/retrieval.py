@@ -92,8 +92,8 @@ def _finish(state: _RetrievalState, rows: Sequence[Any], results: Any, ctx: Any)
     fin = Finish()
     if state.have_ids:
         scored = sum(1 for r in rows if r.relevant_doc_ids)
-        fin.metrics["retrieval/rows_scored"] = float(scored)
-        fin.metrics["retrieval/rows_without_gold_ids"] = float(len(rows) - scored)
+        fin.counts["retrieval/rows_scored"] = float(scored)
+        fin.counts["retrieval/rows_without_gold_ids"] = float(len(rows) - scored)
         if scored < len(rows):
             fin.skipped["retrieval_rows_without_gold_ids"] = f"{len(rows) - scored} row(s) have no relevant_doc_ids"
     return fin

@@ -121,6 +121,8 @@ class Finish:
     """What a metric adds once all its rows are scored."""
 
     metrics: dict[str, float] = field(default_factory=dict)  # logged as they are
+    #: counts logged as they are that add up over parts of the data (an evaluation split over partitions sums them)
+    counts: dict[str, float] = field(default_factory=dict)
     columns: dict[str, list[Any]] = field(default_factory=dict)  # extra per-row table columns
     artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # JSONL artifacts
     skipped: dict[str, str] = field(default_factory=dict)
@@ -158,7 +160,8 @@ class MetricSpec:
         columns: extra per-row table columns: column name -> function of one row's results.
         finish: run-level metrics, columns, artifacts and skips once all rows are scored.
         headline: its first output is the per-row table's headline score (shown first).
-        levels: outputs on the six-level scale (their level shares are logged and level 0 shown as 0).
+        levels: outputs on the six-level scale (the engine logs their level shares ``<output>/share_level_<n>`` and
+            shows level 0 as 0).
         prompt_versions: the prompt versions its state uses.
         record: entries for the run's config record (``ragjudge/config.json``).
         params: extra MLflow params.

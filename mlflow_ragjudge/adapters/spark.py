@@ -1,0 +1,438 @@
+"""Evaluate a Spark DataFrame where its rows are: ``mlflow_ragjudge.spark.evaluate_spark``.
+
+The rows are scored in the executors (``mapInPandas`` over the partitions; each Python worker builds one judge client
+from the run's config and keeps it across its tasks) and never collected to the driver. Each part hands back the
+sums and counts behind the run's numbers (:mod:`mlflow_ragjudge.engine.parts`), and the driver adds them up into the
+metrics :func:`~mlflow_ragjudge.evaluate_frame` gives on the same rows, and logs one MLflow run. Four passes over the
+data, only the third of which can call a judge:
+
+1. the rows per partition (a count in the JVM), so that every row has its position in the whole data;
+2. every check ``evaluate_frame`` makes before any judge call, on every partition; the first error (in the order of
+   the data) is raised on the driver, with the row numbered as in the whole data, and nothing is sent;
+3. the scoring, persisted, so that nothing is scored twice;
+4. the per-row ids (a repeated question gets ``-2``, ``-3`` ... in the order of the whole data, as in one process).
+
+Needs the ``spark`` extra (``pip install 'mlflow-ragjudge[spark]'``: pyspark and pyarrow).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ..core.constants import VERSION, is_offline_judge
+from ..core.errors import InputError
+from ..engine.aggregate import gate_outcome
+from ..engine.config import RagJudgeConfig
+from ..engine.evaluate import EvalOutput
+from ..engine.inputs import LIST_COLUMNS, TEXT_COLUMNS, row_ids, row_key
+from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_parts, part_summary, validate_part
+from ..engine.prepare import build_client
+from ..engine.select import select_metrics
+from ..llm.client import JudgeClient
+
+__all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS"]
+
+#: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
+DEFAULT_TABLE_ROWS = 1000
+#: columns the scoring pass adds and the result drops
+_ROW, _KEY, _CELLS, _PART = "_ragjudge_row", "_ragjudge_key", "_ragjudge_cells", "_ragjudge_part"
+#: per-row table columns that repeat an input column
+_FROM_INPUT = ("question", "answer", "reference", "group", "row_id")
+
+
+@dataclass
+class SparkEvaluation:
+    """What :func:`evaluate_spark` gives.
+
+    Attributes:
+        rows: a Spark DataFrame: the input columns and every per-row result, named as in the per-row table
+            (``correctness/score``, ``correctness/status`` ..., ``row_id``), ready to write to Parquet or Delta.
+            It is read from the scoring pass, which stays persisted (cached by Spark) so that nothing is scored
+            twice: call :meth:`unpersist` once the rows are written. (While it is persisted, Spark answers an
+            identical evaluation of the same data from it.)
+        metrics: the run's aggregates, with the names and values ``evaluate_frame`` gives on the same rows.
+        run_id: the MLflow run they were logged to (None with ``log=False``).
+        config: the run's record (``ragjudge/config.json``).
+        failures: judged metrics that failed on more than ``max_error_rate`` of their rows.
+        skipped: metric -> why it did not run.
+    """
+
+    rows: Any
+    metrics: dict[str, float]
+    run_id: str | None
+    config: dict[str, Any]
+    params: dict[str, str]
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    #: the ``fail_under`` quality gate, as ``EvalOutput.gate``
+    gate: list[dict[str, Any]] = field(default_factory=list)
+
+    scored: Any = field(default=None, repr=False)
+
+    @property
+    def gate_passed(self) -> bool:
+        return all(g["passed"] for g in self.gate)
+
+    def unpersist(self) -> None:
+        """Free the persisted scoring pass (``rows`` is computed again, judge calls included, if read after)."""
+        if self.scored is not None:
+            self.scored.unpersist()
+
+
+def _pyspark() -> Any:
+    try:
+        import pyspark.sql.functions as F  # noqa: N812  (Spark's own convention)
+    except ImportError as e:  # the extra is not installed
+        raise ImportError("mlflow_ragjudge.spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'"
+                          ) from e
+    return F
+
+
+# ----------------------------------------------------------------------------------------------- the driver's checks
+
+def _check_schema(schema: Any, cfg: RagJudgeConfig) -> None:
+    """Spark types that cannot hold what a column needs, refused before any row is read (the cells are checked
+    row by row in pass 2, with the pandas path's messages)."""
+    from pyspark.sql.types import ArrayType, MapType, StringType
+
+    fields = {f.name: f.dataType for f in schema.fields}
+    for logical in TEXT_COLUMNS:
+        col = cfg.column(logical)
+        if col in fields and not isinstance(fields[col], StringType) and not (
+                logical == "reference" and isinstance(fields[col], ArrayType)):
+            several = ", or array<string> for several acceptable answers" if logical == "reference" else ""
+            raise InputError(f"Column '{col}' is a Spark {fields[col].simpleString()} column; it must be string "
+                             f"(text){several}. Cast it, e.g. F.col('{col}').cast('string').")
+    for logical in (*LIST_COLUMNS, "retrieved_doc_ids", "relevant_doc_ids", "citations"):
+        col = cfg.column(logical)
+        if col not in fields:
+            continue
+        t = fields[col]
+        ok = isinstance(t, (ArrayType, StringType)) or (logical == "relevant_doc_ids" and isinstance(t, MapType))
+        if not ok:
+            raise InputError(f"Column '{col}' is a Spark {t.simpleString()} column; it must be array<string> (a list, "
+                             "one item per passage or id) or a string holding a JSON list. Build it with "
+                             f"F.array(...) or F.from_json('{col}', 'array<string>').")
+        if isinstance(t, ArrayType) and logical in LIST_COLUMNS and not isinstance(t.elementType, StringType):
+            raise InputError(f"Column '{col}' is a Spark {t.simpleString()} column; passages must be strings: "
+                             "array<string>.")
+
+
+def _offsets(sdf: Any) -> dict[int, int]:
+    """Pass 1: the position of each partition's first row in the whole data (counted the way the later passes see
+    the partitions: in Python, by task)."""
+    counts: dict[int, int] = {}
+    for p, n in sdf.mapInPandas(_count_rows, "p long, n long").collect():
+        counts[int(p)] = counts.get(int(p), 0) + int(n)
+    out, at = {}, 0
+    for p in sorted(counts):
+        out[p] = at
+        at += counts[p]
+    return out
+
+
+def _count_rows(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    p = _partition_id()
+    yield pd.DataFrame({"p": [p], "n": [sum(len(b) for b in batches)]})
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return int(ctx.partitionId()) if ctx is not None else 0
+
+
+# ----------------------------------------------------------------------------------------------- in the executors
+
+_CLIENTS: dict[str, JudgeClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(cfg: RagJudgeConfig) -> JudgeClient | None:
+    """This Python worker's judge client for the run's config, built once and kept across its tasks (its provider
+    gate, its connections and the structured-output mode it negotiated carry over)."""
+    if cfg.judge is None or is_offline_judge(cfg.judge):
+        return None
+    key = json.dumps(cfg.as_dict(), sort_keys=True, default=str)
+    with _CLIENTS_LOCK:
+        if key not in _CLIENTS:
+            _CLIENTS[key] = build_client(cfg)
+        return _CLIENTS[key]
+
+
+def _usage(client: JudgeClient | None) -> dict[str, Any]:
+    if client is None:
+        return {}
+    s = client.summary()
+    return {k: s.get(k, 0) for k in USAGE_KEYS} | {"cost_usd": s.get("cost_usd")}
+
+
+def _minus(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    out = {k: after[k] - before.get(k, 0) for k in USAGE_KEYS if k in after}
+    a, b = after.get("cost_usd"), before.get("cost_usd")
+    out["cost_usd"] = None if a is None or b is None else a - b
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    """A table cell as JSON: numbers and text as they are, anything else as its JSON text (a string column)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if hasattr(value, "item") and not hasattr(value, "__len__"):
+        return _jsonable(value.item())  # numpy scalars
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _spark_type(values: list[Any]) -> str:
+    kinds = {type(v) for v in values if v is not None}
+    if not kinds:
+        return "null"
+    if kinds <= {float, int}:
+        return "double"
+    if kinds == {bool}:
+        return "boolean"
+    return "string"
+
+
+class _Validate:
+    """Pass 2 (picklable for the executors): each batch's first error, or nothing."""
+
+    def __init__(self, cfg: dict[str, Any], offsets: dict[int, int]) -> None:
+        self.cfg, self.offsets = cfg, offsets
+
+    def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        cfg = RagJudgeConfig.from_dict(self.cfg)
+        at = self.offsets.get(_partition_id(), 0)
+        ready = None
+        try:
+            _client(cfg)  # the judge's credentials must reach the executors
+        except (InputError, ValueError) as e:
+            ready = (f"On the Spark executors: {e} (an executor's environment comes from the cluster: "
+                     "spark.executorEnv.<NAME> or the cluster's secrets, set before the session starts).")
+        for batch in batches:
+            error = ready
+            try:
+                if error is None:
+                    validate_part(batch, cfg, at)
+                if cfg.column("row_id") in batch.columns:
+                    row_ids(batch, cfg, [])  # empty or repeated ids within the batch
+            except (InputError, ValueError) as e:
+                error = str(e)
+            yield pd.DataFrame({"first_row": [at], "error": [error]})
+            at += len(batch)
+
+
+class _Score:
+    """Pass 3 (picklable for the executors): each batch evaluated as ``evaluate_frame`` would, its input columns
+    passed through with the row's position, id key and result cells; the batch's summary rides on its first row."""
+
+    def __init__(self, cfg: dict[str, Any], offsets: dict[int, int], drop: tuple[str, ...]) -> None:
+        self.cfg, self.offsets, self.drop = cfg, offsets, drop
+
+    def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        cfg = RagJudgeConfig.from_dict(self.cfg)
+        client = _client(cfg)
+        at = self.offsets.get(_partition_id(), 0)
+        for batch in batches:
+            before = _usage(client)
+            out = evaluate_part(batch, cfg, first_row=at, client=client)
+            summary = part_summary(out, at, _minus(_usage(client), before) if client is not None else None)
+            yield self._rows(batch, out, summary, at)
+            at += len(batch)
+
+    def _rows(self, batch: pd.DataFrame, out: EvalOutput, summary: dict[str, Any], at: int) -> pd.DataFrame:
+        table = out.table.drop(columns=[c for c in (*_FROM_INPUT, *self.drop) if c in out.table.columns])
+        cells = {c: [_jsonable(v) for v in table[c].tolist()] for c in table.columns}
+        summary["columns"] = {c: _spark_type(v) for c, v in cells.items()}
+        res = batch.copy()
+        res[_ROW] = range(at, at + len(batch))
+        res[_KEY] = [row_key(r) for r in out.rows]
+        res[_CELLS] = [json.dumps({c: cells[c][i] for c in cells}, ensure_ascii=False) for i in range(len(batch))]
+        res[_PART] = [json.dumps(summary, default=str)] + [None] * (len(batch) - 1)
+        return res
+
+
+# ----------------------------------------------------------------------------------------------- the entry point
+
+def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int) -> dict[str, Any]:
+    """The config each task runs with: the whole job's request limit (and concurrency, when set) shared between the
+    tasks that run at once; no progress bar, no traces (the driver logs the run)."""
+    d = cfg.as_dict()
+    if cfg.requests_per_minute:
+        d["requests_per_minute"] = cfg.requests_per_minute / concurrent_tasks
+    if cfg.max_concurrency:
+        d["max_concurrency"] = max(1, cfg.max_concurrency // concurrent_tasks)
+    d["progress"] = False
+    return d
+
+
+def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig | None = None, *,
+                   experiment: str | None = None, run_name: str | None = None, log: bool = True,
+                   table_rows: int | str = DEFAULT_TABLE_ROWS) -> SparkEvaluation:
+    """Evaluate the rows of a Spark DataFrame in the executors and log one MLflow run from the driver.
+
+    Args:
+        sdf: one row per question, with the columns ``evaluate_frame`` reads (``col_mapping`` renames them):
+            text columns as string, ``contexts`` / ids as array<string> (or JSON text).
+        evaluator_config: the run's config, as for ``mlflow.evaluate(..., evaluator_config=...)``. ``cache`` (a
+            path every executor reaches) and ``requests_per_minute`` (for the whole job: shared between the tasks
+            that run at once) matter most on a cluster; see docs/scaling.md.
+        experiment: the MLflow experiment's name (created if needed); default: the active one.
+        run_name: the run's name.
+        log: False: compute, log nothing (``run_id`` is None).
+        table_rows: rows of the per-row table logged with the run (a seeded sample), or ``"all"``.
+
+    Raises:
+        InputError: a missing column, a column of the wrong Spark type, or a bad cell (the first in the order of
+            the data, named as the pandas path names it): before any judge call.
+    """
+    F = _pyspark()  # noqa: N806
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    cfg = evaluator_config if isinstance(evaluator_config, RagJudgeConfig) else \
+        RagJudgeConfig.from_dict(evaluator_config or {})
+    if not (table_rows == "all" or (isinstance(table_rows, int) and table_rows >= 0)):
+        raise ValueError(f"table_rows={table_rows!r}: give a number of rows >= 0, or 'all'.")
+    check_splittable(cfg)
+    _check_schema(sdf.schema, cfg)
+    select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
+    t0 = time.perf_counter()
+    spark = sdf.sparkSession
+    offsets = _offsets(sdf)
+    if not offsets:
+        raise InputError("The data has no rows: pass at least one row with question/answer/reference columns.")
+    partitions = sdf.rdd.getNumPartitions()
+    concurrent = max(1, min(partitions, spark.sparkContext.defaultParallelism))
+    id_col = cfg.column("row_id")
+    if id_col in sdf.columns:
+        dup = [r[0] for r in sdf.groupBy(id_col).count().where("count > 1").limit(3).collect()]
+        if dup:
+            raise InputError(f"Column '{id_col}' (row ids) repeats {dup}; row ids must be unique (they key human "
+                             "labels).")
+    # 2. every check before any judge call
+    run_cfg = _executor_config(cfg, concurrent)
+    errors = (sdf.mapInPandas(_Validate(run_cfg, offsets), "first_row long, error string")
+              .where(F.col("error").isNotNull()).orderBy("first_row").limit(1).collect())
+    if errors:
+        raise InputError(errors[0]["error"])
+    # 3. the scoring, once
+    human = tuple(dict.fromkeys([*cfg.human_columns, *cfg.human_labels.values()]))
+    schema = StructType([*sdf.schema.fields, StructField(_ROW, LongType()), StructField(_KEY, StringType()),
+                         StructField(_CELLS, StringType()), StructField(_PART, StringType())])
+    scored = sdf.mapInPandas(_Score(run_cfg, offsets, human), schema)
+    scored = scored.persist()
+    parts = [json.loads(r[0]) for r in scored.where(F.col(_PART).isNotNull()).select(_PART).collect()]
+    merged = merge_parts(parts, cfg)
+    gate = gate_outcome(cfg.fail_under, merged.metrics)
+    # 4. the per-row result columns, typed, and the row ids as one process numbers them
+    types: dict[str, str] = {}
+    for p in sorted(parts, key=lambda p: p["first_row"]):
+        for c, t in p["columns"].items():
+            if t != "null":
+                types[c] = t if types.get(c) in (None, t) else "string"
+            else:
+                types.setdefault(c, "null")
+    ddl = {"double": "double", "boolean": "boolean", "string": "string", "null": "string"}
+    cell_schema = StructType.fromDDL(", ".join(f"`{c}` {ddl[t]}" for c, t in types.items())) if types else None
+    rows = scored
+    if cell_schema is not None:
+        parsed = F.from_json(F.col(_CELLS), cell_schema)
+        rows = rows.select("*", *[parsed.getField(c).alias(c) for c in types])
+    if id_col not in sdf.columns:
+        rows = _with_row_ids(rows)
+    sample = _table_sample(rows, cfg, table_rows)
+    rows = rows.drop(_KEY, _CELLS, _PART, _ROW)
+    wall = round(time.perf_counter() - t0, 3)
+    record = _record(cfg, merged, partitions, concurrent, wall, table_rows, len(sample))
+    record["gate"] = gate
+    params = {"ragjudge.version": VERSION, **merged.params, "ragjudge.spark.partitions": str(partitions)}
+    run_id = _log(merged, params, record, sample, gate, experiment, run_name) if log else None
+    return SparkEvaluation(rows, merged.metrics, run_id, record, params, merged.failures, merged.skipped, gate,
+                           scored)
+
+
+def _with_row_ids(rows: Any) -> Any:
+    """The ``row_id`` column as one process numbers it: the row's key, with ``-2``, ``-3`` ... for the repeats of a
+    key in the order of the data. Only the repeated keys are numbered (a small join, broadcast), so the rows keep
+    their partitions and their order."""
+    F = _pyspark()  # noqa: N806
+    from pyspark.sql import Window
+
+    repeated = rows.groupBy(_KEY).count().where(F.col("count") > 1).select(_KEY)
+    n = F.row_number().over(Window.partitionBy(_KEY).orderBy(_ROW))
+    numbered = (rows.select(_KEY, _ROW).join(repeated, _KEY)
+                .select(_ROW, F.when(n == 1, F.col(_KEY)).otherwise(
+                    F.concat(F.col(_KEY), F.lit("-"), n.cast("string"))).alias("_ragjudge_id")))
+    return (rows.join(F.broadcast(numbered), _ROW, "left")
+            .withColumn("row_id", F.coalesce(F.col("_ragjudge_id"), F.col(_KEY))).drop("_ragjudge_id"))
+
+
+def _table_sample(rows: Any, cfg: RagJudgeConfig, table_rows: int | str) -> pd.DataFrame:
+    """The per-row table logged with the run: a seeded sample (or every row), laid out as ``evaluate_frame``'s."""
+    F = _pyspark()  # noqa: N806
+    pick = rows if table_rows == "all" else rows.orderBy(F.xxhash64(F.col(_ROW), F.lit(cfg.seed))).limit(
+        int(table_rows)).orderBy(_ROW)
+    frame = pick.toPandas()
+    cells = [c for c in frame.columns if "/" in c]
+    out = pd.DataFrame()
+    q = cfg.column("question")
+    out["question"] = frame[q] if q in frame.columns else [f"row {i}" for i in frame[_ROW]]
+    for c in cells:
+        out[c] = frame[c]
+    for logical in ("answer", "reference", "group"):
+        if cfg.column(logical) in frame.columns:
+            out[logical] = frame[cfg.column(logical)].map(_plain)
+    out["row_id"] = frame[cfg.column("row_id") if cfg.column("row_id") in frame.columns else "row_id"].astype(str)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A cell as the per-row table shows it (several acceptable answers as a JSON list)."""
+    if hasattr(value, "tolist") and not isinstance(value, str):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value), ensure_ascii=False)
+    return value
+
+
+def _record(cfg: RagJudgeConfig, merged: Any, partitions: int, concurrent: int, wall: float,
+            table_rows: int | str, logged: int) -> dict[str, Any]:
+    return {
+        "package_version": VERSION, "config": cfg.public_params(), "rows": merged.rows,
+        "metrics_run": [m for m in merged.params.get("ragjudge.metrics", "").split(",") if m],
+        "prompt_versions": merged.prompt_versions, "usage": merged.usage, "usage_by_metric": merged.usage_by_metric,
+        "skipped": merged.skipped, "failures": merged.failures, "seconds": wall,
+        "spark": {"partitions": partitions, "concurrent_tasks": concurrent, "seconds_in_parts": merged.seconds,
+                  "requests_per_minute_per_task": (cfg.requests_per_minute / concurrent
+                                                   if cfg.requests_per_minute else None),
+                  "table": "every row" if table_rows == "all" else f"a seeded sample of {logged} rows"},
+    }
+
+
+def _log(merged: Any, params: dict[str, str], record: dict[str, Any], sample: pd.DataFrame,
+         gate: list[dict[str, Any]], experiment: str | None, run_name: str | None) -> str:
+    """One MLflow run from the driver: the metrics, params, the config record and the per-row table (sample)."""
+    import mlflow
+
+    from .evaluator import log_output
+
+    if experiment is not None:
+        mlflow.set_experiment(experiment)
+    record = {**record, "config": {**record["config"], "traces": 0}}  # the rows stay in Spark: no per-row traces
+    out = EvalOutput(merged.metrics, sample, {}, [], params, record, None, merged.skipped, {}, merged.failures,
+                     gate, [])
+    with mlflow.start_run(run_name=run_name) as run:
+        mlflow.set_tag("ragjudge.spark", f"{merged.rows} rows in {record['spark']['partitions']} partitions")
+        log_output(out, run.info.run_id)
+        return str(run.info.run_id)

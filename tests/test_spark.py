@@ -1,0 +1,209 @@
+"""Evaluations on Spark (``mlflow_ragjudge.spark.evaluate_spark``) on a real local Spark session (``local[2]``,
+the executors' Python is this venv's): the same aggregates as ``evaluate_frame`` on the same rows, the judge's
+requests counted at the fake server, bad input refused before any call, one MLflow run logged from the driver.
+
+Skipped when pyspark (the ``spark`` extra) or Java is not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java (17 or newer)", allow_module_level=True)
+
+import mlflow  # noqa: E402
+from compliant_model import CompliantModel  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+import mlflow_ragjudge as rj  # noqa: E402
+from mlflow_ragjudge.core.errors import InputError  # noqa: E402
+from mlflow_ragjudge.spark import evaluate_spark  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from throughput import make_rows  # noqa: E402
+
+pytestmark = pytest.mark.timeout(900)
+
+KEY = "sk-spark-executors-0001"
+JUDGED = ["correctness", "faithfulness", "context_precision", "context_recall"]
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("ragjudge-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.executorEnv.OPENAI_API_KEY", KEY)  # credentials reach the executors this way
+               .config("spark.executorEnv.MLFLOW_DISABLE_TELEMETRY", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def _rows(n: int, repeat: bool = True) -> pd.DataFrame:
+    df = make_rows(n)
+    rng = random.Random(7)
+    df["group"] = [rng.choice(["sql", "ml", None]) for _ in range(n)]
+    if repeat:  # a repeated question: its row ids are numbered in the order of the whole data
+        df.loc[5, ["question", "reference"]] = df.loc[3, ["question", "reference"]].tolist()
+    return df
+
+
+def _close(a: dict[str, float], b: dict[str, float], tol: float = 1e-9) -> list[str]:
+    assert set(a) == set(b), f"names differ: {sorted(set(a) ^ set(b))[:10]}"
+    return [k for k in a if abs(a[k] - b[k]) > tol]
+
+
+def test_offline_metrics_on_four_partitions_equal_evaluate_frame(spark):
+    df = _rows(2000)
+    cfg = {"judge": "offline:/lexical", "bertscore": False, "cache": False}
+    ref = rj.evaluate_frame(df, cfg)
+    sdf = spark.createDataFrame(df).repartition(4)
+    assert sdf.rdd.getNumPartitions() == 4
+    res = evaluate_spark(sdf, cfg, log=False)
+    assert not _close(ref.metrics, res.metrics)
+    assert res.metrics["correctness/count"] == 2000 and "correctness/mean/sql" in res.metrics
+    assert res.metrics["retrieval/rows_scored"] == ref.metrics["retrieval/rows_scored"]
+    # per row too: every result column, keyed by the row ids, which number the repeated question as one process does
+    got = res.rows.toPandas().set_index("row_id")
+    want = ref.table.set_index("row_id")
+    assert set(got.index) == set(want.index) and want.index.is_unique
+    assert want.loc[want.index.str.endswith("-2")].shape[0] == 1
+    for col in [c for c in want.columns if c.endswith("/score")]:
+        pd.testing.assert_series_equal(got.loc[want.index, col].astype(float), want[col].astype(float),
+                                       check_names=False, rtol=0, atol=1e-12)
+    statuses = [c for c in want.columns if c.endswith("/status")]
+    assert statuses and all((got.loc[want.index, c] == want[c]).all() for c in statuses)
+    # the input columns pass through untouched
+    assert {"question", "answer", "contexts", "retrieved_doc_ids", "group"} <= set(got.columns)
+    res.unpersist()
+
+
+@pytest.fixture
+def judged(fake_llm):
+    fake_llm.set_handler(CompliantModel("json_schema"))
+    return f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+
+
+def test_judged_metrics_equal_evaluate_frame_and_a_rerun_sends_nothing(spark, fake_llm, judged, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    df = _rows(40, repeat=False)
+    ref = rj.evaluate_frame(df, {"judge": judged, "metrics": JUDGED, "cache": False})
+    pandas_requests = fake_llm.request_count
+    fake_llm.reset()
+    cfg = {"judge": judged, "metrics": JUDGED, "cache": str(tmp_path / "calls.sqlite")}
+    res = evaluate_spark(spark.createDataFrame(df).repartition(4), cfg, log=False)
+    scores = {k: v for k, v in ref.metrics.items() if not k.startswith("judge/")}
+    assert not _close(scores, {k: v for k, v in res.metrics.items() if not k.startswith("judge/")})
+    # at most the pandas run's requests plus each Python worker's own negotiation of the output format
+    negotiation = res.config["usage"]["format_refusals"]
+    sent = fake_llm.request_count
+    assert 0 < sent <= pandas_requests + negotiation
+    assert res.metrics["judge/calls"] == ref.metrics["judge/calls"]
+    assert res.metrics["correctness/n_failed"] == 0
+    # the identical re-run: every reply from the shared cache, nothing sent
+    res.unpersist()  # else Spark would answer the identical plan from the persisted scoring
+    fake_llm.reset()
+    again = evaluate_spark(spark.createDataFrame(df).repartition(4), cfg, log=False)
+    assert fake_llm.request_count == 0
+    usage = again.config["usage"]
+    # each reply comes from the cache file, or from the Python worker's memory of its last run (Spark reuses workers)
+    assert usage["cache_hits"] + usage["merged"] == usage["calls"] == ref.metrics["judge/calls"], usage
+    with sqlite3.connect(tmp_path / "calls.sqlite") as db:  # every paid reply is in the shared cache
+        assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == sent - negotiation
+    assert not _close(scores, {k: v for k, v in again.metrics.items() if not k.startswith("judge/")})
+
+
+def test_a_failing_judge_fails_rows_with_their_reason_and_the_run_completes(spark, fake_llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake_llm.set_handler(lambda req: (_ for _ in ()).throw(RuntimeError("judge down")))  # every reply a 500
+    judge = f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+    res = evaluate_spark(spark.createDataFrame(_rows(8)).repartition(4),
+                         {"judge": judge, "metrics": ["correctness"], "cache": False, "max_attempts": 2},
+                         log=False)
+    rows = res.rows.toPandas()
+    assert len(rows) == 8
+    assert rows["correctness/status"].str.startswith("failed:").all()
+    assert res.metrics["correctness/n_failed"] == 8 and res.failures and res.failures[0]["metric"] == "correctness"
+
+
+def _first_error(fn):
+    with pytest.raises(InputError) as e:
+        fn()
+    return str(e.value)
+
+
+def test_bad_input_gets_the_pandas_paths_error_before_any_call(spark, fake_llm, judged, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    cfg = {"judge": judged, "metrics": JUDGED, "cache": False}
+    df = _rows(30)
+    # a missing column
+    no_ref = df.drop(columns=["reference"])
+    assert (_first_error(lambda: evaluate_spark(spark.createDataFrame(no_ref), cfg, log=False))
+            == _first_error(lambda: rj.evaluate_frame(no_ref, cfg)))
+    # cells that are not lists (contexts as JSON text is fine), the first in the data's second partition: the pandas
+    # path's message, with the row numbered as in the whole data
+    bad = df.copy()
+    bad["contexts"] = [json.dumps(list(c)) for c in bad["contexts"]]
+    bad.loc[[23, 27], "contexts"] = "a passage, not a list"
+    sdf = spark.createDataFrame(bad)
+    assert sdf.rdd.getNumPartitions() == 2
+    spark_err = _first_error(lambda: evaluate_spark(sdf, cfg, log=False))
+    assert "Column 'contexts' row 23 holds a string" in spark_err
+    assert spark_err == _first_error(lambda: rj.evaluate_frame(bad, cfg))
+    # a column of the wrong Spark type
+    typed = spark.createDataFrame(df.assign(answer=range(len(df))))
+    assert "Column 'answer' is a Spark bigint column; it must be string" in _first_error(
+        lambda: evaluate_spark(typed, cfg, log=False))
+    ids = spark.createDataFrame(df.assign(retrieved_doc_ids=range(len(df))))
+    assert "Column 'retrieved_doc_ids' is a Spark bigint column; it must be array<string>" in _first_error(
+        lambda: evaluate_spark(ids, cfg, log=False))
+    # what a split run cannot do, said before it starts
+    assert "human_labels" in _first_error(lambda: evaluate_spark(
+        spark.createDataFrame(df.assign(h=1.0)), {**cfg, "human_labels": {"correctness": "h"}}, log=False))
+    assert fake_llm.request_count == 0
+
+
+def test_missing_credentials_on_the_executors_are_said_before_any_call(fake_llm, judged, monkeypatch):
+    # a second session would share the JVM; use the driver-side check through a config whose key cannot be found
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    # no base_url and no key: the OpenAI backend refuses to start on the executors (their env has a key here, so
+    # the refusal is provoked through an Anthropic judge, whose key no executor has)
+    spark = SparkSession.builder.getOrCreate()
+    with pytest.raises(InputError) as e:
+        evaluate_spark(spark.createDataFrame(_rows(6)), {"judge": "anthropic:/claude-x", "metrics": ["correctness"],
+                                                        "cache": False}, log=False)
+    assert "On the Spark executors" in str(e.value) and "spark.executorEnv" in str(e.value)
+    assert fake_llm.request_count == 0
+
+
+def test_one_run_is_logged_from_the_driver(spark, tmp_tracking):
+    df = _rows(120)
+    cfg = {"judge": "offline:/lexical", "bertscore": False, "cache": False, "metrics": ["correctness", "lexical"]}
+    res = evaluate_spark(spark.createDataFrame(df).repartition(4), cfg, experiment="spark-runs", run_name="bm25",
+                         table_rows=50)
+    run = mlflow.get_run(res.run_id)
+    assert run.info.run_name == "bm25"
+    assert mlflow.get_experiment(run.info.experiment_id).name == "spark-runs"
+    assert run.data.metrics["correctness/mean"] == pytest.approx(res.metrics["correctness/mean"], abs=1e-12)
+    assert run.data.params["ragjudge.spark.partitions"] == "4"
+    table = rj.load_output(res.run_id).table
+    assert len(table) == 50 and table["row_id"].is_unique and "correctness/score" in table.columns
+    assert list(table.columns[:2]) == ["question", "correctness/score"]
+    cfg_record = json.loads(Path(mlflow.artifacts.download_artifacts(
+        run_id=res.run_id, artifact_path="ragjudge/config.json")).read_text())
+    assert cfg_record["rows"] == 120 and cfg_record["spark"]["partitions"] == 4
+    assert "a seeded sample of 50 rows" in cfg_record["spark"]["table"]
