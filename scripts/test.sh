@@ -21,6 +21,11 @@ if [ -z "$extras" ]; then
          "RAGJUDGE_TEST_EXTRAS=dev,local bash scripts/test.sh (see scripts/setup_env.sh for a CPU build)" >&2
   fi
 fi
+# Spark runs in local mode where Java is (as on CI's machines): the spark extra (pyspark, pyarrow) comes too, and the
+# Spark tests run; without Java they skip, saying why.
+if command -v java >/dev/null 2>&1 && [[ "$extras" != *spark* ]]; then
+  extras="$extras,spark"
+fi
 bash scripts/setup_env.sh "$extras"
 # The UI test drives the real MLflow UI in headless Chromium; in CI (root, Debian) install it, elsewhere
 # that test skips with the reason when chromium is missing.

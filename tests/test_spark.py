@@ -207,3 +207,38 @@ def test_one_run_is_logged_from_the_driver(spark, tmp_tracking):
         run_id=res.run_id, artifact_path="ragjudge/config.json")).read_text())
     assert cfg_record["rows"] == 120 and cfg_record["spark"]["partitions"] == 4
     assert "a seeded sample of 50 rows" in cfg_record["spark"]["table"]
+
+
+def test_a_request_limit_holds_for_the_whole_job(spark, fake_llm, judged, monkeypatch):
+    """``requests_per_minute`` is the job's: shared by the tasks that run at once (here 2), so the server's limit
+    (600/min, on a 6-second window to keep the test short) refuses few requests and no row is lost. (Each task
+    paces its starts; the fake server in this process and the test's CPU bunch some arrivals, which a 6-second
+    window notices: benchmarks/bench_spark.py measures the same on a 60-second window.)"""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake_llm.rate_limit_per_minute, fake_llm.rate_limit_window = 60, 6.0  # 60 per 6 s = 600/min
+    res = evaluate_spark(spark.createDataFrame(_rows(120, repeat=False)).repartition(4),
+                         {"judge": judged, "metrics": ["correctness"], "cache": False, "requests_per_minute": 540},
+                         log=False)
+    assert res.config["spark"]["concurrent_tasks"] == 2
+    assert res.config["spark"]["requests_per_minute_per_task"] == 270
+    # two tasks at the whole limit each would see about half their requests refused
+    assert fake_llm.rate_limited_count <= 0.1 * (fake_llm.request_count - fake_llm.rate_limited_count)
+    assert res.metrics["correctness/count"] == 120 and res.metrics["correctness/n_failed"] == 0
+
+
+def test_the_cli_evaluates_a_parquet_file_on_spark(spark, tmp_path, tmp_tracking, capsys):
+    from mlflow_ragjudge.cli import main
+
+    data = tmp_path / "rows.parquet"
+    _rows(60).to_parquet(data)
+    out = tmp_path / "scored"
+    code = main(["evaluate", str(data), "--spark", "--metrics", "correctness,retrieval", "--no-cache",
+                 "--experiment", "cli-spark", "--spark-output", str(out), "--table-rows", "all"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "rows: 60" in printed and "OFFLINE judge" in printed
+    scored = pd.read_parquet(out)
+    assert len(scored) == 60 and {"correctness/score", "map/score", "row_id", "question"} <= set(scored.columns)
+    run = mlflow.search_runs(experiment_names=["cli-spark"]).iloc[0]
+    assert run["metrics.correctness/count"] == 60
+    assert len(rj.load_output(run["run_id"]).table) == 60

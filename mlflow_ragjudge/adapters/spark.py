@@ -76,6 +76,13 @@ class SparkEvaluation:
     gate: list[dict[str, Any]] = field(default_factory=list)
 
     scored: Any = field(default=None, repr=False)
+    #: every output's name (``correctness``, ``precision_at_5`` ...)
+    outputs: list[str] = field(default_factory=list)
+
+    @property
+    def results(self) -> dict[str, list[Any]]:
+        """Output name -> [] (the per-row results are in :attr:`rows`; the CLI's summary reads the names)."""
+        return {name: [] for name in self.outputs}
 
     @property
     def gate_passed(self) -> bool:
@@ -358,8 +365,9 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     record["gate"] = gate
     params = {"ragjudge.version": VERSION, **merged.params, "ragjudge.spark.partitions": str(partitions)}
     run_id = _log(merged, params, record, sample, gate, experiment, run_name) if log else None
+    outputs = list(dict.fromkeys(o for p in parts for outs in p["summaries"].values() for o in outs))
     return SparkEvaluation(rows, merged.metrics, run_id, record, params, merged.failures, merged.skipped, gate,
-                           scored)
+                           scored, outputs)
 
 
 def _with_row_ids(rows: Any) -> Any:

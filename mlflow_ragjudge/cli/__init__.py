@@ -33,6 +33,7 @@ from .evaluate import (
     exit_code,
     metrics_table,
     run_evaluation,
+    run_spark_evaluation,
     stopped_message,
     summary,
     testset_command,
@@ -93,7 +94,9 @@ def _main(argv: list[str]) -> int:
         if args.command == "metrics":
             print(metrics_table())
             return 0
-        if args.command == "evaluate":
+        if args.command == "evaluate" and args.spark:
+            run_id, out = run_spark_evaluation(args, config_from_args(args))
+        elif args.command == "evaluate":
             cfg = config_from_args(args)
             df = read_table(args.data, cfg.get("col_mapping"))
             run_id, out = run_evaluation(

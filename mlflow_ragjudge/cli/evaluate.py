@@ -13,13 +13,13 @@ from typing import Any
 import pandas as pd
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
-from ..core.errors import LoggingFailed
+from ..core.errors import InputError, LoggingFailed
 from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
 from .parser import kv
 from .reading import read_corpus, read_table
 
 __all__ = ["metrics_table", "config_from_args", "model_config", "run_evaluation", "summary", "exit_code",
-           "testset_command", "estimate_command"]
+           "testset_command", "estimate_command", "run_spark_evaluation"]
 
 
 def metrics_table() -> str:
@@ -120,6 +120,40 @@ def run_evaluation(
     if out.config.get("interrupted"):
         mark_killed(run.info.run_id)
     return run.info.run_id, out
+
+
+def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple[str, Any]:
+    """``ragjudge evaluate DATA --spark``: DATA (a Parquet path, or a table of the session's catalog) scored in the
+    Spark executors, one run logged from here (:func:`mlflow_ragjudge.spark.evaluate_spark`)."""
+    import os
+
+    from ..adapters.tracking import check_tracking_store
+
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise InputError("--spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'") from None
+    from ..adapters.spark import DEFAULT_TABLE_ROWS, evaluate_spark
+
+    table_rows: int | str = DEFAULT_TABLE_ROWS
+    if args.table_rows is not None:
+        table_rows = "all" if args.table_rows == "all" else int(args.table_rows)
+    check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was sent to the judge.")
+    builder = SparkSession.builder.appName("ragjudge evaluate")
+    if args.spark_master:
+        builder = builder.master(args.spark_master)
+    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.master("local[*]")
+    spark = builder.getOrCreate()
+    data = args.data
+    sdf = spark.read.parquet(data) if os.path.exists(data) or "://" in data else spark.table(data)
+    result = evaluate_spark(sdf, cfg, experiment=args.experiment, run_name=args.run_name, table_rows=table_rows)
+    if args.spark_output:
+        result.rows.write.mode("overwrite").parquet(args.spark_output)
+        print(f"every row with its results: {args.spark_output}")
+    result.unpersist()
+    assert result.run_id is not None
+    return result.run_id, result
 
 
 def stopped_message(run_id: str, out: Any, argv: list[str]) -> str:

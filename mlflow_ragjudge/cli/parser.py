@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="evaluate a dataset file and log an MLflow run")
-    p.add_argument("data", help="dataset file (.jsonl, .csv, .parquet)")
+    p.add_argument("data", help="dataset file (.jsonl, .csv, .parquet); with --spark a Parquet path or a table name")
     p.add_argument(
         "--judge",
         help="judge model URI, e.g. openai:/gpt-4o-mini (default: offline:/lexical, the "
@@ -94,6 +94,16 @@ def _evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experiment", help="MLflow experiment name (created if missing)")
     p.add_argument("--run-name", help="MLflow run name")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    p.add_argument("--spark", action="store_true",
+                   help="score the rows on Spark, in the executors (the spark extra; docs/scaling.md): DATA is a "
+                        "Parquet path or a table name")
+    p.add_argument("--spark-master", help="with --spark: the master of a new session (default: the session's own "
+                                          "configuration, else local[*])")
+    p.add_argument("--spark-output", metavar="PATH",
+                   help="with --spark: write every row with its results to PATH as Parquet")
+    p.add_argument("--table-rows", default=None, metavar="N|all",
+                   help="with --spark: rows of the per-row table logged with the run (a seeded sample; default "
+                        "1000), or 'all'")
 
 
 def _estimate(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,118 @@
+"""Evaluations on local Spark: the offline metrics at scale, and judged rows behind a request limit.
+
+Run from the repository root with the project's venv and the ``spark`` extra (Java 17 on the machine)::
+
+    .venv/bin/python benchmarks/bench_spark.py --part offline --rows 1000000      # all seven offline metrics
+    .venv/bin/python benchmarks/bench_spark.py --part offline --rows 2000 --compare # + evaluate_frame, same rows
+    .venv/bin/python benchmarks/bench_spark.py --part rate --rows 200              # 600/min server, ~2 min
+
+* ``offline``: ``--rows`` rows of ``throughput.make_rows`` (realistic sizes), written once to Parquet in
+  ``--partitions`` files, read back and scored with ``evaluate_spark(sdf, {"judge": "offline:/lexical",
+  "bertscore": False, "cache": False}, log=False)`` on ``local[N]`` (``--cores``, default 2); the wall time of the
+  call (validation, scoring, aggregation) and the rows/s. ``--compare`` also runs ``evaluate_frame`` on the same
+  rows in this process and reports the largest difference between the two runs' metrics.
+* ``rate``: the fake OpenAI server (``tests/fakellm.py``, in a child process) with ``CompliantModel("json_schema")``,
+  a latency of 300 ms and a limit of 600 requests per sliding 60 s; ``--rows`` rows with correctness, faithfulness,
+  context precision and recall (5 requests per row), ``requests_per_minute=600`` in the config, 4 partitions on
+  ``local[2]``. The limit's minimum time is the accepted requests at the limit's rate (10 per second); reported:
+  wall / minimum, 429s, rows lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+for k, v in {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "MLFLOW_MODEL_CATALOG_URI": ""}.items():
+    os.environ.setdefault(k, v)
+
+KEY = "sk-bench-spark-0001"
+
+
+def session(cores: int):
+    from pyspark.sql import SparkSession
+
+    s = (SparkSession.builder.master(f"local[{cores}]").appName("ragjudge-bench")
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.memory", "6g").config("spark.sql.shuffle.partitions", str(2 * cores))
+         .config("spark.executorEnv.OPENAI_API_KEY", KEY).getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    return s
+
+
+def offline(args) -> dict:
+    import pandas as pd
+    from throughput import make_rows
+
+    from mlflow_ragjudge.spark import evaluate_spark
+
+    cfg = {"judge": "offline:/lexical", "bertscore": False, "cache": False}
+    tmp = Path(tempfile.mkdtemp(prefix="rj-spark-"))
+    base = make_rows(min(args.rows, 20_000))
+    frames = [base] * (args.rows // len(base)) + [base.iloc[: args.rows % len(base)]]
+    df = pd.concat(frames, ignore_index=True)
+    spark = session(args.cores)
+    spark.createDataFrame(df).repartition(args.partitions).write.mode("overwrite").parquet(str(tmp / "rows"))
+    sdf = spark.read.parquet(str(tmp / "rows"))
+    t = time.perf_counter()
+    res = evaluate_spark(sdf, cfg, log=False)
+    wall = time.perf_counter() - t
+    out = {"rows": args.rows, "partitions": sdf.rdd.getNumPartitions(), "cores": args.cores,
+           "seconds": round(wall, 1), "rows_per_s": round(args.rows / wall, 1),
+           "seconds_in_parts": round(res.config["spark"]["seconds_in_parts"], 1)}
+    if args.compare:
+        import mlflow_ragjudge as rj
+
+        t = time.perf_counter()
+        ref = rj.evaluate_frame(df, cfg)
+        out["evaluate_frame_seconds"] = round(time.perf_counter() - t, 1)
+        out["max_metric_difference"] = max(abs(ref.metrics[k] - res.metrics[k]) for k in ref.metrics)
+        out["same_metric_names"] = set(ref.metrics) == set(res.metrics)
+    return out
+
+
+def rate(args) -> dict:
+    from throughput import ServerProcess, make_rows  # the fake server in a child process
+
+    from mlflow_ragjudge.spark import evaluate_spark
+
+    with ServerProcess(0.3, 600) as server:
+        spark = session(2)
+        sdf = spark.createDataFrame(make_rows(args.rows)).repartition(4)
+        cfg = {"judge": f"openai:/judge-model?base_url={server.url}", "cache": False,
+               "metrics": ["correctness", "faithfulness", "context_precision", "context_recall"],
+               "requests_per_minute": 600}
+        t = time.perf_counter()
+        res = evaluate_spark(sdf, cfg, log=False)
+        wall = time.perf_counter() - t
+        stats = server.stats()
+    accepted = stats["http_requests"] - stats["http_429"]
+    minimum = accepted / 10.0  # the limit's rate: 600 per minute
+    failed = int(max(res.metrics.get(f"{m}/n_failed", 0) for m in cfg["metrics"]))
+    return {"rows": args.rows, "accepted": accepted, "rate_limited": stats["http_429"],
+            "seconds": round(wall, 1), "limit_minimum_seconds": round(minimum, 1),
+            "ratio": round(wall / minimum, 3) if minimum else None, "rows_failed": failed}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--part", choices=["offline", "rate"], required=True)
+    p.add_argument("--rows", type=int, default=2000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--compare", action="store_true")
+    args = p.parse_args()
+    os.environ["OPENAI_API_KEY"] = KEY
+    print(json.dumps(offline(args) if args.part == "offline" else rate(args), indent=1))
+
+
+if __name__ == "__main__":
+    main()
