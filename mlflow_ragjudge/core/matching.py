@@ -8,9 +8,10 @@ import functools
 import re
 import unicodedata
 
-from .text import split_sentences, tokenize
+from .text import TextMemo, split_sentences, token_tuple, tokenize
 
-__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "declines_to_answer", "DECLINE_PATTERN", "COURTESY_PATTERN"]
+__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "match_tuple", "content_tuple", "declines_to_answer",
+           "DECLINE_PATTERN", "COURTESY_PATTERN"]
 
 #: English function words: never content words
 STOPWORDS: frozenset[str] = frozenset(
@@ -76,15 +77,31 @@ def _normal_token(t: str) -> str:
         return str(int(t)) if len(t) <= 15 else t
     return _stem(t)
 
+def _match(text: str) -> tuple[str, ...]:
+    joined = _THOUSANDS.sub("", text)
+    return tuple(map(_normal_token, token_tuple(joined) if joined else ()))
+
+def _content(text: str) -> tuple[str, ...]:
+    return tuple(t for t in match_tuple(text) if t not in STOPWORDS)
+
+#: :func:`match_tokens` and :func:`content_tokens` as tuples, remembered for the texts read last: a row's metrics
+#: ask for the same texts' tokens many times (:class:`~mlflow_ragjudge.core.text.TextMemo`)
+match_tuple: TextMemo[tuple[str, ...]] = TextMemo(_match)
+content_tuple: TextMemo[tuple[str, ...]] = TextMemo(_content)
+
 def match_tokens(text: str | None) -> list[str]:
     """The tokens of ``text`` as the offline judge compares them (see the module docstring)."""
     if not text:
         return []
-    return [_normal_token(t) for t in tokenize(_THOUSANDS.sub("", text))]
+    if not isinstance(text, str):  # the error it always gave
+        return [_normal_token(t) for t in tokenize(_THOUSANDS.sub("", text))]
+    return list(match_tuple(text))
 
 def content_tokens(text: str | None) -> list[str]:
     """:func:`match_tokens` without :data:`STOPWORDS` (order and repeats kept)."""
-    return [t for t in match_tokens(text) if t not in STOPWORDS]
+    if not text or not isinstance(text, str):
+        return [t for t in match_tokens(text) if t not in STOPWORDS]
+    return list(content_tuple(text))
 
 # A clause that only declines: says it does not know, or that the sources do not say.
 _SOURCES = (r"(?:context|contexts|document|documents|documentation|passage|passages|text|texts|source|sources|article|"
