@@ -157,3 +157,52 @@ def test_the_golden_sees_every_kind_of_result() -> None:
 def test_the_shipped_calibration_is_unchanged() -> None:
     digest = hashlib.sha256(CALIBRATION.read_bytes()).hexdigest()
     assert digest == "e1a7b7ff2ea55c8d46799eb994a67d583f013a2a61e252699fdf29c311bdd084"
+
+
+# --------------------------------------------------------------------------- the pieces rewritten for speed
+
+
+def test_the_faster_regexes_match_as_the_old_ones() -> None:
+    import re
+
+    from mlflow_ragjudge.core import matching, text
+
+    old_boundary = re.compile(f"(?:[.!?…]+|[。！？．｡]+)[{re.escape(text._CLOSERS)}]*")
+    old_thousands = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+    rng = random.Random(7)
+    marks = list("ab .!?…。！？．｡\"')」』）\n1") + [","]
+    digits = list("12,3a ,,4567890٣")
+    for _ in range(20_000):
+        s = "".join(rng.choice(marks) for _ in range(rng.randint(0, 40)))
+        assert ([(m.span(), m.group(0)) for m in text._BOUNDARY_RE.finditer(s)]
+                == [(m.span(), m.group(0)) for m in old_boundary.finditer(s)]), s
+        d = "".join(rng.choice(digits) for _ in range(rng.randint(0, 30)))
+        assert matching._THOUSANDS.sub("", d) == old_thousands.sub("", d), d
+
+
+def test_the_ascii_shortcut_tokenises_as_the_rule() -> None:
+    from mlflow_ragjudge.core.text import _token_re, normalize
+
+    rng = random.Random(8)
+    for _ in range(5_000):
+        s = "".join(chr(rng.randrange(128)) for _ in range(rng.randint(0, 60)))
+        assert tokenize(s) == _token_re().findall(normalize(s)), s
+
+
+def test_char_trigrams_counted_as_a_counter_would() -> None:
+    from collections import Counter
+
+    from mlflow_ragjudge.metrics.offline_evidence import _shared_trigrams, _trigrams
+
+    def old(a: str, b: str) -> int:
+        def grams(s: str) -> Counter[str]:
+            return Counter(s[i: i + 3] for i in range(len(s) - 2))
+        return sum((grams(a) & grams(b)).values())
+
+    rng = random.Random(9)
+    alphabet = list("ab c") + ["東", "\ud800", "\U00020000", "é"]
+    for _ in range(3_000):
+        a = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        b = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert _shared_trigrams(_trigrams(a), _trigrams(b)) == old(a, b), (a, b)
+        assert int(_trigrams(a)[1].sum()) == max(0, len(a) - 2)

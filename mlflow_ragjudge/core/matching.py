@@ -4,7 +4,6 @@ response declines to answer ("not sure"). Ground floor: only :mod:`mlflow_ragjud
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 
@@ -33,7 +32,9 @@ _ORDINAL_WORDS = {w: str(i) for i, w in enumerate(
     "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
     "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split(), 1)}
 
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# a thousands separator: a comma after a digit and before exactly three digits (the comma first, so that the regex
+# engine skips to the commas in C: the same matches as "(?<=\d),(?=\d{3}(?!\d))" at a twentieth of the cost)
+_THOUSANDS = re.compile(r",(?<=\d,)(?=\d{3}(?!\d))")
 
 _ORDINAL_SUFFIX = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
 
@@ -59,8 +60,7 @@ def _stem(t: str) -> str:
         return t[:-2]
     return t
 
-@functools.lru_cache(maxsize=200_000)
-def _normal_token(t: str) -> str:
+def _normal_form(t: str) -> str:
     if not t.isascii():
         folded = "".join(c for c in unicodedata.normalize("NFKD", t) if not unicodedata.combining(c))
         if not folded.isascii():
@@ -76,6 +76,19 @@ def _normal_token(t: str) -> str:
     if t.isdigit():
         return str(int(t)) if len(t) <= 15 else t
     return _stem(t)
+
+class _NormalTokens(dict[str, str]):
+    """Each token's matching form, worked out the first time the token is met: looked up in C
+    (``map(_normal_token, tokens)``) where an ``lru_cache`` costs three times as much per token. Forgotten when it
+    holds 200,000 tokens."""
+
+    def __missing__(self, t: str) -> str:
+        if len(self) >= 200_000:
+            self.clear()
+        form = self[t] = _normal_form(t)
+        return form
+
+_normal_token = _NormalTokens().__getitem__
 
 def _match(text: str) -> tuple[str, ...]:
     joined = _THOUSANDS.sub("", text)
@@ -149,7 +162,8 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
     clause is courtesy ("Sorry", "feel free to ask") or has no content word beyond the question's. A partial
     answer that adds "there is no information about X" keeps its answer, so it is graded, not abstained.
     """
-    clauses = _clauses(response or "")
+    text = response or ""
+    clauses = _remembered_clauses(text) if isinstance(text, str) else _clauses(text)
     if not clauses:
         return False
     asked = set(content_tokens(question))
@@ -162,3 +176,6 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
         elif any(t not in asked for t in content_tokens(clause)):
             return False
     return declined
+
+#: a response's clauses, remembered (correctness and faithfulness both ask whether a row's response declines)
+_remembered_clauses: TextMemo[tuple[str, ...]] = TextMemo(lambda text: tuple(_clauses(text)))
