@@ -4,13 +4,13 @@ response declines to answer ("not sure"). Ground floor: only :mod:`mlflow_ragjud
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 
-from .text import split_sentences, tokenize
+from .text import TextMemo, split_sentences, token_tuple, tokenize
 
-__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "declines_to_answer", "DECLINE_PATTERN", "COURTESY_PATTERN"]
+__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "match_tuple", "content_tuple", "declines_to_answer",
+           "DECLINE_PATTERN", "COURTESY_PATTERN"]
 
 #: English function words: never content words
 STOPWORDS: frozenset[str] = frozenset(
@@ -32,7 +32,9 @@ _ORDINAL_WORDS = {w: str(i) for i, w in enumerate(
     "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
     "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split(), 1)}
 
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# a thousands separator: a comma after a digit and before exactly three digits (the comma first, so that the regex
+# engine skips to the commas in C: the same matches as "(?<=\d),(?=\d{3}(?!\d))" at a twentieth of the cost)
+_THOUSANDS = re.compile(r",(?<=\d,)(?=\d{3}(?!\d))")
 
 _ORDINAL_SUFFIX = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
 
@@ -58,8 +60,7 @@ def _stem(t: str) -> str:
         return t[:-2]
     return t
 
-@functools.lru_cache(maxsize=200_000)
-def _normal_token(t: str) -> str:
+def _normal_form(t: str) -> str:
     if not t.isascii():
         folded = "".join(c for c in unicodedata.normalize("NFKD", t) if not unicodedata.combining(c))
         if not folded.isascii():
@@ -76,15 +77,44 @@ def _normal_token(t: str) -> str:
         return str(int(t)) if len(t) <= 15 else t
     return _stem(t)
 
+class _NormalTokens(dict[str, str]):
+    """Each token's matching form, worked out the first time the token is met: looked up in C
+    (``map(_normal_token, tokens)``) where an ``lru_cache`` costs three times as much per token. Forgotten when it
+    holds 200,000 tokens."""
+
+    def __missing__(self, t: str) -> str:
+        if len(self) >= 200_000:
+            self.clear()
+        form = self[t] = _normal_form(t)
+        return form
+
+_normal_token = _NormalTokens().__getitem__
+
+def _match(text: str) -> tuple[str, ...]:
+    joined = _THOUSANDS.sub("", text)
+    return tuple(map(_normal_token, token_tuple(joined) if joined else ()))
+
+def _content(text: str) -> tuple[str, ...]:
+    return tuple(t for t in match_tuple(text) if t not in STOPWORDS)
+
+#: :func:`match_tokens` and :func:`content_tokens` as tuples, remembered for the texts read last: a row's metrics
+#: ask for the same texts' tokens many times (:class:`~mlflow_ragjudge.core.text.TextMemo`)
+match_tuple: TextMemo[tuple[str, ...]] = TextMemo(_match)
+content_tuple: TextMemo[tuple[str, ...]] = TextMemo(_content)
+
 def match_tokens(text: str | None) -> list[str]:
     """The tokens of ``text`` as the offline judge compares them (see the module docstring)."""
     if not text:
         return []
-    return [_normal_token(t) for t in tokenize(_THOUSANDS.sub("", text))]
+    if not isinstance(text, str):  # the error it always gave
+        return [_normal_token(t) for t in tokenize(_THOUSANDS.sub("", text))]
+    return list(match_tuple(text))
 
 def content_tokens(text: str | None) -> list[str]:
     """:func:`match_tokens` without :data:`STOPWORDS` (order and repeats kept)."""
-    return [t for t in match_tokens(text) if t not in STOPWORDS]
+    if not text or not isinstance(text, str):
+        return [t for t in match_tokens(text) if t not in STOPWORDS]
+    return list(content_tuple(text))
 
 # A clause that only declines: says it does not know, or that the sources do not say.
 _SOURCES = (r"(?:context|contexts|document|documents|documentation|passage|passages|text|texts|source|sources|article|"
@@ -132,7 +162,8 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
     clause is courtesy ("Sorry", "feel free to ask") or has no content word beyond the question's. A partial
     answer that adds "there is no information about X" keeps its answer, so it is graded, not abstained.
     """
-    clauses = _clauses(response or "")
+    text = response or ""
+    clauses = _remembered_clauses(text) if isinstance(text, str) else _clauses(text)
     if not clauses:
         return False
     asked = set(content_tokens(question))
@@ -145,3 +176,6 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
         elif any(t not in asked for t in content_tokens(clause)):
             return False
     return declined
+
+#: a response's clauses, remembered (correctness and faithfulness both ask whether a row's response declines)
+_remembered_clauses: TextMemo[tuple[str, ...]] = TextMemo(lambda text: tuple(_clauses(text)))

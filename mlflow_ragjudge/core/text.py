@@ -50,8 +50,8 @@ import functools
 import re
 import unicodedata
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from .errors import InvalidTextWarning
 
@@ -61,8 +61,11 @@ __all__ = [
     "is_cjk_char",
     "has_cjk",
     "tokenize",
+    "token_tuple",
+    "TextMemo",
     "word_set",
     "split_sentences",
+    "sentence_tuple",
     "ABBREVIATIONS",
     "NUMBER_ABBREVIATIONS",
     "clean_text",
@@ -71,6 +74,8 @@ __all__ = [
     "split_context_sentences",
     "non_latin_script",
 ]
+
+T = TypeVar("T")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -164,10 +169,69 @@ def has_cjk(text: str) -> bool:
     return _CJK_RE.search(unicodedata.normalize("NFKC", text)) is not None
 
 
+class TextMemo(Generic[T]):
+    """A function of one text, remembered for the texts seen last.
+
+    The offline metrics read the same texts many times: in one row the seven metrics tokenise the same contexts,
+    answer and reference again and again (each metric is written on its own, with plain text in and out). The
+    engine scores a row's metrics one after the other, so remembering the last texts' results makes each text's
+    tokens cost once per row, with no change to any function's signature.
+
+    Bounded by the characters of the texts it holds (``max_chars``): when a new text would pass the bound, all is
+    forgotten and it starts again -- cheaper than keeping an order of use, and a run reads its rows in order, so
+    what is dropped is rows already done. A text longer than the bound is not remembered. Results must be
+    immutable (tuples): every caller gets the same object. Safe from several threads: a dict's ``get`` and
+    item assignment are atomic, and two threads computing the same text's result get equal ones.
+    """
+
+    def __init__(self, fn: Callable[[str], T], max_chars: int = 500_000) -> None:
+        self._fn = fn
+        self._max_chars = max_chars
+        self._data: dict[str, T] = {}
+        self._chars = 0
+
+    def __call__(self, text: str) -> T:
+        got = self._data.get(text)
+        if got is None:
+            got = self._fn(text)
+            size = len(text)
+            if size <= self._max_chars:
+                if self._chars + size > self._max_chars:
+                    self._data = {}
+                    self._chars = 0
+                self._data[text] = got
+                self._chars += size
+        return got
+
+    def clear(self) -> None:
+        self._data = {}
+        self._chars = 0
+
+
+# ASCII bytes as tokenize keeps them: a letter lowercased, a digit as it is, anything else a separator
+_ASCII_TOKEN_BYTES = bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 or 48 <= c <= 57 else 32
+                           for c in range(256))
+
+
+def _tokens(text: str) -> tuple[str, ...]:
+    """The tokenisation rule. Plain ASCII text (most English) takes a shortcut with the same result: NFKC leaves
+    ASCII as it is, case-folding is lowercasing, no ASCII character is CJK or a combining mark, so the tokens are
+    the runs of ``[a-z0-9]`` of the lowercased text -- cut by ``bytes.translate`` and ``split`` in C, about ten
+    times faster than the regular expression."""
+    if text.isascii():
+        return tuple(text.encode("ascii").translate(_ASCII_TOKEN_BYTES).decode("ascii").split())
+    return tuple(_token_re().findall(normalize(text)))
+
+
+#: the tokens of the texts read last (:class:`TextMemo`)
+token_tuple: TextMemo[tuple[str, ...]] = TextMemo(_tokens)
+
+
 def tokenize(text: str) -> list[str]:
     """Split ``text`` into lowercase word tokens, one token per CJK character.
 
-    See the module docstring for the full rule.
+    See the module docstring for the full rule. The tokens of recent texts are remembered
+    (:func:`token_tuple`, the same tokens as a tuple, without the copy).
 
     Args:
         text: the text to tokenise; ``None`` is treated as empty.
@@ -183,7 +247,9 @@ def tokenize(text: str) -> list[str]:
     """
     if not text:
         return []
-    return _token_re().findall(normalize(text))
+    if not isinstance(text, str):  # the error it always gave
+        return _token_re().findall(normalize(text))
+    return list(token_tuple(text))
 
 
 def word_set(text: str) -> set[str]:
@@ -219,9 +285,11 @@ NUMBER_ABBREVIATIONS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 
-# A candidate boundary: terminal punctuation, then closing quotes/brackets.
+# A candidate boundary: a run of Western or of CJK terminal punctuation, then closing quotes/brackets.
 _CLOSERS = "\"'”’)]}」』）】〕》〉"
-_BOUNDARY_RE = re.compile(f"(?:[.!?…]+|[。！？．｡]+)[{re.escape(_CLOSERS)}]*")
+# (Written with one character class first, ``[.!?…。！？．｡]``, so that the regex engine skips to the candidates in
+# C: the same matches as ``(?:[.!?…]+|[。！？．｡]+)[closers]*`` at a fifth of the cost.)
+_BOUNDARY_RE = re.compile(f"[.!?…。！？．｡](?:(?<=[.!?…])[.!?…]*|[。！？．｡]*)[{re.escape(_CLOSERS)}]*")
 _CJK_TERMINATORS = frozenset("。！？．｡")
 _OPENERS = frozenset("\"'“‘([{「『（【〔《〈")
 _DOTTED_ACRONYM_RE = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
@@ -314,13 +382,23 @@ def split_sentences(text: str) -> list[str]:
     """
     if not text:
         return []
+    if not isinstance(text, str):  # the error it always gave
+        return list(_sentences(text))
+    return list(sentence_tuple(text))
+
+
+def _sentences(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for line in text.splitlines():
         for sentence in _split_line(line):
             sentence = sentence.strip()
             if sentence:
                 out.append(sentence)
-    return out
+    return tuple(out)
+
+
+#: the sentences of the texts read last (:class:`TextMemo`)
+sentence_tuple: TextMemo[tuple[str, ...]] = TextMemo(_sentences)
 
 
 def as_text_list(contexts: Sequence[str] | str | None) -> list[str]:

@@ -247,8 +247,8 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
         return JudgeResult.abstained("not_sure", "(offline judge) The response declines to answer.",
                                      details=ev.details(level=0))
     best: tuple[float, int, dict[str, float]] | None = None
-    for i, ref in enumerate(references):
-        f = answer_features(question, response, ref, contexts or ())
+    features = [answer_features(question, response, ref, contexts or ()) for ref in references]
+    for i, f in enumerate(features):
         if f is None:
             continue
         p = ev.calibration.probability(f)
@@ -261,8 +261,8 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
     level = ev.calibration.level(p, f["recall"])
     # hard rules on top of the fitted model (issue 27): no passing level for a response that contains none of any
     # acceptable answer, and a number or formula that disagrees with the reference's counts against it
-    found = any(g is not None and answer_found(g, response, r)
-                for g, r in ((answer_features(question, response, r), r) for r in references))
+    # (answer_found reads the features that do not depend on the contexts: the ones computed above serve)
+    found = any(g is not None and answer_found(g, response, r) for g, r in zip(features, references))
     conflict = code_conflict(question, response, references[i])
     if not found:
         level = min(level, ev.calibration.level(0.0, f["recall"]))

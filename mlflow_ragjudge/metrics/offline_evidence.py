@@ -49,11 +49,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+
+import numpy as np
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, OFFLINE_PROVIDER, is_offline_judge
 from ..core.matching import (
@@ -61,10 +62,12 @@ from ..core.matching import (
     DECLINE_PATTERN,
     STOPWORDS,
     content_tokens,
+    content_tuple,
     declines_to_answer,
     match_tokens,
+    match_tuple,
 )
-from ..core.text import has_cjk
+from ..core.text import TextMemo, has_cjk
 
 __all__ = [
     "OFFLINE_PROVIDER",
@@ -98,17 +101,74 @@ FEATURES = ("recall", "phrase", "char_recall", "number_missing", "number_conflic
             "response_length", "answer_length")
 
 
-def _present(token: str, tokens: set[str], ordered: Sequence[str]) -> bool:
-    if token in tokens:
+class _Words:
+    """A text's tokens as :func:`answer_features` and :meth:`OfflineEvidence.supports_answer` read them, worked
+    out once per text and remembered (:func:`_words`): a row's response is read against every acceptable answer,
+    and its passages by several metrics. The parts only a response needs are made when first asked for. Nothing
+    here is changed after it is made."""
+
+    def __init__(self, text: str) -> None:
+        tokens = match_tuple(text) if text and isinstance(text, str) else tuple(match_tokens(text))
+        self.all = tokens
+        self.set = frozenset(tokens)
+        self.content = tuple(t for t in tokens if t not in STOPWORDS)
+        self.spaced = f" {' '.join(tokens)} "  # the phrase test: " t1 t2 ... "
+
+    @functools.cached_property
+    def trigrams(self) -> tuple[np.ndarray, np.ndarray]:
+        """The character trigrams of the tokens joined by spaces (:func:`_trigrams`)."""
+        return _trigrams(self.spaced[1:-1])
+
+    @functools.cached_property
+    def firsts(self) -> frozenset[str]:
+        """The first characters of the content words."""
+        return frozenset(t[:1] for t in self.content)
+
+    @functools.cached_property
+    def initials(self) -> frozenset[str]:
+        """The content words that are one ASCII letter (``B. R. Ambedkar``)."""
+        return frozenset(t for t in self.content if len(t) == 1 and t.isalpha() and t.isascii())
+
+
+_remembered_words = TextMemo(_Words)
+
+
+def _words(text: str) -> _Words:
+    return _remembered_words(text) if isinstance(text, str) else _Words(text)
+
+
+def _present(token: str, words: _Words) -> bool:
+    """Whether the response has ``token``, or its initial for a word (``B`` for ``Bhimrao``), or the word for an
+    initial. (With ``words``' first characters and one-letter words gathered once, not searched per token.)"""
+    if token in words.set:
         return True
     if len(token) == 1 and token.isalpha() and token.isascii():  # an initial: "B. R. Ambedkar"
-        return any(t.startswith(token) for t in ordered)
-    return any(len(t) == 1 and t.isalpha() and t.isascii() and token.startswith(t) for t in ordered)
+        return token in words.firsts  # a content word starts with it
+    return token[:1] in words.initials  # it starts with a one-letter content word
 
 
-def _trigrams(tokens: Sequence[str]) -> Counter[str]:
-    s = " ".join(tokens)
-    return Counter(s[i: i + 3] for i in range(len(s) - 2))
+def _trigrams(joined: str) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct character trigrams of ``joined``, sorted, and how often each occurs. A trigram is one integer,
+    its three code points side by side in 21 bits each (every code point fits), so two trigrams are equal exactly
+    when their integers are; counted by numpy, where a ``Counter`` of the substrings cost a row more than all of
+    the metric's other work."""
+    points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.uint64)
+    if len(points) < 3:
+        return np.empty(0, np.uint64), np.empty(0, np.intp)
+    ids = (points[:-2] << np.uint64(42)) | (points[1:-1] << np.uint64(21)) | points[2:]
+    distinct, counts = np.unique(ids, return_counts=True)
+    return distinct, counts
+
+
+def _shared_trigrams(want: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> int:
+    """How many of ``want``'s trigrams ``got`` has, each counted at most as often as ``got`` has it (the size of
+    the multiset intersection, ``sum((Counter(want) & Counter(got)).values())``)."""
+    _, i, j = np.intersect1d(want[0], got[0], assume_unique=True, return_indices=True)
+    return int(np.minimum(want[1][i], got[1][j]).sum())
+
+
+def _content_words(text: str | None) -> tuple[str, ...]:
+    return content_tuple(text) if text and isinstance(text, str) else tuple(content_tokens(text))
 
 
 def answer_features(question: str, response: str, answer: str, contexts: Sequence[str] = ()) -> dict[str, float] | None:
@@ -130,29 +190,29 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
 
     A calibration uses some of these (:attr:`Calibration.features`).
     """
-    answer_all = match_tokens(answer)
-    answer_content = [t for t in answer_all if t not in STOPWORDS] or answer_all
+    a = _words(answer)
+    answer_all = a.all
+    answer_content = a.content or answer_all
     if not answer_content:
         return None
-    resp_all = match_tokens(response)
-    resp_set = set(resp_all)
-    resp_content = [t for t in resp_all if t not in STOPWORDS]
-    asked = set(content_tokens(question))
+    r = _words(response)
+    resp_content = r.content
+    asked = set(_content_words(question))
     distinct = list(dict.fromkeys(answer_content))
-    recall = sum(_present(t, resp_set, resp_content) for t in distinct) / len(distinct)
-    phrase = float(f" {' '.join(answer_all)} " in f" {' '.join(resp_all)} ")
-    want = _trigrams(answer_all)
-    char_recall = sum((want & _trigrams(resp_all)).values()) / max(1, sum(want.values()))
+    recall = sum(_present(t, r) for t in distinct) / len(distinct)
+    phrase = float(a.spaced in r.spaced)
+    want = a.trigrams
+    char_recall = _shared_trigrams(want, r.trigrams) / max(1, int(want[1].sum()))
     numbers = [t for t in distinct if t.isdigit()]
     given = [t for t in resp_content if t.isdigit() and t not in asked]
     backed = set(distinct) | asked
     for c in contexts:
-        backed.update(content_tokens(c))
+        backed.update(_content_words(c))
     return {
         "recall": recall,
         "phrase": phrase,
         "char_recall": char_recall,
-        "number_missing": float(any(t not in resp_set for t in numbers)),
+        "number_missing": float(any(t not in r.set for t in numbers)),
         "number_conflict": float(bool(numbers) and bool(given) and not any(t in distinct for t in given)),
         "support": (sum(t in backed for t in resp_content) / len(resp_content)) if resp_content else 0.0,
         "unbacked": (sum(t not in distinct and t not in asked for t in resp_content) / len(resp_content))
@@ -187,8 +247,9 @@ def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
 
 
 def _codes(tokens: Iterable[str]) -> list[str]:
-    """Numbers, years, and codes with digits (chemical formulas ``h2o``, ``co2``; model numbers)."""
-    return [t for t in tokens if any(c.isdigit() for c in t)]
+    """Numbers, years, and codes with digits (chemical formulas ``h2o``, ``co2``; model numbers). (A word of
+    letters only -- most -- is passed over in C: no letter is a digit.)"""
+    return [t for t in tokens if not t.isalpha() and any(c.isdigit() for c in t)]
 
 
 #: content words of an answer short enough that its number, date or formula is the answer (the conflict rule)
@@ -200,12 +261,14 @@ def code_conflict(question: str, response: str, answer: str) -> str | None:
     :data:`SHORT_ANSWER` content words, where the number is the answer): the answer has some, the
     response gives others (not taken from the question) and none of the answer's. Returns the first such token of
     the response, or None (``CO2`` for the answer ``H2O``; ``1970`` for ``1969``)."""
-    tokens = match_tokens(answer)
-    wanted = set(_codes(tokens))
-    if not wanted or len([t for t in tokens if t not in STOPWORDS]) > SHORT_ANSWER:
+    tokens = _words(answer)
+    if len(tokens.content) > SHORT_ANSWER:
         return None  # a long answer's numbers are details of many; the rule is for answers that are a number
-    said = match_tokens(response)
-    asked = set(match_tokens(question))
+    wanted = set(_codes(tokens.all))
+    if not wanted:
+        return None
+    said = _words(response).all
+    asked = set(_words(question).all)
     given = [t for t in _codes(said) if t not in asked]
     if not given or any(t in wanted for t in said):
         return None
@@ -344,7 +407,7 @@ class OfflineEvidence:
         want = list(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
         if not want:
             return False
-        have = match_tokens(passage)
-        if f" {' '.join(match_tokens(answer))} " in f" {' '.join(have)} ":
+        have = _words(passage)
+        if _words(answer).spaced in have.spaced:
             return True
-        return sum(t in set(have) for t in want) / len(want) >= self.calibration.support_threshold
+        return sum(t in have.set for t in want) / len(want) >= self.calibration.support_threshold
