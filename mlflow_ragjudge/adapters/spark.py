@@ -37,6 +37,7 @@ from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_pa
 from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
+from .evaluator import log_output
 
 __all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS"]
 
@@ -432,8 +433,6 @@ def _log(merged: Any, params: dict[str, str], record: dict[str, Any], sample: pd
          gate: list[dict[str, Any]], experiment: str | None, run_name: str | None) -> str:
     """One MLflow run from the driver: the metrics, params, the config record and the per-row table (sample)."""
     import mlflow
-
-    from .evaluator import log_output
 
     if experiment is not None:
         mlflow.set_experiment(experiment)
