@@ -79,6 +79,36 @@ def _resolve(path: str | Path | None) -> Path:
     return p
 
 
+#: file systems on which SQLite's WAL mode does not work (it needs memory shared between the processes, which a
+#: network or FUSE file system does not give) and whose locking is only as good as the server's
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs", "lustre", "gpfs",
+                       "beegfs", "fuse")
+
+
+def filesystem_of(path: Path) -> str:
+    """The type of the file system ``path`` is on (``/proc/mounts``: the longest mount point that contains it), or
+    ``""`` where that cannot be told (not Linux)."""
+    try:
+        mounts = Path("/proc/mounts").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    target = str(path.resolve())
+    best, kind = "", ""
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, parts[2]
+    return kind
+
+
+def on_network_filesystem(kind: str) -> bool:
+    return kind.split(".")[0] in NETWORK_FILESYSTEMS
+
+
 def _readonly_error(e: BaseException) -> bool:
     msg = str(e).lower()
     return "readonly" in msg or "read-only" in msg or "unable to open" in msg or "disk i/o" in msg
@@ -88,7 +118,9 @@ class CallCache:
     """A key-value store of JSON replies in one SQLite file.
 
     One connection per thread (SQLite connections are not shared across threads);
-    WAL mode lets several processes read while one writes.
+    WAL mode lets several processes read while one writes. On a network or FUSE file system (a cache shared by the
+    executors of a cluster) the file uses SQLite's rollback journal instead, since WAL needs memory shared between
+    the processes; there, writers from several machines rely on the file system's locks (docs/scaling.md).
 
     Args:
         path: the cache file, or a directory for ``calls.sqlite``; default under
@@ -106,6 +138,8 @@ class CallCache:
         if not read_only:
             p.parent.mkdir(parents=True, exist_ok=True)
         self.path = p
+        self.filesystem = filesystem_of(p.parent if p.parent.exists() else Path.cwd())
+        self.journal = "delete" if on_network_filesystem(self.filesystem) else "wal"
         self.read_only = read_only
         self.lock_timeout = lock_timeout
         self.skipped_writes = 0
@@ -199,8 +233,8 @@ class CallCache:
                     conn = sqlite3.connect(f"file:{self.path}?immutable=1", uri=True, isolation_level=None)
             else:
                 conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(f"PRAGMA journal_mode={self.journal.upper()}")
+                conn.execute("PRAGMA synchronous=NORMAL" if self.journal == "wal" else "PRAGMA synchronous=FULL")
             self._local.conn = conn
         return conn
 
@@ -211,7 +245,8 @@ class CallCache:
     def status(self) -> dict[str, Any]:
         """What happened to the cache in this process: mode, skipped writes, failed reads, events."""
         return {"path": str(self.path), "mode": self.mode, "skipped_writes": self.skipped_writes,
-                "failed_reads": self.failed_reads, "events": list(self.events)}
+                "failed_reads": self.failed_reads, "events": list(self.events), "filesystem": self.filesystem,
+                "journal": self.journal}
 
     def _note(self, counter: str, message: str) -> None:
         with self._lock:
