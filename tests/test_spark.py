@@ -41,7 +41,8 @@ JUDGED = ["correctness", "faithfulness", "context_precision", "context_recall"]
 @pytest.fixture(scope="module")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("ragjudge-tests")
+    # local[2, 2]: two cores, and a failed task is tried once more (as a cluster retries it)
+    session = (SparkSession.builder.master("local[2,2]").appName("ragjudge-tests")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.executorEnv.OPENAI_API_KEY", KEY)  # credentials reach the executors this way
@@ -262,3 +263,68 @@ def test_batch_mode_goes_through_each_task_and_gives_the_same_scores(spark, fake
     assert len(fake_llm.batches.created) - before == res.metrics["judge/batches"] >= 4
     assert res.metrics["judge/batch_lines"] == ref.metrics["judge/batch_lines"]
     assert res.metrics["faithfulness/n_failed"] == 0 and res.metrics["correctness/n_failed"] == 0
+
+
+def _python_workers() -> list[int]:
+    """The Python workers the Spark daemon forked (the processes that run the tasks)."""
+    procs = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                args = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, IndexError, ValueError):
+                continue
+            procs[int(d.name)] = (ppid, args)
+    daemons = {pid for pid, (_, args) in procs.items() if "pyspark.daemon" in args}
+    return [pid for pid, (ppid, _) in procs.items() if ppid in daemons]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the Python workers through /proc (Linux)")
+def test_a_killed_task_is_retried_without_paying_twice_and_no_row_is_lost(spark, fake_llm, judged, tmp_path,
+                                                                         monkeypatch):
+    """The Python workers are killed (SIGKILL) while their tasks are half way through their judge calls; Spark runs
+    the tasks again, and the replies the killed attempts paid for come from the shared cache."""
+    import signal
+    import threading
+    import time
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    df = _rows(40, repeat=False)
+    ref = rj.evaluate_frame(df, {"judge": judged, "metrics": JUDGED, "cache": False})
+    pandas_requests = fake_llm.request_count
+    fake_llm.reset()
+    fake_llm.latency = 0.02
+    killed: list[int] = []
+
+    def kill_half_way() -> None:
+        deadline = time.monotonic() + 120
+        while fake_llm.request_count < pandas_requests // 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for pid in _python_workers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+
+    killer = threading.Thread(target=kill_half_way, daemon=True)
+    killer.start()
+    # at most 4 calls in flight in the job (2 per task): what a kill can lose before it is stored
+    cfg = {"judge": judged, "metrics": JUDGED, "cache": str(tmp_path / "calls.sqlite"), "max_concurrency": 4}
+    res = evaluate_spark(spark.createDataFrame(df).repartition(2), cfg, log=False)
+    killer.join(5)
+    assert killed, "no Python worker was running when a third of the calls were sent"
+    # no row lost: every row scored, the same aggregates as one process
+    assert res.metrics["correctness/count"] == 40 and all(res.metrics[f"{m}/n_failed"] == 0 for m in
+                                                          ("correctness", "faithfulness"))
+    scores = {k: v for k, v in ref.metrics.items() if not k.startswith("judge/")}
+    assert not _close(scores, {k: v for k, v in res.metrics.items() if not k.startswith("judge/")})
+    # not paying twice: every paid reply is stored once; the retried tasks read what the killed ones stored, and
+    # only the calls in flight at the kill (at most 4) are sent again
+    with sqlite3.connect(tmp_path / "calls.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == pandas_requests
+    usage = res.config["usage"]  # the attempts that finished
+    killed_sent = fake_llm.request_count - usage["requests"]
+    assert killed_sent > 0 and usage["cache_hits"] >= killed_sent - 4
+    assert fake_llm.request_count - pandas_requests <= 4, (fake_llm.request_count, pandas_requests, usage)
