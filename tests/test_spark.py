@@ -328,3 +328,42 @@ def test_a_killed_task_is_retried_without_paying_twice_and_no_row_is_lost(spark,
     killed_sent = fake_llm.request_count - usage["requests"]
     assert killed_sent > 0 and usage["cache_hits"] >= killed_sent - 4
     assert fake_llm.request_count - pandas_requests <= 4, (fake_llm.request_count, pandas_requests, usage)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the Python workers through /proc (Linux)")
+def test_a_task_that_keeps_dying_fails_the_job_with_a_clear_error(spark, fake_llm, judged, tmp_path, monkeypatch):
+    """Workers killed again and again (more often than ``spark.task.maxFailures`` allows): the job fails with what
+    happened and where the paid replies are, nothing is logged, and the persisted scoring is released."""
+    import signal
+    import threading
+    import time
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake_llm.latency = 0.05
+    stop = threading.Event()
+
+    def keep_killing() -> None:
+        while not stop.is_set():
+            if fake_llm.request_count:
+                for pid in _python_workers():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=keep_killing, daemon=True)
+    killer.start()
+    cache = str(tmp_path / "calls.sqlite")
+    persisted = spark.sparkContext._jsc.getPersistentRDDs().size()
+    try:
+        with pytest.raises(RuntimeError) as e:
+            evaluate_spark(spark.createDataFrame(_rows(40, repeat=False)).repartition(2),
+                           {"judge": judged, "metrics": JUDGED, "cache": cache}, log=False)
+    finally:
+        stop.set()
+        killer.join(5)
+    message = str(e.value)
+    assert message.startswith("The scoring failed in a Spark task, after Spark's retries")
+    assert f"in the cache at {cache}" in message and "a re-run sends only the rest" in message
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == persisted  # the failed scoring is not kept

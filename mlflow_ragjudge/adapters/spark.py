@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -347,7 +348,11 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
                          StructField(_CELLS, StringType()), StructField(_PART, StringType())])
     scored = sdf.mapInPandas(_Score(run_cfg, offsets, human), schema)
     scored = scored.persist()
-    parts = [json.loads(r[0]) for r in scored.where(F.col(_PART).isNotNull()).select(_PART).collect()]
+    try:
+        parts = [json.loads(r[0]) for r in scored.where(F.col(_PART).isNotNull()).select(_PART).collect()]
+    except Exception as e:  # a task failed as often as Spark allows (a bug, or an executor that kept dying)
+        scored.unpersist()
+        raise RuntimeError(_task_failure(e, cfg)) from e
     merged = merge_parts(parts, cfg)
     gate = gate_outcome(cfg.fail_under, merged.metrics)
     # 4. the per-row result columns, typed, and the row ids as one process numbers them
@@ -376,6 +381,19 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     outputs = list(dict.fromkeys(o for p in parts for outs in p["summaries"].values() for o in outs))
     return SparkEvaluation(rows, merged.metrics, run_id, record, params, merged.failures, merged.skipped, gate,
                            scored, outputs)
+
+
+def _task_failure(e: BaseException, cfg: RagJudgeConfig) -> str:
+    """What to say when the scoring job failed: the Python error behind it, and what the cache kept."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    python = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b", ln)]
+    cause = (python[-1] if python else lines[0] if lines else type(e).__name__)[:500]
+    kept = (f"the judge replies paid for so far are in the cache at {cfg.cache}, so a re-run sends only the rest"
+            if isinstance(cfg.cache, str) else "with cache=<a path every executor reaches>, a re-run would send "
+            "only what was not paid for")
+    return (f"The scoring failed in a Spark task, after Spark's retries ({cause}); nothing was logged. A judge or "
+            f"parse failure never does this (it fails only its row): see the executor's log for the traceback; "
+            f"{kept}.")
 
 
 def _with_row_ids(rows: Any) -> Any:
