@@ -6,11 +6,12 @@ Run from the repository root with the project's venv and the ``spark`` extra (Ja
     .venv/bin/python benchmarks/bench_spark.py --part offline --rows 2000 --compare # + evaluate_frame, same rows
     .venv/bin/python benchmarks/bench_spark.py --part rate --rows 200              # 600/min server, ~2 min
 
-* ``offline``: ``--rows`` rows of ``throughput.make_rows`` (realistic sizes), written once to Parquet in
-  ``--partitions`` files, read back and scored with ``evaluate_spark(sdf, {"judge": "offline:/lexical",
-  "bertscore": False, "cache": False}, log=False)`` on ``local[N]`` (``--cores``, default 2); the wall time of the
-  call (validation, scoring, aggregation) and the rows/s. ``--compare`` also runs ``evaluate_frame`` on the same
-  rows in this process and reports the largest difference between the two runs' metrics.
+* ``offline``: ``--rows`` rows of ``throughput.make_rows`` (realistic sizes; a seed per 20,000-row Parquet file, so
+  every row is distinct), read back (one partition per file, or ``--partitions``) and scored with
+  ``evaluate_spark(sdf, {"judge": "offline:/lexical", "bertscore": False, "cache": False}, log=False)`` on
+  ``local[N]`` (``--cores``, default 2); the wall time of the call (validation, scoring, aggregation) and the rows/s.
+  ``--compare`` also runs ``evaluate_frame`` on the same rows in this process and reports the largest difference
+  between the two runs' metrics.
 * ``rate``: the fake OpenAI server (``tests/fakellm.py``, in a child process) with ``CompliantModel("json_schema")``,
   a latency of 300 ms and a limit of 600 requests per sliding 60 s; ``--rows`` rows with correctness, faithfulness,
   context precision and recall (5 requests per row), ``requests_per_minute=600`` in the config, 4 partitions on
@@ -56,21 +57,32 @@ def offline(args) -> dict:
 
     cfg = {"judge": "offline:/lexical", "bertscore": False, "cache": False}
     tmp = Path(tempfile.mkdtemp(prefix="rj-spark-"))
-    base = make_rows(min(args.rows, 20_000))
-    frames = [base] * (args.rows // len(base)) + [base.iloc[: args.rows % len(base)]]
-    df = pd.concat(frames, ignore_index=True)
+    chunk = 20_000
+    written = 0
+    t = time.perf_counter()
+    for i in range(0, args.rows, chunk):  # distinct rows (a seed per file), written without the driver holding all
+        n = min(chunk, args.rows - i)
+        make_rows(n, seed=11 + i).to_parquet(tmp / f"part-{i // chunk:05d}.parquet")
+        written += n
+    generated = time.perf_counter() - t
     spark = session(args.cores)
-    spark.createDataFrame(df).repartition(args.partitions).write.mode("overwrite").parquet(str(tmp / "rows"))
-    sdf = spark.read.parquet(str(tmp / "rows"))
+    sdf = spark.read.parquet(str(tmp))
+    if args.partitions:
+        sdf = sdf.repartition(args.partitions)
     t = time.perf_counter()
     res = evaluate_spark(sdf, cfg, log=False)
     wall = time.perf_counter() - t
-    out = {"rows": args.rows, "partitions": sdf.rdd.getNumPartitions(), "cores": args.cores,
-           "seconds": round(wall, 1), "rows_per_s": round(args.rows / wall, 1),
-           "seconds_in_parts": round(res.config["spark"]["seconds_in_parts"], 1)}
+    out = {"rows": written, "partitions": sdf.rdd.getNumPartitions(), "cores": args.cores,
+           "seconds": round(wall, 1), "rows_per_s": round(written / wall, 1),
+           "seconds_in_parts": round(res.config["spark"]["seconds_in_parts"], 1),
+           "rows_per_s_per_core_in_parts": round(written / max(1e-9, res.config["spark"]["seconds_in_parts"]), 1),
+           "data_generation_seconds": round(generated, 1), "correctness_mean": res.metrics.get("correctness/mean"),
+           "rows_failed": int(max(v for k, v in res.metrics.items() if k.endswith("/n_failed")))}
+    res.unpersist()
     if args.compare:
         import mlflow_ragjudge as rj
 
+        df = pd.concat([pd.read_parquet(f) for f in sorted(tmp.glob("*.parquet"))], ignore_index=True)
         t = time.perf_counter()
         ref = rj.evaluate_frame(df, cfg)
         out["evaluate_frame_seconds"] = round(time.perf_counter() - t, 1)
@@ -106,7 +118,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=["offline", "rate"], required=True)
     p.add_argument("--rows", type=int, default=2000)
-    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--partitions", type=int, default=0, help="repartition to this many (default: one per file)")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--compare", action="store_true")
     args = p.parse_args()

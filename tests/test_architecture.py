@@ -28,6 +28,9 @@ PKG = PKG_DIR.name
 LAYERS = ("core", "llm", "metrics", "engine", "adapters", "workflows", "cli")
 #: the imports of the package's own modules that stay inside functions (outside the CLI), with why
 ALLOWED_INNER = {
+    ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.evaluator"):
+        "Spark's Python workers import adapters.spark for its task functions: mlflow loads only on the driver, "
+        "when the run is logged",
     ("mlflow_ragjudge.llm.backends", "mlflow_ragjudge.llm.backends.openai"):
         "start-up time: the openai SDK loads only when an OpenAI-style judge is named",
     ("mlflow_ragjudge.llm.backends", "mlflow_ragjudge.llm.backends.anthropic"):

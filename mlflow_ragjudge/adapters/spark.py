@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import threading
 import time
@@ -38,7 +39,6 @@ from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_pa
 from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
-from .evaluator import log_output
 
 __all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS"]
 
@@ -139,7 +139,9 @@ def _offsets(sdf: Any) -> dict[int, int]:
     """Pass 1: the position of each partition's first row in the whole data (counted the way the later passes see
     the partitions: in Python, by task)."""
     counts: dict[int, int] = {}
-    for p, n in sdf.mapInPandas(_count_rows, "p long, n long").collect():
+    F = _pyspark()  # noqa: N806
+    # one literal column: how many rows each partition has does not depend on which columns are read
+    for p, n in sdf.select(F.lit(1).alias("one")).mapInPandas(_count_rows, "p long, n long").collect():
         counts[int(p)] = counts.get(int(p), 0) + int(n)
     out, at = {}, 0
     for p in sorted(counts):
@@ -371,7 +373,7 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
         rows = rows.select("*", *[parsed.getField(c).alias(c) for c in types])
     if id_col not in sdf.columns:
         rows = _with_row_ids(rows)
-    sample = _table_sample(rows, cfg, table_rows)
+    sample = _table_sample(rows, cfg, table_rows, merged.rows)
     rows = rows.drop(_KEY, _CELLS, _PART, _ROW)
     wall = round(time.perf_counter() - t0, 3)
     record = _record(cfg, merged, partitions, concurrent, wall, table_rows, len(sample))
@@ -412,12 +414,16 @@ def _with_row_ids(rows: Any) -> Any:
             .withColumn("row_id", F.coalesce(F.col("_ragjudge_id"), F.col(_KEY))).drop("_ragjudge_id"))
 
 
-def _table_sample(rows: Any, cfg: RagJudgeConfig, table_rows: int | str) -> pd.DataFrame:
-    """The per-row table logged with the run: a seeded sample (or every row), laid out as ``evaluate_frame``'s."""
+def _table_sample(rows: Any, cfg: RagJudgeConfig, table_rows: int | str, n_rows: int) -> pd.DataFrame:
+    """The per-row table logged with the run: a seeded sample of positions (or every row), laid out as
+    ``evaluate_frame``'s. Only the sampled rows leave the executors."""
     F = _pyspark()  # noqa: N806
-    pick = rows if table_rows == "all" else rows.orderBy(F.xxhash64(F.col(_ROW), F.lit(cfg.seed))).limit(
-        int(table_rows)).orderBy(_ROW)
-    frame = pick.toPandas()
+    if table_rows == "all" or int(table_rows) >= n_rows:
+        pick = rows
+    else:
+        positions = sorted(random.Random(cfg.seed).sample(range(n_rows), int(table_rows)))
+        pick = rows.where(F.col(_ROW).isin(positions))
+    frame = pick.toPandas().sort_values(_ROW, kind="stable").reset_index(drop=True)
     cells = [c for c in frame.columns if "/" in c]
     out = pd.DataFrame()
     q = cfg.column("question")
@@ -458,6 +464,8 @@ def _log(merged: Any, params: dict[str, str], record: dict[str, Any], sample: pd
          gate: list[dict[str, Any]], experiment: str | None, run_name: str | None) -> str:
     """One MLflow run from the driver: the metrics, params, the config record and the per-row table (sample)."""
     import mlflow
+
+    from .evaluator import log_output
 
     if experiment is not None:
         mlflow.set_experiment(experiment)
