@@ -208,6 +208,10 @@ def test_one_run_is_logged_from_the_driver(spark, tmp_tracking):
         run_id=res.run_id, artifact_path="ragjudge/config.json")).read_text())
     assert cfg_record["rows"] == 120 and cfg_record["spark"]["partitions"] == 4
     assert "a seeded sample of 50 rows" in cfg_record["spark"]["table"]
+    # the scored rows evaluated again (their results among the input columns): replaced, the same numbers
+    again = evaluate_spark(res.rows, cfg, log=False)
+    assert not _close(res.metrics, again.metrics)
+    assert again.rows.columns.count("correctness/score") == 1
 
 
 def test_a_request_limit_holds_for_the_whole_job(spark, fake_llm, judged, monkeypatch):

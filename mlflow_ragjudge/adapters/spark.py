@@ -361,13 +361,14 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     types: dict[str, str] = {}
     for p in sorted(parts, key=lambda p: p["first_row"]):
         for c, t in p["columns"].items():
-            if t != "null":
-                types[c] = t if types.get(c) in (None, t) else "string"
-            else:
+            if t == "null":  # no value in this part says nothing about the column's type
                 types.setdefault(c, "null")
+            else:
+                types[c] = t if types.get(c) in (None, "null", t) else "string"
     ddl = {"double": "double", "boolean": "boolean", "string": "string", "null": "string"}
     cell_schema = StructType.fromDDL(", ".join(f"`{c}` {ddl[t]}" for c, t in types.items())) if types else None
-    rows = scored
+    # results of an earlier evaluation among the input columns are replaced by this one's
+    rows = scored.drop(*[c for c in types if c in sdf.columns])
     if cell_schema is not None:
         parsed = F.from_json(F.col(_CELLS), cell_schema)
         rows = rows.select("*", *[parsed.getField(c).alias(c) for c in types])
