@@ -349,8 +349,10 @@ def _split_line(line: str) -> list[str]:
             continue
         if nxt and not nxt.isspace():
             continue  # "3.5", "v1.2", "example.com", "?!" inside a token
-        seen = _NON_SPACE.search(line, end)
-        following = seen.group(0) if seen else ""
+        following = line[end + 1: end + 2]  # after one space (the usual case), without a search
+        if not following or following.isspace():
+            seen = _NON_SPACE.search(line, end)
+            following = seen.group(0) if seen else ""
         if following.islower():
             continue  # "e.g. the", "approx. five"
         if (
