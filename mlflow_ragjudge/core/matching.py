@@ -139,6 +139,24 @@ DECLINE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 
+# DECLINE_PATTERN.search, fast (declines_says below): every match of the pattern starts at the text's start (its
+# "^\W*" alternative, or any other), at a word that follows a non-word character (the English alternatives all start
+# with "\b" and a letter), or at one of the Japanese phrases. The search for the second kind starts from the
+# non-word characters, which the regex engine skips to in C, instead of trying eleven alternatives at every character.
+_AFTER_NON_WORD = re.compile(rf"\W(?=(?:{DECLINE_PATTERN.pattern}))", re.IGNORECASE)
+# (the first characters of the pattern's Japanese phrases: its alternatives that are not ASCII)
+_JAPANESE_FIRST = re.compile("[" + "".join(sorted({a[0] for a in DECLINE_PATTERN.pattern.split("|")
+                                                   if not a.isascii()})) + "]")
+
+
+def declines_says(text: str) -> bool:
+    """Whether some part of ``text`` declines (``DECLINE_PATTERN.search(text) is not None``, at a fraction of its
+    cost: most of a row's sentences are tested, few decline)."""
+    if DECLINE_PATTERN.match(text) or _AFTER_NON_WORD.search(text):
+        return True
+    return _JAPANESE_FIRST.search(text) is not None and DECLINE_PATTERN.search(text) is not None
+
+
 # Courtesy that carries no answer either way.
 COURTESY_PATTERN = re.compile(
     r"^\W*(?:sorry|i'?m\s+sorry|unfortunately|thank\s+you|thanks|you'?re\s+welcome|hope\s+this\s+helps"
@@ -169,7 +187,7 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
     asked = set(content_tokens(question))
     declined = False
     for clause in clauses:
-        if DECLINE_PATTERN.search(clause):
+        if declines_says(clause):
             declined = True
         elif COURTESY_PATTERN.match(clause):
             continue

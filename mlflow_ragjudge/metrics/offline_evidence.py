@@ -59,10 +59,10 @@ import numpy as np
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, OFFLINE_PROVIDER, is_offline_judge
 from ..core.matching import (
     COURTESY_PATTERN,
-    DECLINE_PATTERN,
     STOPWORDS,
     content_tokens,
     content_tuple,
+    declines_says,
     declines_to_answer,
     match_tokens,
     match_tuple,
@@ -369,7 +369,7 @@ LEVEL_WORDS = {5: "correct and complete", 4: "largely correct, but incomplete", 
 
 def is_claim_sentence(sentence: str) -> bool:
     s = sentence.strip()
-    return bool(s) and not s.endswith(("?", "？")) and not COURTESY_PATTERN.match(s) and not DECLINE_PATTERN.search(s)
+    return bool(s) and not s.endswith(("?", "？")) and not COURTESY_PATTERN.match(s) and not declines_says(s)
 
 
 def support_share(tokens: Sequence[str], backed: set[str]) -> tuple[float, list[str]]:
