@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 
 from .text import TextMemo, split_sentences, token_tuple, tokenize
 
@@ -181,12 +182,12 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
     answer that adds "there is no information about X" keeps its answer, so it is graded, not abstained.
     """
     text = response or ""
-    clauses = _remembered_clauses(text) if isinstance(text, str) else _clauses(text)
-    if not clauses:
-        return False
-    asked = set(content_tokens(question))
+    clauses = _each_clause(text) if isinstance(text, str) else iter(_clauses(text))
+    asked: set[str] | None = None
     declined = False
     for clause in clauses:
+        if asked is None:
+            asked = set(content_tokens(question))
         if declines_says(clause):
             declined = True
         elif COURTESY_PATTERN.match(clause):
@@ -195,5 +196,10 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
             return False
     return declined
 
-#: a response's clauses, remembered (correctness and faithfulness both ask whether a row's response declines)
-_remembered_clauses: TextMemo[tuple[str, ...]] = TextMemo(lambda text: tuple(_clauses(text)))
+def _each_clause(text: str) -> Iterator[str]:
+    """:func:`_clauses`, one at a time: most responses are found not to decline at their first clause, so the rest
+    of the response is never cut into clauses."""
+    for sentence in split_sentences(text):
+        for clause in _CLAUSE_SPLIT.split(sentence):
+            if clause and clause.strip():
+                yield clause.strip()
