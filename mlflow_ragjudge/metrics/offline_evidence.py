@@ -175,6 +175,15 @@ def _shared_trigrams(want: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray,
     return int(np.minimum(want[1][hit], got[1][at[hit]]).sum())
 
 
+def _distinct_words(answer: str) -> tuple[str, ...]:
+    """An answer's distinct content words (its distinct match tokens when it has no content word), in order."""
+    return tuple(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
+
+
+#: :func:`_distinct_words` of the answers read last (context precision asks for each of a row's chunks)
+_wanted = TextMemo(_distinct_words)
+
+
 def _content_words(text: str | None) -> tuple[str, ...]:
     return content_tuple(text) if text and isinstance(text, str) else tuple(content_tokens(text))
 
@@ -412,7 +421,7 @@ class OfflineEvidence:
 
 
     def supports_answer(self, passage: str, answer: str) -> bool:
-        want = list(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
+        want = _wanted(answer) if isinstance(answer, str) else _distinct_words(answer)
         if not want:
             return False
         have = _words(passage)
