@@ -325,7 +325,7 @@ def _ends_with_abbreviation(word: str, following: str) -> bool:
         return following[:1].isdigit()
     if len(word) == 1 and word.isalpha():  # an initial: "J. Smith", "(a. ...)"
         return True
-    return _DOTTED_ACRONYM_RE.fullmatch(word) is not None  # "U.S", "e.g", "a.m"
+    return "." in word and _DOTTED_ACRONYM_RE.fullmatch(word) is not None  # "U.S", "e.g", "a.m"
 
 
 def _split_line(line: str) -> list[str]:
