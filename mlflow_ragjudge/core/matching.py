@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 
 from .text import TextMemo, split_sentences, token_tuple, tokenize
 
@@ -139,6 +140,24 @@ DECLINE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 
+# DECLINE_PATTERN.search, fast (declines_says below): every match of the pattern starts at the text's start (its
+# "^\W*" alternative, or any other), at a word that follows a non-word character (the English alternatives all start
+# with "\b" and a letter), or at one of the Japanese phrases. The search for the second kind starts from the
+# non-word characters, which the regex engine skips to in C, instead of trying eleven alternatives at every character.
+_AFTER_NON_WORD = re.compile(rf"\W(?=(?:{DECLINE_PATTERN.pattern}))", re.IGNORECASE)
+# (the first characters of the pattern's Japanese phrases: its alternatives that are not ASCII)
+_JAPANESE_FIRST = re.compile("[" + "".join(sorted({a[0] for a in DECLINE_PATTERN.pattern.split("|")
+                                                   if not a.isascii()})) + "]")
+
+
+def declines_says(text: str) -> bool:
+    """Whether some part of ``text`` declines (``DECLINE_PATTERN.search(text) is not None``, at a fraction of its
+    cost: most of a row's sentences are tested, few decline)."""
+    if DECLINE_PATTERN.match(text) or _AFTER_NON_WORD.search(text):
+        return True
+    return _JAPANESE_FIRST.search(text) is not None and DECLINE_PATTERN.search(text) is not None
+
+
 # Courtesy that carries no answer either way.
 COURTESY_PATTERN = re.compile(
     r"^\W*(?:sorry|i'?m\s+sorry|unfortunately|thank\s+you|thanks|you'?re\s+welcome|hope\s+this\s+helps"
@@ -163,13 +182,13 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
     answer that adds "there is no information about X" keeps its answer, so it is graded, not abstained.
     """
     text = response or ""
-    clauses = _remembered_clauses(text) if isinstance(text, str) else _clauses(text)
-    if not clauses:
-        return False
-    asked = set(content_tokens(question))
+    clauses = _each_clause(text) if isinstance(text, str) else iter(_clauses(text))
+    asked: set[str] | None = None
     declined = False
     for clause in clauses:
-        if DECLINE_PATTERN.search(clause):
+        if asked is None:
+            asked = set(content_tokens(question))
+        if declines_says(clause):
             declined = True
         elif COURTESY_PATTERN.match(clause):
             continue
@@ -177,5 +196,10 @@ def declines_to_answer(response: str | None, question: str | None = None) -> boo
             return False
     return declined
 
-#: a response's clauses, remembered (correctness and faithfulness both ask whether a row's response declines)
-_remembered_clauses: TextMemo[tuple[str, ...]] = TextMemo(lambda text: tuple(_clauses(text)))
+def _each_clause(text: str) -> Iterator[str]:
+    """:func:`_clauses`, one at a time: most responses are found not to decline at their first clause, so the rest
+    of the response is never cut into clauses."""
+    for sentence in split_sentences(text):
+        for clause in _CLAUSE_SPLIT.split(sentence):
+            if clause and clause.strip():
+                yield clause.strip()

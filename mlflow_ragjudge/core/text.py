@@ -325,7 +325,7 @@ def _ends_with_abbreviation(word: str, following: str) -> bool:
         return following[:1].isdigit()
     if len(word) == 1 and word.isalpha():  # an initial: "J. Smith", "(a. ...)"
         return True
-    return _DOTTED_ACRONYM_RE.fullmatch(word) is not None  # "U.S", "e.g", "a.m"
+    return "." in word and _DOTTED_ACRONYM_RE.fullmatch(word) is not None  # "U.S", "e.g", "a.m"
 
 
 def _split_line(line: str) -> list[str]:
@@ -349,8 +349,10 @@ def _split_line(line: str) -> list[str]:
             continue
         if nxt and not nxt.isspace():
             continue  # "3.5", "v1.2", "example.com", "?!" inside a token
-        seen = _NON_SPACE.search(line, end)
-        following = seen.group(0) if seen else ""
+        following = line[end + 1: end + 2]  # after one space (the usual case), without a search
+        if not following or following.isspace():
+            seen = _NON_SPACE.search(line, end)
+            following = seen.group(0) if seen else ""
         if following.islower():
             continue  # "e.g. the", "approx. five"
         if (

@@ -135,7 +135,8 @@ def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[
     ordered = sorted(specs, key=lambda s: not s.headline)  # the headline score right after the question
     for spec in ordered:
         for name, res in results[spec.name].items():
-            cols[f"{name}/score"] = [_cell(x, level=_on_levels(spec, name)) for x in res]
+            level = _on_levels(spec, name)
+            cols[f"{name}/score"] = [_cell(x, level) for x in res]
             if spec.judged:
                 cols[f"{name}/justification"] = [x.rationale for x in res]
                 cols[f"{name}/status"] = [x.status.value + (f":{x.reason}" if x.reason else "") for x in res]

@@ -19,9 +19,10 @@ import hashlib
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..core.constants import LOGICAL_COLUMNS
@@ -295,7 +296,7 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
         raise InputError(f"group_column={group_col!r} is not a column of the data ({list(df.columns)}).")
     _check_human_columns(df, cfg)
     rows: list[Row] = []
-    for pos, (_, rec) in enumerate(df.iterrows(), start=first_row):
+    for pos, rec in enumerate(_records(df), start=first_row):
         r = Row(index=pos, relevance_threshold=cfg.relevance_threshold)
         for logical in TEXT_COLUMNS:
             if logical in present:
@@ -321,6 +322,46 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
             r.group = None if _missing(g) else repairs.text(str(g), group_col, pos)
         rows.append(r)
     return rows
+
+
+class _Cells:
+    """One row's cells by column name (see :func:`_records`)."""
+
+    __slots__ = ("_values", "_where")
+
+    def __init__(self, values: Any, where: dict[Any, int]) -> None:
+        self._values = values
+        self._where = where
+
+    def __getitem__(self, col: Any) -> Any:
+        return self._values[self._where[col]]
+
+
+#: cells no dtype is inferred over: a row holding one keeps the object dtype in ``iterrows``' Series
+_OPAQUE = (list, tuple, dict, np.ndarray)
+
+
+def _records(df: pd.DataFrame) -> Iterator[Any]:
+    """The rows of ``df`` as ``iterrows`` gives them (``rec[col]``: the cell), without building a Series per row
+    where that changes nothing -- a Series per row cost more than everything else :func:`read_rows` does.
+
+    ``iterrows`` cuts each row from ``df.values`` and makes it a Series, which may infer a dtype over the row's
+    cells (all strings or missing: a string dtype, ``None`` read as NaN; all dates: datetime64). A row with a list
+    (or tuple, dict, array) cell, or of strings only, is left as it is by that inference, so its cells are read
+    from ``df.values`` directly; any other row gets the very Series ``iterrows`` makes. Frames with repeated
+    column names (where ``rec[col]`` is itself a Series) keep ``iterrows``."""
+    if not df.columns.is_unique:
+        for _, rec in df.iterrows():
+            yield rec
+        return
+    where = {col: i for i, col in enumerate(df.columns)}
+    klass = df._constructor_sliced
+    for name, values in zip(df.index, df.values, strict=True):
+        types = set(map(type, values))
+        if types == {str} or any(issubclass(t, _OPAQUE) for t in types):
+            yield _Cells(values, where)
+        else:
+            yield klass(values, index=df.columns, name=name)
 
 
 def set_references(row: Row, answers: list[str] | None, column: str, repairs: Repairs) -> None:

@@ -6,8 +6,9 @@ way the ``mlflow.genai`` scorers score it too (:func:`score_row`). A metric's ex
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -120,11 +121,14 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
         if runner is not None:  # every running task may add a line to the next batch: run them all at once
             workers = max(1, min(len(jobs), runner.options.threads))
         if workers <= 1:
-            for n, (job, _, _) in enumerate(jobs):
-                if stop_requested():
-                    unfinished = [(name, i) for _, name, i in jobs[n:]]
-                    break
-                job()
+            with _results_kept_frozen() as keep:
+                for n, (job, _, _) in enumerate(jobs):
+                    if stop_requested():
+                        unfinished = [(name, i) for _, name, i in jobs[n:]]
+                        break
+                    job()
+                    if n % _FREEZE_EVERY == 0:
+                        keep()
         else:
             unfinished = _run_pool(jobs, workers)
     finally:
@@ -137,6 +141,27 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
             for j in (range(len(rows)) if i is None else (i,)):
                 out[name][j] = _interrupted()
     return out
+
+#: tasks scored between two freezes of what is alive (:func:`_results_kept_frozen`)
+_FREEZE_EVERY = 500
+
+
+@contextlib.contextmanager
+def _results_kept_frozen() -> Iterator[Callable[[], None]]:
+    """While rows are scored on one thread, what is alive is frozen now and then (``gc.freeze``), and unfrozen at
+    the end: the cyclic garbage collector then walks only what was made since the last freeze, not again and again
+    the results kept so far and the process's own objects (its imports, the input frame). A run scores a few
+    results per row that live to its end; the collector's full passes over everything alive cost about a fifth
+    of the offline metrics' time per row before. Nothing is lost: what is frozen goes back to the collector's
+    oldest generation at the end. Left alone when the collector is off or the process froze objects itself."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield lambda: None
+        return
+    try:
+        yield gc.freeze
+    finally:
+        gc.unfreeze()
+
 
 def _run_pool(jobs: list[tuple[Callable[[], None], str, int | None]], workers: int) -> list[tuple[str, int | None]]:
     """Every job in a thread pool; returns the jobs that did not finish (none unless a stop was requested: then the

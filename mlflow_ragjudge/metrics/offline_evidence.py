@@ -59,10 +59,10 @@ import numpy as np
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, OFFLINE_PROVIDER, is_offline_judge
 from ..core.matching import (
     COURTESY_PATTERN,
-    DECLINE_PATTERN,
     STOPWORDS,
     content_tokens,
     content_tuple,
+    declines_says,
     declines_to_answer,
     match_tokens,
     match_tuple,
@@ -156,15 +156,32 @@ def _trigrams(joined: str) -> tuple[np.ndarray, np.ndarray]:
     if len(points) < 3:
         return np.empty(0, np.uint64), np.empty(0, np.intp)
     ids = (points[:-2] << np.uint64(42)) | (points[1:-1] << np.uint64(21)) | points[2:]
-    distinct, counts = np.unique(ids, return_counts=True)
-    return distinct, counts
+    # what np.unique(ids, return_counts=True) gives, without its general-purpose overhead (a third of the cost on
+    # texts of a few hundred characters): sort, then the start of each run of equal ids and the run's length
+    ids.sort()
+    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+    return ids[starts], np.diff(np.append(starts, len(ids)))
 
 
 def _shared_trigrams(want: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> int:
     """How many of ``want``'s trigrams ``got`` has, each counted at most as often as ``got`` has it (the size of
-    the multiset intersection, ``sum((Counter(want) & Counter(got)).values())``)."""
-    _, i, j = np.intersect1d(want[0], got[0], assume_unique=True, return_indices=True)
-    return int(np.minimum(want[1][i], got[1][j]).sum())
+    the multiset intersection, ``sum((Counter(want) & Counter(got)).values())``). Both are sorted and distinct, so
+    each of ``want``'s trigrams is looked up in ``got`` by binary search (``np.intersect1d`` sorts both again)."""
+    if not len(want[0]) or not len(got[0]):
+        return 0
+    at = np.searchsorted(got[0], want[0])
+    at[at == len(got[0])] = 0  # past the end: not there (position 0 holds another trigram or the same one)
+    hit = got[0][at] == want[0]
+    return int(np.minimum(want[1][hit], got[1][at[hit]]).sum())
+
+
+def _distinct_words(answer: str) -> tuple[str, ...]:
+    """An answer's distinct content words (its distinct match tokens when it has no content word), in order."""
+    return tuple(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
+
+
+#: :func:`_distinct_words` of the answers read last (context precision asks for each of a row's chunks)
+_wanted = TextMemo(_distinct_words)
 
 
 def _content_words(text: str | None) -> tuple[str, ...]:
@@ -361,7 +378,7 @@ LEVEL_WORDS = {5: "correct and complete", 4: "largely correct, but incomplete", 
 
 def is_claim_sentence(sentence: str) -> bool:
     s = sentence.strip()
-    return bool(s) and not s.endswith(("?", "？")) and not COURTESY_PATTERN.match(s) and not DECLINE_PATTERN.search(s)
+    return bool(s) and not s.endswith(("?", "？")) and not COURTESY_PATTERN.match(s) and not declines_says(s)
 
 
 def support_share(tokens: Sequence[str], backed: set[str]) -> tuple[float, list[str]]:
@@ -404,7 +421,7 @@ class OfflineEvidence:
 
 
     def supports_answer(self, passage: str, answer: str) -> bool:
-        want = list(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
+        want = _wanted(answer) if isinstance(answer, str) else _distinct_words(answer)
         if not want:
             return False
         have = _words(passage)
