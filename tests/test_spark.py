@@ -269,8 +269,10 @@ def test_batch_mode_goes_through_each_task_and_gives_the_same_scores(spark, fake
     assert res.metrics["faithfulness/n_failed"] == 0 and res.metrics["correctness/n_failed"] == 0
 
 
-def _python_workers() -> list[int]:
-    """The Python workers the Spark daemon forked (the processes that run the tasks)."""
+def _python_workers(spark) -> list[int]:
+    """The Python workers this session's Spark daemon forked (the processes that run its tasks; not another
+    session's, such as another pytest worker's)."""
+    jvm = spark.sparkContext._gateway.proc.pid
     procs = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -280,7 +282,7 @@ def _python_workers() -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
             procs[int(d.name)] = (ppid, args)
-    daemons = {pid for pid, (_, args) in procs.items() if "pyspark.daemon" in args}
+    daemons = {pid for pid, (ppid, args) in procs.items() if "pyspark.daemon" in args and ppid == jvm}
     return [pid for pid, (ppid, _) in procs.items() if ppid in daemons]
 
 
@@ -305,7 +307,7 @@ def test_a_killed_task_is_retried_without_paying_twice_and_no_row_is_lost(spark,
         deadline = time.monotonic() + 120
         while fake_llm.request_count < pandas_requests // 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        for pid in _python_workers():
+        for pid in _python_workers(spark):
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -349,7 +351,7 @@ def test_a_task_that_keeps_dying_fails_the_job_with_a_clear_error(spark, fake_ll
     def keep_killing() -> None:
         while not stop.is_set():
             if fake_llm.request_count:
-                for pid in _python_workers():
+                for pid in _python_workers(spark):
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
@@ -371,3 +373,35 @@ def test_a_task_that_keeps_dying_fails_the_job_with_a_clear_error(spark, fake_ll
     assert message.startswith("The scoring failed in a Spark task, after Spark's retries")
     assert f"in the cache at {cache}" in message and "a re-run sends only the rest" in message
     assert spark.sparkContext._jsc.getPersistentRDDs().size() == persisted  # the failed scoring is not kept
+
+
+def test_a_plain_text_server_scores_every_row_on_spark(spark, fake_llm, monkeypatch):
+    """A server that answers in plain text only (no JSON modes): each worker negotiates the format on its own, and
+    every row is scored with the pandas run's aggregates."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake_llm.set_handler(CompliantModel("text"))
+    judge = f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
+    cfg = {"judge": judge, "metrics": ["correctness", "faithfulness"], "cache": False}
+    df = _rows(12, repeat=False)
+    ref = rj.evaluate_frame(df, cfg)
+    res = evaluate_spark(spark.createDataFrame(df).repartition(2), cfg, log=False)
+    scores = {k: v for k, v in ref.metrics.items() if not k.startswith("judge/")}
+    assert not _close(scores, {k: v for k, v in res.metrics.items() if not k.startswith("judge/")})
+    assert res.metrics["correctness/n_failed"] == 0 and res.metrics["faithfulness/n_failed"] == 0
+    res.unpersist()
+
+
+def test_the_run_is_logged_to_a_real_mlflow_server_in_a_named_experiment(spark, mlflow_server):
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(mlflow_server)
+    try:
+        res = evaluate_spark(spark.createDataFrame(_rows(40)).repartition(2),
+                             {"judge": "offline:/lexical", "metrics": ["correctness"], "cache": False},
+                             experiment="spark-on-a-server", run_name="variant-a", table_rows=10)
+        run = mlflow.get_run(res.run_id)
+        assert mlflow.get_experiment(run.info.experiment_id).name == "spark-on-a-server"
+        assert run.data.metrics["correctness/mean"] == pytest.approx(res.metrics["correctness/mean"], abs=1e-12)
+        assert len(rj.load_output(res.run_id).table) == 10
+        res.unpersist()
+    finally:
+        mlflow.set_tracking_uri(before)

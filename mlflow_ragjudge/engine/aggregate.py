@@ -20,7 +20,7 @@ from .schedule import ERROR_KEY
 from .select import gate_metric_name
 
 __all__ = ["aggregate_metric", "build_table", "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX",
-           "OutputSummary", "summarize_output", "output_metrics", "level_shares", "run_metrics"]
+           "OutputSummary", "summarize_output", "output_metrics", "level_shares", "run_metrics", "usage_metrics"]
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,17 @@ def gate_outcome(fail_under: dict[str, float], metrics_out: dict[str, float]) ->
         out.append({"metric": key, "threshold": float(threshold), "value": value,
                     "passed": value is not None and value >= threshold})
     return out
+
+def usage_metrics(usage: dict[str, Any], batch: bool) -> dict[str, float]:
+    """The ``judge/...`` metrics of a run's judge usage (a client's summary, or the sum of several)."""
+    out = {f"judge/{k}": float(usage[k]) for k in ("input_tokens", "output_tokens", "calls", "cache_hits")}
+    out["judge/shared"] = float(usage["merged"])  # identical calls of this run, sent once
+    if batch:
+        out.update({f"judge/{k}": float(usage[k]) for k in ("batches", "batch_lines")})
+    if usage.get("cost_usd") is not None:
+        out["judge/cost_usd"] = float(usage["cost_usd"])
+    return out
+
 
 def usage_by_metric(transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict[str, dict[str, float]]:
     """Requests sent, cache hits and tokens per metric, and requests per row: what each metric costs.

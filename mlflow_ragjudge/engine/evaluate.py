@@ -33,7 +33,15 @@ from ..core.types import JudgeResult, Row
 from ..llm.client import JudgeClient
 from ..llm.pricing import cost_usd
 from ..metrics.spec import Finish, MetricSpec, Prepared, RunContext, metric_names
-from .aggregate import OutputSummary, build_table, gate_outcome, run_metrics, summarize_output, usage_by_metric
+from .aggregate import (
+    OutputSummary,
+    build_table,
+    gate_outcome,
+    run_metrics,
+    summarize_output,
+    usage_by_metric,
+    usage_metrics,
+)
 from .config import RagJudgeConfig
 from .human import calibrated_estimates, meta_evaluation
 from .inputs import check_human_labels, read_rows
@@ -238,13 +246,7 @@ def _usage(client: JudgeClient | None) -> tuple[dict[str, Any], dict[str, float]
     if client is None:
         return {}, {}
     usage = client.summary()
-    out = {f"judge/{k}": float(usage[k]) for k in ("input_tokens", "output_tokens", "calls", "cache_hits")}
-    out["judge/shared"] = float(usage["merged"])  # identical calls of this run, sent once
-    if client.batch is not None:
-        out.update({f"judge/{k}": float(usage[k]) for k in ("batches", "batch_lines")})
-    if usage.get("cost_usd") is not None:
-        out["judge/cost_usd"] = float(usage["cost_usd"])
-    return usage, out
+    return usage, usage_metrics(usage, client.batch is not None)
 
 
 def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> EvalOutput:

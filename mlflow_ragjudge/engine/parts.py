@@ -23,7 +23,7 @@ from ..core.errors import InputError
 from ..core.types import Aggregate
 from ..llm.client import JudgeClient
 from ..metrics.spec import get_metric
-from .aggregate import OutputSummary, run_metrics
+from .aggregate import OutputSummary, run_metrics, usage_metrics
 from .config import RagJudgeConfig
 from .evaluate import EvalOutput, _evaluate, _validate
 
@@ -152,13 +152,7 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
     metrics, failures = run_metrics(specs, merged, cfg.max_error_rate)
     metrics.update(counts)
     if usage:
-        metrics.update({f"judge/{k}": float(usage[k])
-                        for k in ("input_tokens", "output_tokens", "calls", "cache_hits")})
-        metrics["judge/shared"] = float(usage["merged"])
-        if cfg.batch:
-            metrics.update({f"judge/{k}": float(usage[k]) for k in ("batches", "batch_lines")})
-        if usage.get("cost_usd") is not None:
-            metrics["judge/cost_usd"] = float(usage["cost_usd"])
+        metrics.update(usage_metrics(usage, bool(cfg.batch)))
     metrics.update({f"judge/{m}/{k}": v for m, u in by_metric.items() for k, v in u.items()})
     return Merged(metrics, failures, skipped, params, n_rows, usage, by_metric, prompt_versions,
                   sum(float(p["seconds"]) for p in parts))
