@@ -42,8 +42,9 @@ whitespace-separated words of the messages, ~1.3 BPE tokens per English word), p
 total is reported too); rows lost = rows without a finite score for every one of the four metrics.
 
 Scenarios: a) k=5 and k=10 chunks, 40 rows, 200 ms latency; b) fault mix: per request a seeded RNG answers
-10 % HTTP 500, hangs 2 % for 30 s before answering, and answers 5 % of chat requests with prose where JSON
-was asked (same seed and mix for every tool), 40 rows, k=5 -- plus, for the peers, the one-switch variants
+10 % HTTP 500, hangs 2 % for 30 s before answering, and answers 5 % of chat requests with a malformed reply
+(half of them prose where JSON was asked, half the real reply cut off at 20-80 % of its length) (same seed and
+mix for every tool), 40 rows, k=5 -- plus, for the peers, the one-switch variants
 that keep going on errors (deepeval ``ErrorConfig(ignore_errors=True)``, ragas ``asyncio.gather(...,
 return_exceptions=True)`` over ``ascore``); c) a 600 requests/min server limit (``rate_limit_per_minute``),
 240 rows, ours at defaults (no ``requests_per_minute``): the share of the limit used and the 429s; d) ours
@@ -69,12 +70,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_recall")
-TOOLS = ("ours", "ragas", "deepeval")
+TOOLS = ("ours", "ragas", "deepeval", "mlflow")
 PEERS_DIR = Path(os.environ.get("PEERS_DIR", Path.home() / ".cache" / "ragjudge-peers"))
 DEFAULT_PYTHONS = {
     "ours": str(ROOT / ".venv" / "bin" / "python"),
     "ragas": os.environ.get("RAGAS_PYTHON", str(PEERS_DIR / "ragas" / "bin" / "python")),
     "deepeval": os.environ.get("DEEPEVAL_PYTHON", str(PEERS_DIR / "deepeval" / "bin" / "python")),
+    "mlflow": os.environ.get("MLFLOW_PEER_PYTHON", str(PEERS_DIR / "mlflow" / "bin" / "python")),
 }
 QUIET_ENV = {
     "DEEPEVAL_TELEMETRY_OPT_OUT": "YES",
@@ -178,8 +180,9 @@ def _worker_ours(spec: dict[str, Any]) -> dict[str, Any]:
     rows = spec["rows"]
     df = pd.DataFrame([{k: r[k] for k in ("question", "answer", "reference", "contexts")} for r in rows])
     t0 = time.perf_counter()
+    extra = {"requests_per_minute": float(spec["variant"][3:])} if str(spec.get("variant")).startswith("rpm") else {}
     out = evaluate_frame(df, judge=f"openai:/judge-model?base_url={url}", embeddings=f"openai:/emb?base_url={url}",
-                         metrics=list(METRICS), cache=spec.get("cache", False))
+                         metrics=list(METRICS), cache=spec.get("cache", False), **extra)
     wall = time.perf_counter() - t0
     scores: dict[str, list[float | None]] = {}
     reasons: dict[str, int] = {}
@@ -310,6 +313,69 @@ def _worker_deepeval(spec: dict[str, Any]) -> dict[str, Any]:
             "versions": _versions("deepeval", "openai", "pydantic", "tenacity")}
 
 
+#: MLflow's built-in genai scorers that measure what our four metrics measure (scenario "mlflow"): each a yes/no
+#: judge per row (RetrievalRelevance: per retrieved chunk, its "/precision" the share of yes), mapped to 1.0/0.0
+MLFLOW_SCORERS = {"faithfulness": "RetrievalGroundedness", "answer_relevancy": "RelevanceToQuery",
+                  "context_precision": "RetrievalRelevance", "context_recall": "RetrievalSufficiency"}
+MLFLOW_VALUE_COLUMNS = {"faithfulness": "retrieval_groundedness", "answer_relevancy": "relevance_to_query",
+                        "context_precision": "retrieval_relevance/precision",
+                        "context_recall": "retrieval_sufficiency"}
+
+
+def _worker_mlflow(spec: dict[str, Any]) -> dict[str, Any]:
+    """MLflow's own judges the way its docs use them: ``mlflow.genai.evaluate(data, predict_fn, scorers)`` where
+    ``predict_fn`` is a traced RAG app whose RETRIEVER span returns the row's contexts, judge
+    ``openai:/judge-model`` with ``OPENAI_API_BASE`` pointing at the server, everything else at its defaults."""
+    os.environ["OPENAI_API_BASE"] = spec["url"]
+    import mlflow
+    import mlflow.genai.scorers as ms
+    from mlflow.entities import Document, SpanType
+
+    rows = spec["rows"]
+    mlflow.set_tracking_uri(f"sqlite:///{Path.cwd() / 'mlflow.db'}")
+    mlflow.set_experiment("bench-mlflow-genai")
+    by_id = {r["id"]: r for r in rows}
+
+    @mlflow.trace(span_type=SpanType.CHAIN)
+    def rag_app(question: str, row_id: str) -> str:
+        row = by_id[row_id]
+        with mlflow.start_span(name="retrieve", span_type=SpanType.RETRIEVER) as span:
+            span.set_inputs({"query": question})
+            span.set_outputs([Document(page_content=c, metadata={"doc_uri": f"{row_id}/{j}"})
+                              for j, c in enumerate(row["contexts"])])
+        return row["answer"]
+
+    scorers = [getattr(ms, MLFLOW_SCORERS[m])(model="openai:/judge-model") for m in METRICS]
+    data = [{"inputs": {"question": r["question"], "row_id": r["id"]},
+             "expectations": {"expected_response": r["reference"]}} for r in rows]
+    t0 = time.perf_counter()
+    result = mlflow.genai.evaluate(data=data, predict_fn=rag_app, scorers=scorers)
+    wall = time.perf_counter() - t0
+    df = result.result_df
+    scores: dict[str, list[float | None]] = {m: [None] * len(rows) for m in METRICS}
+    errors: dict[str, int] = {}
+    index = {r["id"]: i for i, r in enumerate(rows)}
+    for _, rec in df.iterrows():
+        inputs = rec.get("request") if "request" in df.columns else rec.get("inputs")
+        if isinstance(inputs, str):
+            inputs = json.loads(inputs)
+        i = index[inputs["row_id"]]
+        for m in METRICS:
+            col = MLFLOW_VALUE_COLUMNS[m]
+            value = rec.get(col + "/value", rec.get(col))
+            if isinstance(value, str):
+                value = {"yes": 1.0, "no": 0.0}.get(value.lower())
+            value = _finite(value)
+            if value is None:
+                why = rec.get(col + "/error") or rec.get(col + "/rationale") or rec.get("state") or "no value"
+                key = f"{m}:{str(why)[:120]}"
+                errors[key] = errors.get(key, 0) + 1
+            scores[m][i] = value
+    sample = {str(c): repr(df.iloc[0][c])[:300] for c in df.columns if str(c).endswith(("/value", "/rationale"))}
+    return {"scores": scores, "wall": wall, "failures": errors, "failure_examples": sample,
+            "versions": _versions("mlflow", "mlflow-skinny", "openai", "litellm")}
+
+
 def _versions(*packages: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -329,7 +395,8 @@ def worker_main(argv: list[str]) -> int:
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
     spec = json.loads(args.spec.read_text())
-    fn = {"ours": _worker_ours, "ragas": _worker_ragas, "deepeval": _worker_deepeval}[args.worker]
+    fn = {"ours": _worker_ours, "ragas": _worker_ragas, "deepeval": _worker_deepeval,
+          "mlflow": _worker_mlflow}[args.worker]
     result = fn(spec)
     args.out.write_text(json.dumps(result))
     return 0
@@ -398,6 +465,14 @@ class FaultMix:
         if kind == "500":
             return Reply.error(500)
         if kind == "malformed":
+            # half of them prose where JSON was asked, half the model's real reply cut off mid-way (what a proxy
+            # that drops the connection's tail delivers, with a normal finish reason)
+            with self.lock:
+                truncate, cut = self.rng.random() < 0.5, self.rng.random()
+            full = _coerce_reply(self.inner(request))
+            text = full.text if full.text is not None else (json.dumps(full.json) if full.json is not None else "")
+            if truncate and len(text) > 2:
+                return Reply(text=text[: max(1, int(len(text) * (0.2 + 0.6 * cut)))])
             return Reply(text="I looked at the material carefully and everything seems fine to me, overall.")
         reply = self.inner(request)
         if kind == "hang":
@@ -559,16 +634,27 @@ def scenario_c(ctx: dict[str, Any]) -> dict[str, Any]:
     server.rate_limit_per_minute = ctx["rpm"]
     server.rate_limit_window = 60.0
     out = {"k": 5, "rows": len(rows), "latency": ctx["latency"], "limit_per_minute": ctx["rpm"], "tools": {}}
+    # the server announcing its budget on every reply (x-ratelimit-*), or only retry-after on a 429; ours at
+    # defaults on both, and with requests_per_minute set to the limit on the second
+    runs = [("ours", None, True), ("ours", None, False), ("ours", f"rpm{ctx['rpm']}", False)]
+    runs += [(t, None, True) for t in ctx["tools"] if t != "ours" and ctx["c_peers"]]
     try:
-        for tool in ["ours"] + [t for t in ctx["tools"] if t != "ours" and ctx["c_peers"]]:
-            fig = run_tool(tool, ctx["pythons"], server, _model(), rows, ctx["work"],
-                           ctx["sink"], label="c", deepeval_model=ctx["deepeval_model"], ours_src=ctx["ours_src"])
+        for tool, variant, headers in runs:
+            server.rate_limit_headers = headers
+            key = tool + (f"+{variant}" if variant else "") + ("" if headers else " (no headers)")
+            fig = run_tool(tool, ctx["pythons"], server, _model(), rows, ctx["work"], ctx["sink"],
+                           label="c" + ("" if headers else "-noheaders"), variant=variant,
+                           deepeval_model=ctx["deepeval_model"], ours_src=ctx["ours_src"])
             minutes = fig["wall"] / 60.0
             fig["limit_used"] = fig["accepted_requests"] / (ctx["rpm"] * minutes) if minutes else None
-            print(f"    limit used {fig['limit_used']:.3f}, 429s {fig['http_429']}", file=sys.stderr, flush=True)
-            out["tools"][tool] = fig
+            fig["http_429_share"] = fig["http_429"] / max(1, fig["accepted_requests"])
+            fig["rate_limit_headers"] = headers
+            print(f"    limit used {fig['limit_used']:.3f}, 429s {fig['http_429']} "
+                  f"({100 * fig['http_429_share']:.1f}% of accepted)", file=sys.stderr, flush=True)
+            out["tools"][key] = fig
     finally:
         server.rate_limit_per_minute = None
+        server.rate_limit_headers = True
     return out
 
 
@@ -631,8 +717,8 @@ def report(res: dict[str, Any]) -> str:
             out.append(f"### c) rate limit {sc['limit_per_minute']}/min, {sc['rows']} rows, k = 5, "
                        f"latency {sc['latency'] * 1000:.0f} ms")
             cols = (("wall", "wall s", "{:.1f}"), ("accepted_requests", "accepted req", "{:d}"),
-                    ("http_429", "429s", "{:d}"), ("limit_used", "limit used", "{:.3f}"),
-                    ("rows_lost", "rows lost", "{:d}"))
+                    ("http_429", "429s", "{:d}"), ("http_429_share", "429s / accepted", "{:.3f}"),
+                    ("limit_used", "limit used", "{:.3f}"), ("rows_lost", "rows lost", "{:d}"))
             out += [""] + _table(sc["tools"], cols, ratios=False) + [""]
         elif key == "d":
             out.append(f"### d) ours re-run with a persistent cache, {sc['rows']} rows, k = 5")

@@ -17,7 +17,12 @@ model could read generically -- never the package's prompt wording:
   built with ``example_json=True``: then, when the conversation shows an example JSON object (the most
   recent one), it answers with an object of the same shape: the same keys, short label-like strings and
   numbers as in the example (the way a model copies an answer format), longer strings replaced by its own
-  sentences, arrays as long as the example's.
+  sentences, arrays as long as the example's;
+* a label written as alternatives (``"yes|no"``, ``"pass | fail"``) in an example JSON object is an instruction
+  to pick one: the model picks one by the hash of the conversation -- in an example it copies, and, with
+  ``prompt_schema_too=True``, in a free string field of the request's schema when the conversation shows an
+  example object with the same top-level fields (a schema that says only "string" while the prompt shows the
+  allowed values, as MLflow's built-in judges send).
 
 Server modes, like the servers users run:
 
@@ -202,6 +207,14 @@ def example_in_conversation(request: Request) -> dict[str, Any] | None:
     return found
 
 
+_ALTERNATIVES = re.compile(r"^\s*[\w-]+(?:\s*\|\s*[\w-]+)+\s*$")  # "yes|no", "pass | fail"
+
+
+def _pick(text: str, seed: str, path: str) -> str:
+    options = [o.strip() for o in text.split("|")]
+    return options[_h(seed, path) % len(options)]
+
+
 def like_example(example: Any, seed: str, path: str = "$") -> Any:
     """A value shaped like ``example``: same keys and array lengths; short strings (labels such as
     ``"yes"``) and numbers kept as shown; longer strings and placeholders (``"<...>"``, ``"..."``) replaced
@@ -212,6 +225,8 @@ def like_example(example: Any, seed: str, path: str = "$") -> Any:
         return [like_example(v, seed, f"{path}[{i}]") for i, v in enumerate(example)]
     if isinstance(example, str):
         text = example.strip()
+        if _ALTERNATIVES.match(text):
+            return _pick(text, seed, path)
         placeholder = (text.startswith("<") and text.endswith(">")) or text in ("...", "\u2026", "")
         if placeholder or len(text.split()) > 3:
             return _sentence(seed, path)
@@ -271,6 +286,16 @@ class CompliantModel:
                 written = schema_in_conversation(request)
                 if written is not None and set(written.get("properties", {})) == set(schema.get("properties", {})):
                     return fill(written, seed)
+                shown = example_in_conversation(request)
+                props = schema.get("properties", {})
+                if shown is not None and set(shown) == set(props):
+                    value = fill(schema, seed)
+                    for key, sub in props.items():
+                        label = shown[key]
+                        if (isinstance(value, dict) and sub.get("type") == "string" and "enum" not in sub
+                                and isinstance(label, str) and _ALTERNATIVES.match(label)):
+                            value[key] = _pick(label, seed, f"$.{key}")
+                    return value
             return fill(schema, seed)
         schema = schema_in_conversation(request)
         example = example_in_conversation(request) if schema is None and self.example_json else None

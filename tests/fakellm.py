@@ -554,6 +554,9 @@ class FakeLLMServer:
         self.rate_limit_per_minute: int | None = None
         """Requests accepted per sliding window; above it the reply is 429 with ``retry-after``."""
         self.rate_limit_window: float = 60.0
+        self.rate_limit_headers: bool = True
+        """With a rate limit: announce the budget on every reply (OpenAI ``x-ratelimit-*-requests``, Anthropic
+        ``anthropic-ratelimit-requests-*``), as the big providers do; False: only ``retry-after`` on a 429."""
         """Length in seconds of the rate limiter's sliding window (lower it to test retries fast)."""
         self.embedding_dim: int = DEFAULT_EMBEDDING_DIM
         """Default embedding size (the request's ``dimensions`` wins)."""
@@ -815,7 +818,7 @@ class FakeLLMServer:
 
     def _ratelimit_info_headers(self, api: str) -> dict[str, str]:
         limit = self.rate_limit_per_minute
-        if limit is None:
+        if limit is None or not self.rate_limit_headers:
             return {}
         now = time.monotonic()
         with self._lock:

@@ -88,10 +88,10 @@ def test_cache_can_be_switched_off(fake_llm, oa):
     assert fake_llm.request_count == 2
 
 
-def test_unparseable_reply_is_reasked_twice_then_fails_and_is_kept(fake_llm, oa, tmp_path):
+def test_unparseable_reply_is_reasked_within_the_attempts_budget_then_fails_and_is_kept(fake_llm, oa, tmp_path):
     fake_llm.set_handler(lambda r: "I think it is quite good.")
     cache = CallCache(tmp_path / "c.sqlite")
-    client = oa(cache=cache)
+    client = oa(cache=cache, max_reasks=2)
     res = client.call(_req(), parse=_score_parse, prompt_version="v")
     assert not res.ok and res.failure.value == "parse_error"
     assert res.raw == "I think it is quite good."
@@ -106,6 +106,44 @@ def test_unparseable_reply_is_reasked_twice_then_fails_and_is_kept(fake_llm, oa,
     client.max_reasks = 0
     fake_llm.reset()
     assert not client.call(_req(), parse=_score_parse, prompt_version="v").ok and fake_llm.request_count == 1
+    # by default an unreadable reply is a transient fault: asked again within the attempts budget (6 replies)
+    fake_llm.reset()
+    res = oa(cache=False).call(_req(), parse=_score_parse, prompt_version="v")
+    assert not res.ok and fake_llm.request_count == 6 and len(res.records) == 6
+    fake_llm.reset()
+    res = oa(cache=False, max_attempts=3).call(_req(), parse=_score_parse, prompt_version="v")
+    assert not res.ok and fake_llm.request_count == 3
+
+
+def test_a_reply_cut_off_or_prose_after_a_fault_never_decides_the_call(fake_llm, oa):
+    """Transient faults in a row -- a 500, a reply cut off mid-JSON, prose where JSON was asked, another cut-off
+    reply -- and then the model's real answer: the call succeeds with it, within the attempts budget."""
+    faults = iter([Reply.error(500, "boom"), '{"score": 4, "reas', "Looks fine to me.", '{"sc'])
+
+    def handler(request):
+        return next(faults, '{"score": 4, "reason": "ok"}')
+
+    fake_llm.set_handler(handler)
+    res = oa(cache=False).call(_req(), parse=_score_parse, prompt_version="v")
+    assert res.ok and res.parsed["score"] == 4
+    assert fake_llm.request_count == 5
+
+
+def test_the_same_ambiguous_answer_twice_is_the_models_answer(fake_llm, oa):
+    """An ambiguous reply is asked about again; the same kind of unusable answer twice ends the call (the model
+    said it), without spending the rest of the budget."""
+    from mlflow_ragjudge.core.errors import ParseError
+    from mlflow_ragjudge.core.types import FailureReason
+
+    def parse(response):
+        if "both" in response.text:
+            raise ParseError("answered both ways", FailureReason.AMBIGUOUS)
+        return response.text
+
+    fake_llm.set_handler(lambda r: "yes and no, both")
+    res = oa(cache=False).call(_req(), parse=parse)
+    assert not res.ok and res.failure is FailureReason.AMBIGUOUS
+    assert fake_llm.request_count == 2
 
 
 def test_a_reply_that_did_not_parse_is_not_bought_again_on_a_rerun(fake_llm, oa, tmp_path):
@@ -289,9 +327,9 @@ def test_default_settings_find_a_servers_concurrency_limit(fake_llm):
     results = []
     _threads(120, lambda i: results.append(client.call(_req(f"c{i}"))))
     assert all(r.ok for r in results)
-    assert client.gate.decreases >= 1 and client.gate.limit <= 16  # it came down from slow start
+    assert client.gate.decreases >= 1 and client.gate.limit <= 16  # it came down from its start
     assert client.usage.rate_limited < 60
-    assert client.peak_in_flight <= 16
+    assert client.peak_in_flight <= ProviderGate.ADAPTIVE_START
 
 
 def test_gate_paces_requests_per_minute():

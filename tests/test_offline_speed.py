@@ -146,7 +146,7 @@ def test_offline_metrics_on_the_public_data_are_as_before() -> None:
 def test_the_golden_sees_every_kind_of_result() -> None:
     # a golden of abstentions only would prove nothing: the random rows reach scores, levels and abstentions
     results = _golden()["random"]["results"]
-    assert {r[1] for r in results["correctness"]} >= {"1.0", "2.0", "3.0", "4.0", "5.0", None}
+    assert {r[1] for r in results["correctness"]} >= {"1", "2", "3", "4", "5", None}
     for name in ("faithfulness", "context_precision", "context_recall", "context_relevance", "rougeL",
                  "context_rougeL_recall", "word_recall"):
         statuses = {r[0] for r in results[name]}

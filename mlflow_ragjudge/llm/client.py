@@ -49,7 +49,7 @@ REASK_TEMPLATE = (
     "Your previous reply could not be read: {error}. Reply again with the complete answer, "
     "in exactly the format the instructions ask for, with one final verdict and nothing else."
 )
-#: failures of a reply that arrived but could not be used: re-asked (up to max_reasks times), never cached
+#: failures of a reply that arrived but could not be used: re-asked (within the attempts budget), never cached
 PARSE_FAILURES = frozenset({FailureReason.PARSE_ERROR, FailureReason.INCONSISTENT, FailureReason.AMBIGUOUS})
 
 
@@ -146,8 +146,11 @@ class JudgeClient:
         sleep: the sleep function (tests may inject one).
         check_ready: check now that the backend can send (an API key is set ...), so a
             missing key is an error before any work; ``False`` for estimates, which send nothing.
-        max_reasks: how many times an unreadable reply is asked again (default 2: a model that slips into
-            prose on 5% of replies then loses about one call in 8,000).
+        max_reasks: how many times an unreadable reply is asked again. Default: within the attempts budget of
+            any transient error (``max_attempts - 1``): a reply cut off by a proxy or prose after a 5xx is a
+            transient fault, not the model's answer; the asking stops early when the model gives the same
+            unusable answer (ambiguous, inconsistent) twice. A model that slips into prose on 5% of replies
+            then loses about one call in 60 million.
         batch: True or :class:`~mlflow_ragjudge.batch.BatchOptions` (or their dict): send calls through the
             provider's batch API, round by round, at the batch price (:mod:`mlflow_ragjudge.batch`).
         dedupe: send identical requests once for this client's life: a request identical to one in flight
@@ -173,7 +176,7 @@ class JudgeClient:
         sleep: Callable[[float], None] = time.sleep,
         check_ready: bool = True,
         dedupe: bool = False,
-        max_reasks: int = 2,
+        max_reasks: int | None = None,
         batch: Any = None,
     ) -> None:
         _check_settings(cache=cache, max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
@@ -181,6 +184,7 @@ class JudgeClient:
         self.backend = resolve_backend(judge)
         if check_ready:
             self.backend.check_ready()
+            self.backend.warm_up()
         if cache is True:
             self.cache: CallCache | None = CallCache.open()
         elif cache is False or cache is None:
@@ -261,7 +265,7 @@ class JudgeClient:
             request: the messages and sampling parameters.
             parse: turns a reply into the judge's verdict; raises :class:`ParseError`
                 when the reply is unreadable, inconsistent or ambiguous. Such a reply is
-                re-asked up to ``max_reasks`` times (when ``reask``; each re-ask shows the
+                re-asked (``max_reasks``; when ``reask``; each re-ask shows the
                 original request, the last reply and what was wrong with it, and repeats the JSON
                 schema, if any), then the call fails with the parse error's reason and the raw
                 text kept.
@@ -270,11 +274,20 @@ class JudgeClient:
         """
         # A cached reply that does not parse is re-asked about, like a fresh one. It is sent again instead when no
         # re-ask follows, or when this call already saw it (an identical re-ask: a second draw, not the same reply).
-        unreadable: set[str] = set() if reask and self.max_reasks > 0 else {"*"}
+        reasks = self.sender.max_attempts - 1 if self.max_reasks is None else self.max_reasks
+        unreadable: set[str] = set() if reask and reasks > 0 else {"*"}
         result = self._call_once(request, parse, prompt_version, purpose, unreadable)
         records = list(result.records)
-        for _ in range(self.max_reasks if reask else 0):
+        # An unreadable reply is a transient fault until the model shows otherwise (a reply cut off by a proxy,
+        # prose after a 5xx): asked again within the attempts budget of any transient error, not taken as the
+        # model's answer -- unless the model gave the same kind of unusable answer (ambiguous, inconsistent) twice.
+        seen: dict[FailureReason, int] = {}
+        for _ in range(reasks if reask else 0):
             if result.ok or result.failure not in PARSE_FAILURES or result.response is None:
+                break
+            assert result.failure is not None
+            seen[result.failure] = seen.get(result.failure, 0) + 1
+            if result.failure is not FailureReason.PARSE_ERROR and seen[result.failure] >= 2:
                 break
             ask: tuple[dict[str, str], ...] = (
                 {"role": "user", "content": REASK_TEMPLATE.format(error=result.error)},
@@ -308,6 +321,7 @@ class JudgeClient:
         backend = resolve_backend(uri)
         if check_ready:
             backend.check_ready()
+            backend.warm_up()
         for s in backend.secrets():
             if s and len(s) >= 6 and s not in self._secrets:
                 self._secrets.append(s)

@@ -11,42 +11,66 @@ from collections import deque
 from collections.abc import Callable
 
 from .backends import Backend, resolve_backend
+from .backends.base import RateInfo
 
-__all__ = ["ProviderGate", "gate_for", "configure_provider", "ENV_MAX_CONCURRENCY"]
+__all__ = ["ProviderGate", "gate_for", "configure_provider", "ENV_MAX_CONCURRENCY", "ENV_TAIL_TIMEOUT_FLOOR"]
 
 ENV_MAX_CONCURRENCY = "RAGJUDGE_MAX_CONCURRENCY"
+#: the least a first attempt is given before it is abandoned and sent again (seconds; default
+#: ``ProviderGate.MIN_ADAPTIVE_TIMEOUT``); a shared, overloaded machine may want more
+ENV_TAIL_TIMEOUT_FLOOR = "RAGJUDGE_TAIL_TIMEOUT_FLOOR"
 
 class ProviderGate:
     """Concurrency limit and request pacing for one provider connection, shared by every client in the process.
 
-    ``limit`` calls may be in flight at once. Unless a limit is set explicitly (:func:`configure_provider`, or
-    ``RAGJUDGE_MAX_CONCURRENCY``), the limit is found by additive increase / multiplicative decrease, as TCP
-    finds a link's capacity: it starts at ``ADAPTIVE_START``, doubles after each ``limit`` successful requests
-    until the first 429 (slow start), then grows by one per ``limit`` successes, up to ``ADAPTIVE_MAX``. A 429
-    that does not say when to come back halves it, at most once per round trip (the median latency of recent
-    replies; 1 s before any), so one burst of 429s counts once. A 429 with ``retry-after`` is a rate window
-    (requests or tokens per minute), handled by the cool-down below instead. So default settings use what a
-    server allows without a hand-set limit, and back off when it says no.
+    **Concurrency.** ``limit`` calls may be in flight at once. Unless a limit is set explicitly
+    (:func:`configure_provider`, or ``RAGJUDGE_MAX_CONCURRENCY``), it starts at ``ADAPTIVE_START`` and doubles
+    after each ``limit`` successful requests (slow start: 16, 32, 64, 128 within the first four round trips, so an
+    unlimited server is latency-bound from the first second) until the first 429, then grows by one per
+    ``limit`` successes, up to ``ADAPTIVE_MAX``. It comes down only on the server's word: a 429 that does not
+    say when to come back halves it, at most once per round trip (the median latency of recent replies; 1 s
+    before any), so one burst of 429s counts once. A 429 with ``retry-after`` is a rate window (requests or
+    tokens per minute), handled by the pace below instead: halving the concurrency too would leave the window
+    unused once it reopens.
 
-    With ``requests_per_minute`` set, call starts are spaced ``60 / rpm`` seconds apart. After a 429 every
-    caller waits until the cool-down the server asked for has passed, and is then let out one at a time,
-    ``spacing`` seconds apart: the pace at which the server accepted requests over the last minute (at most
-    1 s, and no more than the ``retry-after``), shrinking by 30 % with each success. So the end of a cool-down
-    is neither a burst of 429s nor a trickle that leaves a reopened window unused.
+    **The request budget a server announces.** Where replies carry rate-limit headers (OpenAI
+    ``x-ratelimit-*-requests``, Anthropic ``anthropic-ratelimit-requests-*``), the gate keeps the budget they
+    announce: the latest reply's ``remaining``, less the other requests in flight (the server may not have
+    counted them yet: those started after that reply's request, and those a busy client started but has not put
+    on the wire yet), less each request started since. At zero no request starts until a
+    reply brings a fresher count or the announced reset passes; then one request goes first, to learn the new
+    budget. So a server that says how much it accepts gets (almost) no 429, and its whole budget is used.
+
+    **A pace learned from 429s.** A server that sends no such headers teaches its limit by refusing: after a
+    429 with ``retry-after`` every caller waits out the cool-down it asked for, and from then on request starts
+    are spaced at ``RATE_MARGIN`` of the rate the server accepted before it said no: what it accepted over the
+    last minute, over the span from the first of those requests to the end of the cool-down (for a window that
+    was empty when the run began, its length). The pace is kept (it does not decay into a burst that meets the
+    same wall again); a further 429 re-measures it, and ``PROBE_EVERY`` seconds without one raise it by
+    ``PROBE_STEP``, so a limit that grows is found again.
+
+    With ``requests_per_minute`` set, call starts are also spaced ``60 / (RPM_MARGIN x rpm)`` seconds apart: 1 %
+    under the limit, so a start that is late by a few milliseconds never puts one request too many in a window.
     """
 
-    MAX_SPACING = 1.0
-    SPACING_DECAY = 0.7  # per success after a cool-down (0.9 left a reopened 600/min window 15% unused)
     ADAPTIVE_START = 16
-    ADAPTIVE_MAX = 64
+    ADAPTIVE_MAX = 128
+    #: the learned pace: this share of the accepted rate the 429 revealed; raised by PROBE_STEP after PROBE_EVERY
+    #: seconds without a 429
+    RATE_MARGIN = 0.97
+    RPM_MARGIN = 0.99
+    PROBE_EVERY = 30.0
+    PROBE_STEP = 1.03
     #: tail latency: after this many successful requests on the connection, the first attempt of a request is
     #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
-    MIN_OBSERVATIONS = 20
+    MIN_OBSERVATIONS = 10
     TAIL_FACTOR = 8.0
-    MIN_ADAPTIVE_TIMEOUT = 10.0
+    MIN_ADAPTIVE_TIMEOUT = 2.0
 
     def __init__(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._slot = threading.Condition(self._lock)  # waiting for a free slot
+        self._budget_cond = threading.Condition(self._lock)  # waiting for the announced budget
         #: an explicit limit is kept as it is; otherwise the limit adapts (see the class docstring)
         self.fixed = limit is not None
         self.limit = limit if limit is not None else self.ADAPTIVE_START
@@ -58,16 +82,32 @@ class ProviderGate:
         self._last_decrease = -1e9
         self.active = 0
         self.peak = 0
+        #: requests started on this connection (a request's sequence number is this count when it starts)
+        self.starts = 0
         self._next_start = 0.0
         self._cooldown_until = 0.0
-        self._spacing = 0.0
-        self._next_spaced = 0.0
+        #: the pace learned from 429s (requests per second), when it is set the next start it allows
+        self.learned_rate: float | None = None
+        self._next_learned = 0.0
+        self._last_429 = 0.0
+        self._learn_pending: tuple[float, float] | None = None
+        self._last_learn = -1e9
+        #: the server announces its budget in rate-limit headers (then no pace is guessed from 429s)
+        self.announced = False
+        self._probed = 0.0
+        #: the announced budget (rate-limit headers): requests left, and when it grows again
+        self.budget: int | None = None
+        self._budget_reset_at = 0.0
+        self.budget_waits = 0  # starts that waited for the announced budget
+        self._probe: int | None = None  # the start number of the request sent to learn the budget, until it returns
+        self._probe_until = 0.0
+        self._mine = threading.local()
         self._latencies: deque[float] = deque(maxlen=200)
         self._accepted: deque[float] = deque(maxlen=20_000)  # start times of requests that went through
 
     def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
         """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off."""
-        with self._cond:
+        with self._lock:
             if limit is not None:
                 if limit < 1:
                     raise ValueError(f"max_concurrency must be >= 1, got {limit}")
@@ -77,89 +117,159 @@ class ProviderGate:
                 if requests_per_minute < 0:
                     raise ValueError(f"requests_per_minute must be >= 0 (0 = no pacing), got {requests_per_minute}")
                 self.requests_per_minute = requests_per_minute or None
-            self._cond.notify_all()
+            self._slot.notify_all()
 
     def acquire(self, sleep: Callable[[float], None] = time.sleep) -> float:
-        """Take a slot; returns the seconds spent waiting for pacing/cool-down."""
-        with self._cond:
-            while self.active >= self.limit:
-                self._cond.wait()
+        """Take a slot; returns the seconds spent waiting for the announced budget, the pace or a cool-down."""
+        budget_wait = 0.0
+        with self._lock:
+            probe = False
+            while True:
+                if self.active >= self.limit:
+                    self._slot.wait()
+                    continue
+                # a cool-down is waited out here, before the request counts as started (the budget, the pace)
+                now = time.monotonic()
+                until = self._cooldown_until
+                if self.budget is not None:
+                    if self.budget <= 0:
+                        if self._probe is not None and now < self._probe_until:
+                            until = max(until, self._probe_until)  # the probe's reply will say how much is left
+                        else:
+                            until = max(until, self._budget_reset_at)
+                if now < until:
+                    if not budget_wait and self.budget is not None and self.budget <= 0:
+                        self.budget_waits += 1
+                    self._budget_cond.wait(timeout=until - now)
+                    budget_wait += time.monotonic() - now
+                    continue
+                # past the announced reset: this request learns the new budget
+                probe = self.budget is not None and self.budget <= 0
+                break
             self.active += 1
             self.peak = max(self.peak, self.active)
+            self.starts += 1
+            self._mine.seq = self.starts  # this request's place in the connection's starts (see observe)
             now = time.monotonic()
+            if probe:
+                # the others wait for the probe's reply (or, if it never brings one, a few round trips)
+                self.budget = 0
+                self._probe = self.starts
+                self._probe_until = now + max(1.0, 4.0 * self._median_latency())
+            elif self.budget is not None:
+                self.budget -= 1
             start = max(now, self._cooldown_until)
-            if self._spacing > 0:
-                start = max(start, self._next_spaced)
-                self._next_spaced = start + self._spacing
+            if self._learn_pending is not None and now >= self._cooldown_until:
+                self._learn(*self._learn_pending)
+                self._learn_pending = None
+            if self.learned_rate:
+                if now - self._last_429 > self.PROBE_EVERY and now - self._probed > self.PROBE_EVERY:
+                    self.learned_rate *= self.PROBE_STEP  # no 429 for a while: try a little faster
+                    self._probed = now
+                start = max(start, self._next_learned)
+                self._next_learned = start + 1.0 / self.learned_rate
             if self.requests_per_minute:
                 start = max(start, self._next_start)
-                self._next_start = start + 60.0 / self.requests_per_minute
+                self._next_start = start + 60.0 / (self.RPM_MARGIN * self.requests_per_minute)
         wait = start - now
         if wait > 0:
             sleep(wait)
-        return max(0.0, wait)
+        return max(0.0, wait) + budget_wait
+
+    def started(self) -> int:
+        """The start count of this thread's last :meth:`acquire` (its request's place among the connection's)."""
+        return int(getattr(self._mine, "seq", self.starts))
 
     def release(self) -> None:
-        with self._cond:
+        with self._lock:
             self.active -= 1
-            self._cond.notify()
+            self._slot.notify()
+
+    def _median_latency(self) -> float:
+        recent = sorted(list(self._latencies)[-50:])
+        return recent[len(recent) // 2] if recent else 1.0
 
     def cool_down(self, seconds: float) -> None:
-        """A 429 asked for ``seconds`` of quiet: everyone waits, then goes one at a time, spaced at the rate
-        the server accepted requests over the last minute (what its window or bucket lets through), at
-        most ``MAX_SPACING`` apart."""
-        with self._cond:
+        """A 429 asked for ``seconds`` of quiet: everyone waits, then requests start at the learned pace."""
+        with self._lock:
             now = time.monotonic()
             self._cooldown_until = max(self._cooldown_until, now + seconds)
-            while self._accepted and self._accepted[0] < now - 60.0:
-                self._accepted.popleft()
-            pace = self.MAX_SPACING
-            if self._accepted:
-                span = max(1.0, now - self._accepted[0])
-                pace = span / len(self._accepted)
-            self._spacing = max(self._spacing, min(self.MAX_SPACING, pace, seconds if seconds > 0 else 0.05))
+            self._last_429 = now
+            self._probe = None  # a refused probe: the cool-down says when to try again
+            if not self.announced:  # a server that announces its budget is followed by that, not a guess
+                # measured when the cool-down ends: by then the requests in flight at this 429 have come back
+                # and show what the server accepted before it
+                if self._learn_pending is None:
+                    self._learn_pending = (now, seconds)
+                self._next_learned = max(self._next_learned, self._cooldown_until)
 
-    def observe(self, seconds: float) -> None:
-        """Record a successful request's latency (the last 200 are kept) and when it went through."""
-        with self._cond:
+    def _learn(self, at: float, retry_after: float) -> None:
+        """Set the pace from what the server accepted before the 429 at ``at`` (see the class docstring)."""
+        accepted = [t for t in self._accepted if at - 60.0 <= t <= at]
+        if not accepted:
+            return  # nothing went through before it: nothing to measure
+        # a fresh window runs from the first request it accepted to when it takes requests again
+        span = at - accepted[0] + retry_after
+        rate = self.RATE_MARGIN * len(accepted) / min(60.0, max(1.0, span))
+        if self.learned_rate is None or rate < self.learned_rate:
+            self.learned_rate = max(rate, 1.0 / 60.0)
+        elif at - self._last_learn >= 1.0:  # refused again at the learned pace: a little slower (once a second)
+            self.learned_rate *= 0.9
+        self._last_learn = at
+        self._next_learned = max(self._next_learned, time.monotonic())
+
+    def observe(self, seconds: float, rate: RateInfo | None = None, started_after: int | None = None) -> None:
+        """Record a successful request's latency (the last 200 are kept) and when it went through; ``rate`` is
+        what its reply's headers announced, ``started_after`` the connection's start count when it started."""
+        with self._lock:
+            now = time.monotonic()
             self._latencies.append(seconds)
-            self._accepted.append(time.monotonic() - seconds)
+            self._accepted.append(now - seconds)
+            if rate is not None and rate.remaining is not None:
+                self.announced = True
+                # every other request in flight may not be counted yet: those started after this one, and those
+                # started before it that a busy client has not put on the wire yet
+                since = self.starts - started_after if started_after is not None else 0
+                self.budget = rate.remaining - max(since, self.active - 1)
+                self._budget_reset_at = now + (rate.reset if rate.reset is not None else 1.0)
+                if started_after is not None and started_after == self._probe:
+                    self._probe = None
+                self._budget_cond.notify_all()
 
     def adaptive_timeout(self, timeout: float) -> float:
         """The timeout for a request's first attempt: ``timeout`` until enough requests were seen, then
         ``max(MIN_ADAPTIVE_TIMEOUT, TAIL_FACTOR x p95 latency)``, never above ``timeout``."""
-        with self._cond:
+        with self._lock:
             seen = sorted(self._latencies)
         if len(seen) < self.MIN_OBSERVATIONS:
             return timeout
         p95 = seen[min(len(seen) - 1, int(0.95 * len(seen)))]
-        return min(timeout, max(self.MIN_ADAPTIVE_TIMEOUT, self.TAIL_FACTOR * p95))
+        floor = float(os.environ.get(ENV_TAIL_TIMEOUT_FLOOR) or self.MIN_ADAPTIVE_TIMEOUT)
+        return min(timeout, max(floor, self.TAIL_FACTOR * p95))
 
     def succeeded(self) -> None:
-        """A request went through: relax the post-429 spacing; an adaptive limit grows (see the class docstring)."""
-        with self._cond:
-            if self._spacing:
-                self._spacing = 0.0 if self._spacing < 0.01 else self._spacing * self.SPACING_DECAY
+        """A request went through: an adaptive limit grows (see the class docstring)."""
+        with self._lock:
             if self.fixed or self.limit >= self.ceiling:
                 return
             self._ok += 1
             if self._ok >= self.limit:
                 self.limit = min(self.ceiling, self.limit * 2 if self._slow_start else self.limit + 1)
                 self._ok = 0
-                self._cond.notify_all()
+                self._slot.notify_all()
 
     def throttled(self) -> None:
-        """The server said no (429): an adaptive limit halves, at most once per round trip."""
-        with self._cond:
+        """The server said no (429) without saying when to come back: an adaptive limit halves, at most once per
+        round trip."""
+        with self._lock:
             self._slow_start = False
             now = time.monotonic()
-            recent = sorted(self._latencies)[-50:] if self._latencies else []
-            round_trip = min(5.0, max(0.05, recent[len(recent) // 2])) if recent else 1.0
+            round_trip = min(5.0, max(0.05, self._median_latency()))
             if self.fixed or now - self._last_decrease < round_trip:
                 return
+            self._last_decrease = now
             self.limit = max(1, self.limit // 2)
             self._ok = 0
-            self._last_decrease = now
             self.decreases += 1
 
 _GATES: dict[str, ProviderGate] = {}

@@ -133,8 +133,9 @@ class Sender:
             try:
                 self.usage.add(requests=1)
                 t_start = time.monotonic()
+                seq = gate.started()
                 value = fn(gate.adaptive_timeout(self.timeout) if attempt == 1 else self.timeout)
-                gate.observe(time.monotonic() - t_start)
+                gate.observe(time.monotonic() - t_start, getattr(value, "rate", None), seq)
                 gate.succeeded()
                 return value, attempt, None, waited
             except BackendError as e:

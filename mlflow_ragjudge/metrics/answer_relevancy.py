@@ -15,7 +15,8 @@ questions in ``n`` separate calls; here they come in one.
 The call's schema asks for exactly ``n`` non-empty questions. A reply with fewer (but at least
 one) is used as it is -- the mean runs over the questions received -- and ``details`` records
 ``n_generated``; extra questions beyond ``n`` are left out (recorded as ``n_dropped``); a reply
-with none (and not noncommittal) is re-asked (up to twice, `max_reasks`), then fails ``inconsistent``.
+with none (and not noncommittal) is re-asked (within the attempts budget, up to 5 times, `max_reasks`), then
+fails ``inconsistent``.
 
 The cosine is the embedding model's: with most sentence-embedding models it lies in [0, 1] in
 practice, but it is not clipped, so a negative similarity stays visible.

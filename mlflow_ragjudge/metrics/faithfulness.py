@@ -22,7 +22,8 @@ States (DESIGN point 1):
   gives one two different verdicts) is salvaged: one follow-up asks about those claims only and
   the answers are merged; what is still missing fails the row ``inconsistent`` (or
   ``ambiguous``) with the raw replies kept -- never padded, never truncated to fit;
-* an unreadable reply -> re-asked (up to twice, `max_reasks`), then ``failed("parse_error")`` with the raw reply.
+* an unreadable reply -> re-asked (within the attempts budget, up to 5 times, `max_reasks`), then
+  ``failed("parse_error")`` with the raw reply.
 
 Every claim is kept with its verdict and reason in ``details["claims"]``; ``calls`` holds the
 transcript records of both calls.

@@ -7,12 +7,16 @@ Both official SDKs expose the same exception family (``APIStatusError`` with a
 
 from __future__ import annotations
 
+import datetime as _dt
 import email.utils
 import json
+import re
 import time
 from typing import Any
 
-from .base import BackendError, ErrorKind
+from .base import BackendError, ErrorKind, RateInfo
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")
 
 
 def parse_retry_after(headers: Any) -> float | None:
@@ -35,6 +39,52 @@ def parse_retry_after(headers: Any) -> float | None:
         if parsed is None:
             return None
         return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+def _duration(value: str) -> float | None:
+    """``"6m0s"``, ``"1.5s"``, ``"20ms"``, ``"2"`` -> seconds (OpenAI's reset headers); None when unreadable."""
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value.replace(" ", ""):
+        return None
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_rate_headers(headers: Any) -> RateInfo | None:
+    """The request budget a reply's headers announce, or None when they announce none: OpenAI's
+    ``x-ratelimit-{remaining,limit,reset}-requests`` (reset as ``"1.5s"`` / ``"6m0s"``) or Anthropic's
+    ``anthropic-ratelimit-requests-{remaining,limit,reset}`` (reset as an RFC 3339 time)."""
+    if headers is None:
+        return None
+    remaining = headers.get("x-ratelimit-remaining-requests")
+    if remaining is not None:
+        reset = headers.get("x-ratelimit-reset-requests")
+        return RateInfo(_int(remaining), _int(headers.get("x-ratelimit-limit-requests")),
+                        _duration(reset) if reset else None)
+    remaining = headers.get("anthropic-ratelimit-requests-remaining")
+    if remaining is not None:
+        reset_at = headers.get("anthropic-ratelimit-requests-reset")
+        seconds = None
+        if reset_at:
+            try:
+                when = _dt.datetime.fromisoformat(reset_at.replace("Z", "+00:00"))
+                seconds = max(0.0, when.timestamp() - time.time())
+            except ValueError:
+                seconds = None
+        return RateInfo(_int(remaining), _int(headers.get("anthropic-ratelimit-requests-limit")), seconds)
+    return None
 
 
 def classify(exc: BaseException, sdk: Any) -> BackendError:

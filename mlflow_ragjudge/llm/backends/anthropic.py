@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.json_text import MAX_JSON_DEPTH, value_depth
-from ._sdk import classify, missing_sdk
+from ._sdk import classify, missing_sdk, parse_rate_headers
 from .base import (
     Backend,
     BackendError,
@@ -76,6 +76,9 @@ class AnthropicBackend(Backend):
             raise missing_sdk("anthropic") from e
         return anthropic
 
+    def warm_up(self) -> None:
+        self._get_client()
+
     def _get_client(self) -> Any:
         if self._client is not None:
             return self._client
@@ -134,7 +137,9 @@ class AnthropicBackend(Backend):
             return self._unreadable(raw.text(), request)
         except Exception as exc:
             raise classify(exc, anthropic) from exc
-        return self._response(msg, request)
+        response = self._response(msg, request)
+        response.rate = parse_rate_headers(raw.headers)
+        return response
 
     def _unreadable(self, body: str, request: ChatRequest) -> ChatResponse:
         """A served reply the SDK could not decode (JSON nested deeper than Python's recursion limit): the raw

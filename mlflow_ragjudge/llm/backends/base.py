@@ -21,6 +21,7 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "EmbedResponse",
+    "RateInfo",
     "ErrorKind",
     "BackendError",
     "Backend",
@@ -86,6 +87,16 @@ def safe_url(url: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class RateInfo:
+    """What a reply's rate-limit headers said about the connection's request budget (OpenAI
+    ``x-ratelimit-*-requests``, Anthropic ``anthropic-ratelimit-requests-*``). Any field may be unknown."""
+
+    remaining: int | None = None  # requests the server will still accept in its current window
+    limit: int | None = None  # requests it accepts per window
+    reset: float | None = None  # seconds until the budget grows again
+
+
+@dataclass(frozen=True)
 class JsonSchema:
     """A named JSON schema for structured output.
 
@@ -148,6 +159,8 @@ class ChatResponse:
     #: how the reply's format was obtained (``json_schema``, ``json_object``, ``text``, ``tool_use``);
     #: set by the backend, recorded in transcripts, not part of the cached reply
     structured_mode: str | None = None
+    #: the reply's rate-limit headers, for the connection's gate (never cached)
+    rate: RateInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -178,6 +191,7 @@ class EmbedResponse:
     vectors: list[list[float]]
     input_tokens: int = 0
     model: str = ""
+    rate: RateInfo | None = None
 
 
 class ErrorKind(str, enum.Enum):
@@ -318,6 +332,12 @@ class Backend(ABC):
     def check_ready(self) -> None:
         """Raise ``ValueError`` (naming the fix) when this backend cannot send requests, e.g. a
         missing API key. Called before a run's first request; a dry run skips it."""
+        return None
+
+    def warm_up(self) -> None:
+        """Load the SDK and build its client now, before the first request is paced: an SDK imported by the
+        first request delays the paced starts behind it until they leave together. Backends without one do
+        nothing."""
         return None
 
     @property

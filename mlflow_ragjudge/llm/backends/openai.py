@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.json_text import loads
-from ._sdk import classify, missing_sdk
+from ._sdk import classify, missing_sdk, parse_rate_headers
 from .base import (
     CARRY_MODES,
     Backend,
@@ -240,6 +240,9 @@ class OpenAIBackend(Backend):
             raise missing_sdk("openai") from e
         return openai
 
+    def warm_up(self) -> None:
+        self._get_client()
+
     def _get_client(self) -> Any:
         if self._client is not None:
             return self._client
@@ -313,13 +316,17 @@ class OpenAIBackend(Backend):
         openai = self._sdk()
         body, mode, response_format = self._body(request)
         try:
-            completion = self._get_client().chat.completions.create(**body, timeout=timeout)
+            # the raw response too: its rate-limit headers tell the connection's gate the request budget
+            raw = self._get_client().chat.completions.with_raw_response.create(**body, timeout=timeout)
+            completion = raw.parse()
         except Exception as exc:
             err = classify(exc, openai)
             if response_format is not None and _refuses_format(err):
                 raise self._format_refused(err, mode) from exc
             raise err from exc
-        return self._response(completion, mode, response_format is not None)
+        response = self._response(completion, mode, response_format is not None)
+        response.rate = parse_rate_headers(raw.headers)
+        return response
 
     def _response(self, completion: Any, mode: str, structured: bool) -> ChatResponse:
         if not getattr(completion, "choices", None):
@@ -471,7 +478,9 @@ class OpenAIBackend(Backend):
     def embed(self, texts: list[str], *, timeout: float) -> EmbedResponse:
         openai = self._sdk()
         try:
-            resp = self._get_client().embeddings.create(model=self.model, input=list(texts), timeout=timeout)
+            raw = self._get_client().embeddings.with_raw_response.create(model=self.model, input=list(texts),
+                                                                        timeout=timeout)
+            resp = raw.parse()
         except Exception as exc:
             raise classify(exc, openai) from exc
         items = sorted(resp.data, key=lambda d: d.index)
@@ -482,6 +491,7 @@ class OpenAIBackend(Backend):
             vectors=[list(map(float, d.embedding)) for d in items],
             input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             model=getattr(resp, "model", "") or self.model,
+            rate=parse_rate_headers(raw.headers),
         )
 
 
