@@ -1,4 +1,5 @@
-"""mlflow-ragjudge side by side with ragas 0.4.3 and deepeval 4.3.1 on one independent fake LLM server.
+"""mlflow-ragjudge side by side with ragas 0.4.3, deepeval 4.3.1 and MLflow 3.17.2's own genai judges on one
+independent fake LLM server.
 
 Run by hand from the repository root, after ``bash benchmarks/setup_peers.sh`` (the peers' venvs)::
 
@@ -29,7 +30,15 @@ vectors. Each tool then runs in a child process with its own venv's python (this
   ``ContextualRecallMetric`` with ``model=OpenAIModel(base_url=<server>/v1, api_key=...)`` (deepeval's
   documented way to use an OpenAI-compatible endpoint; no model name, so deepeval's default model name,
   whose capability table makes it send a JSON schema), through ``deepeval.evaluate`` at default configs
-  (``AsyncConfig``: 20 test cases at once; ``ErrorConfig``: an error stops the run).
+  (``AsyncConfig``: 20 test cases at once; ``ErrorConfig``: an error stops the run);
+* mlflow: MLflow's built-in genai scorers that measure what our four metrics measure -- ``RetrievalGroundedness``
+  (faithfulness), ``RelevanceToQuery`` (answer relevancy), ``RetrievalRelevance`` (context precision: a yes/no
+  per retrieved chunk, its ``/precision`` the share of yes) and ``RetrievalSufficiency`` (context recall) --
+  with ``model="openai:/judge-model"`` and ``OPENAI_API_BASE`` pointing at the server, through
+  ``mlflow.genai.evaluate(data, predict_fn, scorers)`` as MLflow documents it: ``predict_fn`` is a traced RAG app
+  whose RETRIEVER span returns the row's contexts, the expectations carry the reference, the run is logged to a
+  SQLite store in the run's folder; everything else at its defaults (its own thread pools and retries). Its
+  yes/no values count as 1/0; the timed call includes its tracing and logging, which is what a user waits for.
 
 The workers run with telemetry off (``DEEPEVAL_TELEMETRY_OPT_OUT=YES``, ``RAGAS_DO_NOT_TRACK=true``,
 ``MLFLOW_DISABLE_TELEMETRY=true``, ``DO_NOT_TRACK=1``) and with ``HTTP(S)_PROXY`` set to a local sink that
@@ -46,8 +55,10 @@ Scenarios: a) k=5 and k=10 chunks, 40 rows, 200 ms latency; b) fault mix: per re
 (half of them prose where JSON was asked, half the real reply cut off at 20-80 % of its length) (same seed and
 mix for every tool), 40 rows, k=5 -- plus, for the peers, the one-switch variants
 that keep going on errors (deepeval ``ErrorConfig(ignore_errors=True)``, ragas ``asyncio.gather(...,
-return_exceptions=True)`` over ``ascore``); c) a 600 requests/min server limit (``rate_limit_per_minute``),
-240 rows, ours at defaults (no ``requests_per_minute``): the share of the limit used and the 429s; d) ours
+return_exceptions=True)`` over ``ascore``); c) a 600 requests/min server limit (``rate_limit_per_minute``, a
+60 s sliding window, ``retry-after`` on a 429), 240 rows: ours at defaults (nothing configured) against a server
+that announces its budget on every reply (``x-ratelimit-*-requests``, as OpenAI does) and one that does not, and
+ours with ``requests_per_minute=600`` against the one that does not: the share of the limit used and the 429s; d) ours
 run twice with the same persistent cache: requests sent by the second run.
 """
 
@@ -84,6 +95,7 @@ QUIET_ENV = {
     "DEEPEVAL_UPDATE_WARNING_OPT_IN": "NO",
     "RAGAS_DO_NOT_TRACK": "true",
     "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_MODEL_CATALOG_URI": "",  # or MLflow's judges look up a model catalog on the internet first
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Create the peer tools' virtualenvs for benchmarks/bench_vs_peers.py (idempotent) and print their pythons.
+# ragas, deepeval and MLflow's own genai judges (mlflow.genai built-in scorers).
 #
 #   bash benchmarks/setup_peers.sh            # both peers
 #   bash benchmarks/setup_peers.sh ragas      # one of them
@@ -9,6 +10,8 @@
 #   ragas    : ragas==0.4.3 langchain-community==0.4.1 (0.4.2 dropped chat_models.vertexai, which
 #              ragas 0.4.3 imports at start-up)
 #   deepeval : deepeval==4.3.1
+#   mlflow   : mlflow==3.17.2 (its genai built-in scorers; a venv of its own, like the others, so the peer runs
+#              exactly the pinned release and nothing of ours)
 # A venv is (re)installed only when its stamp file for these pins is missing, so a second run is quick.
 # PYTHON picks the interpreter the venvs are made from (default python3).
 #
@@ -23,11 +26,12 @@ export DEEPEVAL_TELEMETRY_OPT_OUT=YES RAGAS_DO_NOT_TRACK=true DO_NOT_TRACK=1 PIP
 declare -A PINS=(
   [ragas]="ragas==0.4.3 langchain-community==0.4.1"
   [deepeval]="deepeval==4.3.1"
+  [mlflow]="mlflow==3.17.2"
 )
 
 wanted=("$@")
 if [ ${#wanted[@]} -eq 0 ]; then
-  wanted=(ragas deepeval)
+  wanted=(ragas deepeval mlflow)
 fi
 
 for tool in "${wanted[@]}"; do

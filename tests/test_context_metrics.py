@@ -309,7 +309,7 @@ def test_context_relevance_inconsistent_selection(fake_llm, client):
     fake_llm.set_handler(lambda req: {"sentences": [1, 9]})
     result = ContextRelevanceJudge(client).judge(QUESTION, CHUNKS[:2])
     assert result.status is Status.FAILED and result.reason == "inconsistent" and "[9] do not exist" in result.rationale
-    assert len(chat_requests(fake_llm)) == 3  # re-asked twice
+    assert len(chat_requests(fake_llm)) == 2  # re-asked once: the same inconsistent answer twice is the model's
 
 
 def test_context_relevance_schema_allows_only_existing_sentences(fake_llm, client):

@@ -74,7 +74,7 @@ def test_a_reply_nested_too_deep_is_a_parse_error_with_its_text_and_tokens(fake_
     assert f"more than {MAX_JSON_DEPTH} levels deep" in result.rationale
     assert result.raw and "[[[[" in result.raw  # the reply as served
     served = len(fake_llm.requests)
-    assert served == 3  # the first ask and two re-asks, each a served reply
+    assert served == 6  # the first ask and five re-asks (the attempts budget), each a served reply
     assert [c["outcome"] for c in result.calls] == ["parse_error"] * served
     assert all(c["output_tokens"] == OUTPUT_TOKENS and c["raw_reply"] for c in result.calls)
     assert out.metrics["judge/output_tokens"] == served * OUTPUT_TOKENS

@@ -340,8 +340,8 @@ def test_judge_parse_failure_fails_with_partial_transcript(make_client, fake_llm
     assert res.sigma == [] and res.wscore is None
     assert steps(res) == ["ask", "compose", "judge"]
     failed = res.transcript[-1]
-    assert failed["raw"] == "I think the response is fine." and len(failed["calls"]) == 3  # two re-asks
-    assert len(res.records) == 4 == fake_llm.request_count
+    assert failed["raw"] == "I think the response is fine." and len(failed["calls"]) == 6  # five re-asks
+    assert len(res.records) == 7 == fake_llm.request_count
     assert res.transcript[1]["output"]["answer"] == "They combine the results of SELECT statements."
 
 
@@ -364,7 +364,7 @@ def test_repeated_question_ends_the_questioning(make_client, fake_llm):
     assert res.status is Status.SCORED and res.stop == "repeated_question"
     assert res.sigma == [3, 3] and res.n_questions == 1
     decide_step = res.transcript[3]
-    assert len(decide_step["calls"]) == 3 and "repeats question Q1" in decide_step["calls"][1]["messages"][-1][
+    assert len(decide_step["calls"]) == 6 and "repeats question Q1" in decide_step["calls"][1]["messages"][-1][
         "content"]
     assert steps(res) == ["ask", "compose", "judge", "decide", "rewrite", "judge_final"]
 

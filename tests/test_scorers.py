@@ -38,7 +38,7 @@ def test_correctness_scorer_three_states_direct(fake_llm, judge_uri):
     assert unsure.metadata["reason"] == "not_sure" and unsure.metadata["level"] == 0
     broken = scorer(inputs={"question": "q3"}, outputs="ans-broken", expectations={"expected_response": "r"})
     assert broken.value is None and broken.error.error_code == "parse_error"
-    assert fake_llm.request_count == 5  # the unparseable reply was re-asked twice
+    assert fake_llm.request_count == 8  # the unparseable reply was re-asked five times (the attempts budget)
 
 
 def test_correctness_scorer_missing_reference_is_a_failed_feedback(fake_llm, judge_uri):

@@ -60,7 +60,7 @@ def test_has_question_without_a_question_counts_as_declined_not_made_up(fake_llm
 def test_unreadable_reply_is_reasked_then_failed(fake_llm, client):
     fake_llm.set_handler(lambda r: "I would ask about the text.")
     _, report = generate_testset({"d1": "text"}, client)
-    assert "parse_error" in report.failed["d1"] and fake_llm.request_count == 3  # the first try, two re-asks
+    assert "parse_error" in report.failed["d1"] and fake_llm.request_count == 6  # the first try, five re-asks
 
 
 def test_sample_is_seeded_and_validated(fake_llm, client):

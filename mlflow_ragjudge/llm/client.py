@@ -8,7 +8,7 @@
   (:mod:`~mlflow_ragjudge.llm.gate`), the backend call with a timeout, classified retries with backoff -- or, with
   ``batch``, a line of the next provider batch (:class:`~mlflow_ragjudge.llm.batch.BatchRunner`, which is given the
   sender, the cache and the usage counters explicitly);
-* the reply is parsed (up to two re-asks), stored, counted and recorded in a transcript with secrets redacted.
+* the reply is parsed (re-asked within the attempts budget), stored, counted and recorded in a transcript with secrets redacted.
 
 Backends stay thin (DESIGN point 5): they translate requests and classify errors; the policy is here.
 """
@@ -286,8 +286,9 @@ class JudgeClient:
             if result.ok or result.failure not in PARSE_FAILURES or result.response is None:
                 break
             assert result.failure is not None
-            seen[result.failure] = seen.get(result.failure, 0) + 1
-            if result.failure is not FailureReason.PARSE_ERROR and seen[result.failure] >= 2:
+            if not any(r.get("cache_hit") for r in result.records):  # what the model says now, not a stored reply
+                seen[result.failure] = seen.get(result.failure, 0) + 1
+            if result.failure is not FailureReason.PARSE_ERROR and seen.get(result.failure, 0) >= 2:
                 break
             ask: tuple[dict[str, str], ...] = (
                 {"role": "user", "content": REASK_TEMPLATE.format(error=result.error)},
