@@ -8,7 +8,8 @@
   (:mod:`~mlflow_ragjudge.llm.gate`), the backend call with a timeout, classified retries with backoff -- or, with
   ``batch``, a line of the next provider batch (:class:`~mlflow_ragjudge.llm.batch.BatchRunner`, which is given the
   sender, the cache and the usage counters explicitly);
-* the reply is parsed (re-asked within the attempts budget), stored, counted and recorded in a transcript with secrets redacted.
+* the reply is parsed (re-asked within the attempts budget), stored, counted and recorded in a transcript with
+  secrets redacted.
 
 Backends stay thin (DESIGN point 5): they translate requests and classify errors; the policy is here.
 """
