@@ -324,6 +324,43 @@ def test_a_call_hung_far_past_the_usual_latency_is_sent_again(fake_llm, judge, m
     assert client.usage.input_tokens == sum(r.records[-1]["input_tokens"] for r in results)
 
 
+def test_a_first_request_that_hangs_before_the_latency_is_known_is_sent_again(fake_llm, judge, monkeypatch):
+    """The very first request hangs, while 15 others sent at the same time answer at once: it was sent before the
+    connection knew its server's usual latency, so it is watched; once the others have taught the latency, it is
+    left and sent again (attempt 2) instead of holding its row until the hang ends (attempt 1, 30 s later)."""
+    monkeypatch.setenv("RAGJUDGE_TAIL_TIMEOUT_FLOOR", "1.0")
+    model = CompliantModel("json_schema")
+    release = threading.Event()
+    seen = {"n": 0}
+    lock = threading.Lock()
+
+    def handler(request):
+        with lock:
+            seen["n"] += 1
+            first = seen["n"] == 1
+        if first:
+            release.wait(30)
+        return model(request)
+
+    fake_llm.set_handler(handler)
+    client = rj.JudgeClient(judge, cache=False, timeout=60)
+    request = [ChatRequest.of([{"role": "user", "content": f"say {i}"}], json_schema=JsonSchema("s", SCORE_SCHEMA))
+               for i in range(16)]
+    results: list = [None] * 16
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, client.call(request[i])))
+               for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    release.set()
+    assert all(r.ok for r in results)
+    attempts = sorted(r.records[-1]["attempts"] for r in results)
+    # the hung one was sent again (on a loaded machine another slow one may have been too)
+    assert attempts[-1] == 2 and attempts.count(1) >= 13
+    assert fake_llm.request_count == 16 + client.usage.retries
+
+
 def test_the_estimate_follows_the_call_plan(fake_llm, judge, emb):
     """dry_run counts what a run sends: with precision and recall together, one combined call and one
     extraction per row for the pair (3 calls alone, as two single metrics)."""

@@ -171,7 +171,7 @@ class JudgeClient:
         timeout: float = 60.0,
         max_attempts: int = 6,
         max_retry_time: float = 300.0,
-        backoff_base: float = 1.0,
+        backoff_base: float = 0.5,
         backoff_max: float = 60.0,
         prices: dict[str, tuple[float, float]] | None = None,
         sleep: Callable[[float], None] = time.sleep,

@@ -247,6 +247,11 @@ class ProviderGate:
         floor = float(os.environ.get(ENV_TAIL_TIMEOUT_FLOOR) or self.MIN_ADAPTIVE_TIMEOUT)
         return min(timeout, max(floor, self.TAIL_FACTOR * p95))
 
+    def calibrated(self) -> bool:
+        """Whether enough replies were seen for :meth:`adaptive_timeout` to know this server's usual latency."""
+        with self._lock:
+            return len(self._latencies) >= self.MIN_OBSERVATIONS
+
     def succeeded(self) -> None:
         """A request went through: an adaptive limit grows (see the class docstring)."""
         with self._lock:

@@ -80,7 +80,7 @@ class Sender:
     """
 
     def __init__(self, gate: ProviderGate, usage: Usage, *, timeout: float = 60.0, max_attempts: int = 6,
-                 max_retry_time: float = 300.0, backoff_base: float = 1.0, backoff_max: float = 60.0,
+                 max_retry_time: float = 300.0, backoff_base: float = 0.5, backoff_max: float = 60.0,
                  max_concurrency: int | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         self.gate = gate
         self.usage = usage
@@ -134,8 +134,14 @@ class Sender:
                 self.usage.add(requests=1)
                 t_start = time.monotonic()
                 seq = gate.started()
-                value = fn(gate.adaptive_timeout(self.timeout) if attempt == 1 else self.timeout)
-                gate.observe(time.monotonic() - t_start, getattr(value, "rate", None), seq)
+                if attempt > 1:
+                    value = fn(self.timeout)
+                elif gate.calibrated():
+                    value = fn(gate.adaptive_timeout(self.timeout))
+                else:
+                    value = _watched(fn, gate, self.timeout)
+                latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
+                gate.observe(latency, getattr(value, "rate", None), seq)
                 gate.succeeded()
                 return value, attempt, None, waited
             except BackendError as e:
@@ -174,6 +180,8 @@ class Sender:
             if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
                 delay = err.retry_after
                 gate.cool_down(delay)  # everyone on this connection waits
+            elif err.kind is ErrorKind.TIMEOUT and attempt == 1:
+                delay = 0.0  # a first attempt left far past the usual latency (tail): sent again at once
             else:
                 exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
                 delay = exp * (0.5 + random.random() / 2)
@@ -186,6 +194,34 @@ class Sender:
             if delay > 0:
                 self._sleep(delay)
                 waited += delay
+
+
+def _watched(fn: Callable[[float], Any], gate: ProviderGate, timeout: float) -> Any:
+    """A first attempt sent before the connection knows its server's usual latency: run in a helper thread and
+    watched, so that once the first replies have taught the latency (:meth:`ProviderGate.adaptive_timeout`) a
+    request that hangs far past it is left, as a later first attempt would be, instead of holding its row for the
+    full ``timeout``. The helper finishes on its own (its reply, if any, is dropped)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn(timeout)
+        except BaseException as e:  # handed to the caller below
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="ragjudge-first-attempt", daemon=True).start()
+    started = time.monotonic()
+    while not done.wait(0.1):
+        limit = gate.adaptive_timeout(timeout)
+        if time.monotonic() - started > limit:
+            raise BackendError(ErrorKind.TIMEOUT, f"no reply after {limit:.1f} s, far past this server's usual "
+                                                  "latency: sent again")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _stoppable_sleep(seconds: float) -> None:

@@ -161,6 +161,9 @@ class ChatResponse:
     structured_mode: str | None = None
     #: the reply's rate-limit headers, for the connection's gate (never cached)
     rate: RateInfo | None = None
+    #: seconds the request waited in the backend before it was sent (the structured-mode negotiation): not the
+    #: server's latency
+    queued: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {

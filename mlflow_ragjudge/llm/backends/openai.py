@@ -31,6 +31,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,6 +74,8 @@ _FOLLOWED: dict[str, int] = {}  # replies that held the JSON asked for, per conn
 # thread of a concurrent run.
 _CONFIRMED: set[str] = set()
 _PROBE_LOCKS: dict[str, threading.Lock] = {}
+#: seconds the other structured requests wait for the first one of a connection (the negotiation) to come back
+NEGOTIATION_WAIT = 3.0
 
 # A refusal of the output format: the status says "bad request", the message names the feature.
 _FORMAT_STATUSES = frozenset({400, 415, 422, 501})
@@ -280,14 +283,27 @@ class OpenAIBackend(Backend):
             confirmed = key in _CONFIRMED
             probe = _PROBE_LOCKS.setdefault(key, threading.Lock())
         if not confirmed:
-            with probe:  # negotiating: one structured request at a time on this connection
-                with _NEGOTIATED_LOCK:
-                    confirmed = key in _CONFIRMED  # settled while this thread waited
-                if not confirmed:
-                    response = self._chat(request, timeout=timeout)
+            # negotiating: one structured request at a time on this connection -- but a first request that hangs
+            # does not hold the others for long: after NEGOTIATION_WAIT they go in the mode as it stands (a server
+            # that refuses it answers each with a quick 400, and the mode steps down as for the first)
+            t0 = time.monotonic()
+            if probe.acquire(timeout=NEGOTIATION_WAIT):
+                try:
                     with _NEGOTIATED_LOCK:
-                        _CONFIRMED.add(key)
-                    return response
+                        confirmed = key in _CONFIRMED  # settled while this thread waited
+                    if not confirmed:
+                        response = self._chat(request, timeout=timeout)
+                        with _NEGOTIATED_LOCK:
+                            _CONFIRMED.add(key)
+                        return response
+                finally:
+                    probe.release()
+            queued = time.monotonic() - t0
+            response = self._chat(request, timeout=timeout)
+            response.queued = queued
+            with _NEGOTIATED_LOCK:
+                _CONFIRMED.add(key)  # the mode was not refused: the negotiation is over, the first request or not
+            return response
         return self._chat(request, timeout=timeout)
 
     def _body(self, request: ChatRequest) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
