@@ -101,10 +101,12 @@ class Sender:
              ) -> tuple[Any, int, BackendError | None, float]:
         """Run ``fn(timeout)`` under the gate (default: this client's) with retries.
 
-        Tail latency: the first attempt's timeout is the connection's adaptive one
-        (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``): a call that hangs far past what
-        this server usually takes is abandoned and sent again, instead of holding its row for the full
-        ``timeout``. Retries get the full ``timeout``, so a call that is merely slow still finishes.
+        Tail latency: an attempt's timeout is the connection's adaptive one
+        (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``; watched, before the connection knows its
+        latency): a call that hangs far past what this server usually takes is abandoned and sent again at once,
+        instead of holding its row for the full ``timeout``. An attempt after a timeout gets the full
+        ``timeout``, so a call that is merely slow still finishes; one after another fault (a 5xx, a reset
+        connection) is watched like a first.
 
         Returns (value or None, attempts, last error, seconds spent waiting).
         """
@@ -114,6 +116,7 @@ class Sender:
         budget_used = 0  # attempts that count against max_attempts
         format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
         waited = 0.0
+        timed_out = False  # the last attempt timed out: this one gets the full timeout
         while True:
             if stop_requested():  # Ctrl-C / SIGTERM: nothing new is sent (what is in flight is awaited)
                 return None, attempt, _not_sent(), waited
@@ -134,7 +137,7 @@ class Sender:
                 self.usage.add(requests=1)
                 t_start = time.monotonic()
                 seq = gate.started()
-                if attempt > 1:
+                if timed_out:
                     value = fn(self.timeout)
                 elif gate.calibrated():
                     value = fn(gate.adaptive_timeout(self.timeout))
@@ -154,6 +157,7 @@ class Sender:
                     self._in_flight -= 1
                 if self._cap is not None:
                     self._cap.release()
+            was_timed_out, timed_out = timed_out, err.kind is ErrorKind.TIMEOUT
             if err.kind is ErrorKind.RATE_LIMITED:
                 if err.retry_after is None:
                     # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
@@ -180,8 +184,8 @@ class Sender:
             if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
                 delay = err.retry_after
                 gate.cool_down(delay)  # everyone on this connection waits
-            elif err.kind is ErrorKind.TIMEOUT and attempt == 1:
-                delay = 0.0  # a first attempt left far past the usual latency (tail): sent again at once
+            elif err.kind is ErrorKind.TIMEOUT and not was_timed_out:
+                delay = 0.0  # an attempt left far past the usual latency (tail): sent again at once
             else:
                 exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
                 delay = exp * (0.5 + random.random() / 2)
