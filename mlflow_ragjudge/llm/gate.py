@@ -64,7 +64,7 @@ class ProviderGate:
     #: tail latency: after this many successful requests on the connection, the first attempt of a request is
     #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
     MIN_OBSERVATIONS = 10
-    TAIL_FACTOR = 8.0
+    TAIL_FACTOR = 4.0
     MIN_ADAPTIVE_TIMEOUT = 2.0
 
     def __init__(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:

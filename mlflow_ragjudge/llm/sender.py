@@ -104,9 +104,10 @@ class Sender:
         Tail latency: an attempt's timeout is the connection's adaptive one
         (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``; watched, before the connection knows its
         latency): a call that hangs far past what this server usually takes is abandoned and sent again at once,
-        instead of holding its row for the full ``timeout``. An attempt after a timeout gets the full
-        ``timeout``, so a call that is merely slow still finishes; one after another fault (a 5xx, a reset
-        connection) is watched like a first.
+        instead of holding its row for the full ``timeout``. Each attempt after a timeout gets twice the time of
+        the one before (up to ``timeout``), so a call that is merely slow still finishes, and a hang on a retry
+        costs seconds, not the full ``timeout``; one after another fault (a 5xx, a reset connection) is watched
+        like a first.
 
         Returns (value or None, attempts, last error, seconds spent waiting).
         """
@@ -116,7 +117,7 @@ class Sender:
         budget_used = 0  # attempts that count against max_attempts
         format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
         waited = 0.0
-        timed_out = False  # the last attempt timed out: this one gets the full timeout
+        timeouts = 0  # attempts in a row that timed out: each next one gets twice the time (up to ``timeout``)
         while True:
             if stop_requested():  # Ctrl-C / SIGTERM: nothing new is sent (what is in flight is awaited)
                 return None, attempt, _not_sent(), waited
@@ -137,11 +138,14 @@ class Sender:
                 self.usage.add(requests=1)
                 t_start = time.monotonic()
                 seq = gate.started()
-                if timed_out:
-                    value = fn(self.timeout)
+                if timeouts:
+                    limit = min(self.timeout, gate.adaptive_timeout(self.timeout) * 2 ** timeouts)
+                    value = fn(limit)
                 elif gate.calibrated():
-                    value = fn(gate.adaptive_timeout(self.timeout))
+                    limit = gate.adaptive_timeout(self.timeout)
+                    value = fn(limit)
                 else:
+                    limit = self.timeout
                     value = _watched(fn, gate, self.timeout)
                 latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
                 gate.observe(latency, getattr(value, "rate", None), seq)
@@ -157,7 +161,8 @@ class Sender:
                     self._in_flight -= 1
                 if self._cap is not None:
                     self._cap.release()
-            was_timed_out, timed_out = timed_out, err.kind is ErrorKind.TIMEOUT
+            cut_short = err.kind is ErrorKind.TIMEOUT and (limit < self.timeout or "far past" in err.message)
+            timeouts = timeouts + 1 if err.kind is ErrorKind.TIMEOUT else 0
             if err.kind is ErrorKind.RATE_LIMITED:
                 if err.retry_after is None:
                     # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
@@ -184,7 +189,7 @@ class Sender:
             if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
                 delay = err.retry_after
                 gate.cool_down(delay)  # everyone on this connection waits
-            elif err.kind is ErrorKind.TIMEOUT and not was_timed_out:
+            elif cut_short:
                 delay = 0.0  # an attempt left far past the usual latency (tail): sent again at once
             else:
                 exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
