@@ -136,20 +136,8 @@ class Sender:
                 self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
             try:
                 self.usage.add(requests=1)
-                t_start = time.monotonic()
-                seq = gate.started()
-                if timeouts:
-                    limit = min(self.timeout, gate.adaptive_timeout(self.timeout) * 2 ** timeouts)
-                    value = fn(limit)
-                elif gate.calibrated():
-                    limit = gate.adaptive_timeout(self.timeout)
-                    value = fn(limit)
-                else:
-                    limit = self.timeout
-                    value = _watched(fn, gate, self.timeout)
-                latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
-                gate.observe(latency, getattr(value, "rate", None), seq)
-                gate.succeeded()
+                limit = self._attempt_timeout(gate, timeouts)
+                value = self._attempt(fn, gate, limit, watched=not timeouts and not gate.calibrated())
                 return value, attempt, None, waited
             except BackendError as e:
                 err = e
@@ -203,6 +191,27 @@ class Sender:
             if delay > 0:
                 self._sleep(delay)
                 waited += delay
+
+
+    def _attempt_timeout(self, gate: ProviderGate, timeouts: int) -> float:
+        """An attempt's timeout: the connection's adaptive one, doubled for each timeout in a row before it (up to
+        ``timeout``); the full ``timeout`` for a first attempt before the connection knows its latency."""
+        if timeouts:
+            return min(self.timeout, gate.adaptive_timeout(self.timeout) * 2 ** timeouts)
+        if gate.calibrated():
+            return gate.adaptive_timeout(self.timeout)
+        return self.timeout
+
+    @staticmethod
+    def _attempt(fn: Callable[[float], Any], gate: ProviderGate, limit: float, *, watched: bool) -> Any:
+        """One request under ``limit`` seconds; a success teaches the gate its latency and the announced budget."""
+        t_start = time.monotonic()
+        seq = gate.started()
+        value = _watched(fn, gate, limit) if watched else fn(limit)
+        latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
+        gate.observe(latency, getattr(value, "rate", None), seq)
+        gate.succeeded()
+        return value
 
 
 def _watched(fn: Callable[[float], Any], gate: ProviderGate, timeout: float) -> Any:
