@@ -50,16 +50,18 @@ whitespace-separated words of the messages, ~1.3 BPE tokens per English word), p
 429s; measured in the worker: wall time of the scoring call (imports and start-up excluded; the process's
 total is reported too); rows lost = rows without a finite score for every one of the four metrics.
 
-Scenarios: a) k=5 and k=10 chunks, 40 rows, 200 ms latency; b) fault mix: per request a seeded RNG answers
-10 % HTTP 500, hangs 2 % for 30 s before answering, and answers 5 % of chat requests with a malformed reply
-(half of them prose where JSON was asked, half the real reply cut off at 20-80 % of its length) (same seed and
-mix for every tool), 40 rows, k=5 -- plus, for the peers, the one-switch variants
-that keep going on errors (deepeval ``ErrorConfig(ignore_errors=True)``, ragas ``asyncio.gather(...,
-return_exceptions=True)`` over ``ascore``); c) a 600 requests/min server limit (``rate_limit_per_minute``, a
-60 s sliding window, ``retry-after`` on a 429), 240 rows: ours at defaults (nothing configured) against a server
-that announces its budget on every reply (``x-ratelimit-*-requests``, as OpenAI does) and one that does not, and
-ours with ``requests_per_minute=600`` against the one that does not: the share of the limit used and the 429s; d) ours
-run twice with the same persistent cache: requests sent by the second run.
+Scenarios: a) k=5 and k=10 chunks, 40 rows, 200 ms latency, and ours on one row of them: the critical path
+(the dependent calls of a row one after the other, and what the run does around them), measured; b) fault mix:
+per request a seeded RNG answers 10 % HTTP 500, hangs 2 % for 30 s before answering, and answers 5 % of chat
+requests with a malformed reply (half of them prose where JSON was asked, half the real reply cut off at 20-80 %
+of its length) (same seed and mix for every tool; ``--seeds 0 1 2 3 4`` runs every tool once per seed and sums
+up), 40 rows, k=5 -- plus, for the peers, the one-switch variants that keep going on errors (deepeval
+``ErrorConfig(ignore_errors=True)``, ragas ``asyncio.gather(..., return_exceptions=True)`` over ``ascore``);
+c) a 600 requests/min server limit (``rate_limit_per_minute``, a 60 s sliding window, ``retry-after`` on a 429),
+240 rows: ours at defaults (nothing configured) against a server that announces its budget on every reply
+(``x-ratelimit-*-requests``, as OpenAI does) and one that does not, and ours with ``requests_per_minute=600``
+against the one that does not: the share of the limit used and the 429s; d) ours run twice with the same
+persistent cache: requests sent by the second run.
 """
 
 from __future__ import annotations
@@ -618,23 +620,30 @@ def scenario_a(ctx: dict[str, Any], k: int) -> dict[str, Any]:
         out["tools"][tool] = run_tool(tool, ctx["pythons"], ctx["server"], _model(), rows,
                                       ctx["work"], ctx["sink"], label=f"a-k{k}", deepeval_model=ctx["deepeval_model"],
                                       ours_src=ctx["ours_src"])
+    if "ours" in ctx["tools"]:
+        # the critical path, measured: the same metrics on one row (its dependent calls one after the other, and
+        # everything a run does around them); no run of many rows can take less
+        one = run_tool("ours", ctx["pythons"], ctx["server"], _model(), rows[:1], ctx["work"], ctx["sink"],
+                       label=f"a-k{k}-one-row", ours_src=ctx["ours_src"])
+        out["critical_path"] = {"wall": one["wall"], "chat_requests": one["chat_requests"],
+                                "embedding_requests": one["embedding_requests"]}
     return out
 
 
-def scenario_b(ctx: dict[str, Any]) -> dict[str, Any]:
+def scenario_b(ctx: dict[str, Any], seed: int) -> dict[str, Any]:
     rows = make_rows(ctx["rows"], 5)
     ctx["server"].latency = ctx["latency"]
     out = {"k": 5, "rows": len(rows), "latency": ctx["latency"], "hang": ctx["hang"],
-           "mix": {"http_500": 0.10, "hang": 0.02, "malformed": 0.05}, "seed": ctx["seed"], "tools": {}}
+           "mix": {"http_500": 0.10, "hang": 0.02, "malformed": 0.05}, "seed": seed, "tools": {}}
     runs = [(t, None) for t in ctx["tools"]]
     if ctx["variants"]:
         runs += [(t, v) for t, v in (("ragas", "return_exceptions"), ("deepeval", "ignore_errors"))
                  if t in ctx["tools"]]
     for tool, variant in runs:
-        handler = FaultMix(_model(), ctx["seed"], 0.10, 0.02, 0.05, ctx["hang"])
+        handler = FaultMix(_model(), seed, 0.10, 0.02, 0.05, ctx["hang"])
         key = tool + (f"+{variant}" if variant else "")
         out["tools"][key] = run_tool(tool, ctx["pythons"], ctx["server"], handler, rows, ctx["work"], ctx["sink"],
-                                     label="b", variant=variant, deepeval_model=ctx["deepeval_model"],
+                                     label=f"b-s{seed}", variant=variant, deepeval_model=ctx["deepeval_model"],
                                      ours_src=ctx["ours_src"])
     return out
 
@@ -659,10 +668,15 @@ def scenario_c(ctx: dict[str, Any]) -> dict[str, Any]:
                            deepeval_model=ctx["deepeval_model"], ours_src=ctx["ours_src"])
             minutes = fig["wall"] / 60.0
             fig["limit_used"] = fig["accepted_requests"] / (ctx["rpm"] * minutes) if minutes else None
+            # the same over the time the tool talked to the server: first request received to the last reply
+            # (its latency after the last request), without the run's start-up (the SDK's import) and assembly
+            talked = (fig["request_span"] + ctx["latency"]) / 60.0
+            fig["limit_used_while_sending"] = fig["accepted_requests"] / (ctx["rpm"] * talked) if talked else None
             fig["http_429_share"] = fig["http_429"] / max(1, fig["accepted_requests"])
             fig["rate_limit_headers"] = headers
-            print(f"    limit used {fig['limit_used']:.3f}, 429s {fig['http_429']} "
-                  f"({100 * fig['http_429_share']:.1f}% of accepted)", file=sys.stderr, flush=True)
+            print(f"    limit used {fig['limit_used']:.3f} (while sending {fig['limit_used_while_sending']:.3f}), "
+                  f"429s {fig['http_429']} ({100 * fig['http_429_share']:.1f}% of accepted)", file=sys.stderr,
+                  flush=True)
             out["tools"][key] = fig
     finally:
         server.rate_limit_per_minute = None
@@ -702,7 +716,7 @@ def _table(tools: dict[str, dict[str, Any]], cols: tuple = COLS, ratios: bool = 
     for name, fig in tools.items():
         lines.append(f"| {name} | " + " | ".join(f.format(fig[k]) for k, _, f in cols) + " |")
     if ratios and "ours" in tools:
-        for peer in ("ragas", "deepeval"):
+        for peer in ("ragas", "deepeval", "mlflow"):
             if peer in tools:
                 o, p = tools["ours"], tools[peer]
                 lines.append(f"| *ours/{peer}* | " + " | ".join(_ratio(o[k], p[k]) for k, _, _ in cols) + " |")
@@ -715,7 +729,14 @@ def report(res: dict[str, Any]) -> str:
         if key.startswith("a"):
             out.append(f"### a) k = {sc['k']}, {sc['rows']} rows, latency {sc['latency'] * 1000:.0f} ms")
             out += [""] + _table(sc["tools"]) + [""]
-        elif key == "b":
+            cp = sc.get("critical_path")
+            if cp and "ours" in sc["tools"]:
+                out.append(f"Critical path (ours on one row: {cp['chat_requests']} chat + {cp['embedding_requests']} "
+                           f"embedding requests, two of them dependent): {cp['wall']:.2f} s; ours on "
+                           f"{sc['rows']} rows: {sc['tools']['ours']['wall']:.2f} s = "
+                           f"{sc['tools']['ours']['wall'] / cp['wall']:.1f}x the critical path.")
+                out.append("")
+        elif key.startswith("b"):
             out.append(f"### b) fault mix (10 % HTTP 500, 2 % hang {sc['hang']:g} s, 5 % malformed), "
                        f"{sc['rows']} rows, k = 5, latency {sc['latency'] * 1000:.0f} ms, seed {sc['seed']}")
             cols = (("wall", "wall s", "{:.1f}"), ("wall_per_row", "wall s/row", "{:.3f}"),
@@ -730,14 +751,40 @@ def report(res: dict[str, Any]) -> str:
                        f"latency {sc['latency'] * 1000:.0f} ms")
             cols = (("wall", "wall s", "{:.1f}"), ("accepted_requests", "accepted req", "{:d}"),
                     ("http_429", "429s", "{:d}"), ("http_429_share", "429s / accepted", "{:.3f}"),
-                    ("limit_used", "limit used", "{:.3f}"), ("rows_lost", "rows lost", "{:d}"))
+                    ("limit_used", "limit used (wall)", "{:.3f}"),
+                    ("limit_used_while_sending", "limit used (while sending)", "{:.3f}"),
+                    ("rows_lost", "rows lost", "{:d}"))
             out += [""] + _table(sc["tools"], cols, ratios=False) + [""]
         elif key == "d":
             out.append(f"### d) ours re-run with a persistent cache, {sc['rows']} rows, k = 5")
             cols = (("chat_requests", "chat requests", "{:d}"), ("embedding_requests", "embedding requests", "{:d}"),
                     ("wall", "wall s", "{:.2f}"), ("rows_lost", "rows lost", "{:d}"))
             out += [""] + _table(sc["runs"], cols, ratios=False) + [""]
+    seeds = {k: sc for k, sc in res["scenarios"].items() if k.startswith("b")}
+    if len(seeds) > 1:
+        out += _seeds_summary(seeds)
     return "\n".join(out)
+
+
+def _seeds_summary(seeds: dict[str, dict[str, Any]]) -> list[str]:
+    """Scenario b over several seeds: each tool's wall time per seed, rows lost in all, and ours against each peer
+    (the ratio of the walls, seed by seed)."""
+    names = list(next(iter(seeds.values()))["tools"])
+    out = [f"### b) over {len(seeds)} seeds: wall s per seed, rows lost in all", "",
+           "| tool | " + " | ".join(f"seed {sc['seed']}" for sc in seeds.values()) + " | rows lost | median |",
+           "|---|" + "---:|" * (len(seeds) + 2)]
+    for name in names:
+        walls = [sc["tools"][name]["wall"] for sc in seeds.values()]
+        lost = sum(sc["tools"][name]["rows_lost"] for sc in seeds.values())
+        rows = sum(sc["rows"] for sc in seeds.values())
+        out.append(f"| {name} | " + " | ".join(f"{w:.1f}" for w in walls)
+                   + f" | {lost} of {rows} | {sorted(walls)[len(walls) // 2]:.1f} |")
+    if "ours" in names:
+        for peer in (n for n in names if n != "ours"):
+            ratios = [sc["tools"]["ours"]["wall"] / sc["tools"][peer]["wall"] for sc in seeds.values()]
+            out.append(f"| *ours/{peer}* | " + " | ".join(f"{r:.2f}" for r in ratios) + " | | "
+                       f"{sorted(ratios)[len(ratios) // 2]:.2f} |")
+    return out + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -754,7 +801,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", nargs="+", type=int, help="chunks per row for scenario a (default 5 10; quick 5)")
     ap.add_argument("--latency", type=float, help="server latency in s (default 0.2; quick 0.05)")
     ap.add_argument("--hang", type=float, help="seconds a 'hang' fault waits before answering (default 30; quick 5)")
-    ap.add_argument("--seed", type=int, default=1, help="fault-mix RNG seed (default 1)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1],
+                    help="fault-mix RNG seeds for scenario b, one run of each tool per seed (default 1)")
     ap.add_argument("--no-variants", dest="variants", action="store_false",
                     help="scenario b: skip the peers' keep-going variants")
     ap.add_argument("--c-rows", type=int, default=240, help="rows for scenario c (default 240)")
@@ -800,7 +848,7 @@ def main(argv: list[str] | None = None) -> int:
     sink = ProxySink()
     with tempfile.TemporaryDirectory(prefix="bench_vs_peers_") as tmp, FakeLLMServer() as server:
         ctx = {"server": server, "sink": sink, "work": Path(tmp), "pythons": pythons, "tools": args.tools,
-               "rows": args.rows, "latency": args.latency, "hang": args.hang, "seed": args.seed,
+               "rows": args.rows, "latency": args.latency, "hang": args.hang,
                "variants": args.variants, "c_rows": args.c_rows, "rpm": args.rpm, "c_peers": args.c_peers,
                "deepeval_model": args.deepeval_model, "ours_src": None}
         if args.ours_rev:
@@ -814,8 +862,11 @@ def main(argv: list[str] | None = None) -> int:
         for s in args.scenarios:
             if s == "a":
                 jobs += [(f"a_k{k}", lambda k=k: scenario_a(ctx, k)) for k in args.ks]
+            elif s == "b":
+                jobs += [(f"b_s{seed}" if len(args.seeds) > 1 else "b", lambda seed=seed: scenario_b(ctx, seed))
+                         for seed in args.seeds]
             else:
-                fn = {"b": scenario_b, "c": scenario_c, "d": scenario_d}[s]
+                fn = {"c": scenario_c, "d": scenario_d}[s]
                 jobs.append((s, lambda fn=fn: fn(ctx)))
         for name, job in jobs:
             print(f"scenario {name} ...", file=sys.stderr, flush=True)

@@ -108,3 +108,79 @@ def test_requests_per_minute_set_paces_below_the_limit(fake_llm):
     client.gate = ProviderGate(requests_per_minute=720)
     results = _calls(client, 40)
     assert all(r.ok for r in results) and fake_llm.rate_limited_count == 0
+
+
+# --------------------------------------------------------------------------- the wire watch
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_request_started_before_a_429_came_back_is_held_not_sent(fake_llm, api):
+    """A request that has its slot when another request's 429 arrives is stopped on its way out (the SDK's own
+    HTTP client asks the gate just before sending): the server never sees it, it is not counted as a request or an
+    attempt, and it goes out once the cool-down is over."""
+    fake_llm.latency = 0.0
+    backend = (OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789")
+               if api == "openai" else
+               AnthropicBackend("claude-test", base_url=fake_llm.anthropic_base_url, api_key="sk-ant-0123456789"))
+    client = JudgeClient(backend, cache=False)
+    client.gate = gate = ProviderGate()
+    request = ChatRequest.of([{"role": "user", "content": "hello"}])
+    held: list[float] = []
+
+    def send(timeout: float):
+        if not held:  # the first time: a 429 elsewhere asks for quiet after this request took its slot
+            gate.cool_down(0.3)
+            held.append(gate._cooldown_until)
+        return backend.chat(request, timeout=timeout)
+
+    value, attempts, error, _ = client.sender.send(send)
+    assert error is None and value.text == "ok"
+    assert attempts == 1 and client.usage.requests == 1 and client.usage.rate_limited == 0
+    assert fake_llm.request_count == 1  # the held request never reached the server
+    assert fake_llm.requests[0].received_at >= held[0] - 0.01  # sent only after the quiet
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_429_starts_the_cool_down_as_soon_as_its_headers_arrive(fake_llm, api):
+    """The gate learns of a 429 from the reply's status line and headers (the SDK's response hook), before the SDK
+    has turned it into an exception and the retry layer has seen it."""
+    from mlflow_ragjudge.llm.backends import BackendError
+    from mlflow_ragjudge.llm.backends.base import ErrorKind, watching_wire
+
+    fake_llm.rate_limit_per_minute, fake_llm.rate_limit_window = 1, 30.0
+    backend = (OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789")
+               if api == "openai" else
+               AnthropicBackend("claude-test", base_url=fake_llm.anthropic_base_url, api_key="sk-ant-0123456789"))
+    gate = ProviderGate()
+    request = ChatRequest.of([{"role": "user", "content": "hello"}])
+    with watching_wire(gate):
+        backend.chat(request, timeout=5)
+        with pytest.raises(BackendError) as refused:
+            backend.chat(request, timeout=5)
+        assert refused.value.kind is ErrorKind.RATE_LIMITED
+        assert gate.cooling_down() > 20  # nobody called cool_down: the reply's headers did
+        with pytest.raises(BackendError) as held:  # and the next request does not leave
+            backend.chat(request, timeout=5)
+    assert held.value.kind is ErrorKind.HELD
+    assert fake_llm.request_count == 2
+
+
+def test_slow_start_stops_where_more_in_flight_buys_nothing(fake_llm):
+    """A server that works on 8 requests at a time (the rest wait in its queue): doubling the calls in flight past
+    that delivers no more replies per second, so slow start ends there instead of at ADAPTIVE_MAX -- every call
+    still succeeds. Counts and states only: no clock is asserted."""
+    working = threading.BoundedSemaphore(8)
+
+    def busy(_request):
+        with working:
+            threading.Event().wait(0.03)
+        return "ok"
+
+    fake_llm.set_handler(busy)
+    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789")
+    client = JudgeClient(backend, cache=False)
+    client.gate = ProviderGate()
+    results = _calls(client, 600, threads=128)
+    assert len(results) == 600 and all(r.ok for r in results)
+    assert client.gate.plateaus == 1
+    assert client.gate.limit < ProviderGate.ADAPTIVE_MAX

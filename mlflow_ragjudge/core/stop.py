@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 
 __all__ = ["request_stop", "stop_requested", "stop_reason", "clear_stop", "grace_seconds", "stop_on_signals",
            "await_until_stopped", "ENV_STOP_GRACE", "EXIT_SIGNAL"]
@@ -86,16 +87,29 @@ def await_until_stopped(futures: Iterable[Future]) -> set[Future]:  # type: igno
     """Wait for every future, re-raising what a finished one raised; returns the ones that did not finish: none
     unless a stop was requested -- then those not started are cancelled and the running ones awaited for the
     grace period, no longer (a pool holding them must be shut down with ``wait=False``)."""
-    futures = set(futures)
-    pending = set(futures)
-    while pending:
-        done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-        for f in done:
+    futures = list(futures)
+    # Each future hands itself over as it finishes (cancelled ones too): one queue read per future. Waiting with
+    # concurrent.futures.wait(FIRST_COMPLETED) instead installs and removes a waiter on every pending future at each
+    # completion -- quadratic, and a tenth of a large judged run's CPU.
+    finished: queue.SimpleQueue[Future] = queue.SimpleQueue()  # type: ignore[type-arg]
+    for f in futures:
+        f.add_done_callback(finished.put)
+    left = len(futures)
+    cancelled = False
+    while left:
+        try:
+            f = finished.get(timeout=0.25)
+        except queue.Empty:
+            pass
+        else:
+            left -= 1
             if not f.cancelled():
                 f.result()
         if stop_requested():
-            for f in pending:
-                f.cancel()  # not started: never will be
+            if not cancelled:
+                for g in futures:
+                    g.cancel()  # not started: never will be (a running or finished one stays as it is)
+                cancelled = True
             if grace_left() <= 0:
                 break
     return {f for f in futures if f.cancelled() or not f.done()}

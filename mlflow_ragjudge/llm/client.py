@@ -95,6 +95,7 @@ FAILURE_FOR_KIND: dict[ErrorKind, FailureReason] = {
     ErrorKind.FORMAT_REJECTED: FailureReason.PROVIDER_ERROR,
     ErrorKind.INTERNAL: FailureReason.INTERNAL_ERROR,
     ErrorKind.INTERRUPTED: FailureReason.INTERRUPTED,
+    ErrorKind.HELD: FailureReason.RATE_LIMITED,
 }
 
 _SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")

@@ -10,8 +10,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from typing import Any
+
 from .backends import Backend, resolve_backend
-from .backends.base import RateInfo
+from .backends._sdk import parse_retry_after
+from .backends.base import BackendError, ErrorKind, RateInfo
 
 __all__ = ["ProviderGate", "gate_for", "configure_provider", "ENV_MAX_CONCURRENCY", "ENV_TAIL_TIMEOUT_FLOOR"]
 
@@ -27,7 +30,12 @@ class ProviderGate:
     (:func:`configure_provider`, or ``RAGJUDGE_MAX_CONCURRENCY``), it starts at ``ADAPTIVE_START`` and doubles
     after each ``limit`` successful requests (slow start: 16, 32, 64, 128 within the first four round trips, so an
     unlimited server is latency-bound from the first second) until the first 429, then grows by one per
-    ``limit`` successes, up to ``ADAPTIVE_MAX``. It comes down only on the server's word: a 429 that does not
+    ``limit`` successes, up to ``ADAPTIVE_MAX``. Slow start also ends where more in flight stops buying replies:
+    when ``FLAT_ROUNDS`` rounds in a row that reached the limit delivered less than ``GROWTH`` x the replies per
+    second of the best round, the limit goes back to that round's and is held (a server or a CPU that is already
+    saturated only queues the extra requests; the queue costs threads, and against a rate limit it is the burst
+    that meets the wall before the first 429 comes back). A round with fewer calls waiting than the limit proves
+    nothing and is not counted. It comes down only on the server's word: a 429 that does not
     say when to come back halves it, at most once per round trip (the median latency of recent replies; 1 s
     before any), so one burst of 429s counts once. A 429 with ``retry-after`` is a rate window (requests or
     tokens per minute), handled by the pace below instead: halving the concurrency too would leave the window
@@ -55,12 +63,16 @@ class ProviderGate:
 
     ADAPTIVE_START = 16
     ADAPTIVE_MAX = 128
+    #: slow start ends when FLAT_ROUNDS rounds in a row, each at the limit, did not deliver GROWTH x the best
+    #: round's replies per second
+    GROWTH = 1.25
+    FLAT_ROUNDS = 2
     #: the learned pace: this share of the accepted rate the 429 revealed; raised by PROBE_STEP after PROBE_EVERY
     #: seconds without a 429
-    RATE_MARGIN = 0.97
+    RATE_MARGIN = 0.995
     RPM_MARGIN = 0.99
-    PROBE_EVERY = 30.0
-    PROBE_STEP = 1.03
+    PROBE_EVERY = 60.0
+    PROBE_STEP = 1.02
     #: tail latency: after this many successful requests on the connection, the first attempt of a request is
     #: given ``TAIL_FACTOR`` x the 95th-percentile latency seen (at least ``MIN_ADAPTIVE_TIMEOUT`` seconds)
     MIN_OBSERVATIONS = 10
@@ -79,6 +91,16 @@ class ProviderGate:
         self.decreases = 0
         self._slow_start = True
         self._ok = 0
+        #: slow start's rounds (``limit`` successes each): replies per second of the best round and its limit,
+        #: rounds since without GROWTH, whether this round reached the limit (a round with fewer calls waiting than
+        #: the limit allows says nothing about the server), and whether the limit is held at a plateau
+        self._round_start = time.monotonic()
+        self._round_full = False
+        self._best_rate = 0.0
+        self._best_limit = self.limit
+        self._flat_rounds = 0
+        self._plateau = False
+        self.plateaus = 0
         self._last_decrease = -1e9
         self.active = 0
         self.peak = 0
@@ -148,6 +170,8 @@ class ProviderGate:
                 break
             self.active += 1
             self.peak = max(self.peak, self.active)
+            if self.active >= self.limit:
+                self._round_full = True
             self.starts += 1
             self._mine.seq = self.starts  # this request's place in the connection's starts (see observe)
             now = time.monotonic()
@@ -203,6 +227,26 @@ class ProviderGate:
                     self._learn_pending = (now, seconds)
                 self._next_learned = max(self._next_learned, self._cooldown_until)
 
+    def cooling_down(self) -> float:
+        """Seconds left of the quiet a 429 asked for (0 when none)."""
+        return max(0.0, self._cooldown_until - time.monotonic())
+
+    def before_wire(self) -> None:
+        """A started request is about to leave (:class:`~.backends.base.WireWatch`): held back when a 429 asked for
+        quiet since it started. Under many threads a request can wait long for the CPU between its start and the
+        wire; without this, every request started before the first 429 came back would meet the same wall."""
+        wait = self.cooling_down()
+        if wait > 0:
+            raise BackendError(ErrorKind.HELD, "held back before sending: the server asked for quiet", retry_after=wait)
+
+    def on_reply(self, status: int, headers: Any) -> None:
+        """A reply's status and headers as they arrive: a 429 that says when to come back starts the cool-down at
+        once, before the SDK has read its body and the retry layer has seen its exception."""
+        if status == 429:
+            seconds = parse_retry_after(headers)
+            if seconds is not None:
+                self.cool_down(seconds)
+
     def _learn(self, at: float, retry_after: float) -> None:
         """Set the pace from what the server accepted before the 429 at ``at`` (see the class docstring)."""
         accepted = [t for t in self._accepted if at - 60.0 <= t <= at]
@@ -255,13 +299,28 @@ class ProviderGate:
     def succeeded(self) -> None:
         """A request went through: an adaptive limit grows (see the class docstring)."""
         with self._lock:
-            if self.fixed or self.limit >= self.ceiling:
+            if self.fixed or self._plateau:
                 return
             self._ok += 1
-            if self._ok >= self.limit:
+            if self._ok < self.limit:
+                return
+            now = time.monotonic()
+            if self._slow_start and self._round_full:
+                # a round in which the limit was reached: did the last doubling buy replies per second?
+                rate = self._ok / max(1e-6, now - self._round_start)
+                if rate >= self.GROWTH * self._best_rate:
+                    self._best_rate, self._best_limit, self._flat_rounds = rate, self.limit, 0
+                else:
+                    self._flat_rounds += 1
+            self._ok, self._round_start, self._round_full = 0, now, False
+            if self._flat_rounds >= self.FLAT_ROUNDS:
+                # more in flight only queues (at the server or for this process's CPU): back to the limit that
+                # gave the best rate, and held there (a 429 still halves it, and growth resumes after one)
+                self.limit, self._slow_start, self._plateau = self._best_limit, False, True
+                self.plateaus += 1
+            elif self.limit < self.ceiling:
                 self.limit = min(self.ceiling, self.limit * 2 if self._slow_start else self.limit + 1)
-                self._ok = 0
-                self._slot.notify_all()
+            self._slot.notify_all()
 
     def throttled(self) -> None:
         """The server said no (429) without saying when to come back: an adaptive limit halves, at most once per
@@ -275,6 +334,7 @@ class ProviderGate:
             self._last_decrease = now
             self.limit = max(1, self.limit // 2)
             self._ok = 0
+            self._plateau = False  # from here additive growth (AIMD) finds the server's level again
             self.decreases += 1
 
 _GATES: dict[str, ProviderGate] = {}

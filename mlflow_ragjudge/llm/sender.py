@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.stop import stop_reason, stop_requested, wait_for_stop
 from .backends import BackendError, ErrorKind
+from .backends.base import watching_wire
 from .gate import ProviderGate
 
 __all__ = ["Sender", "Usage", "ENV_BACKOFF_SCALE", "MAX_RATE_LIMITED_ATTEMPTS"]
@@ -149,6 +150,11 @@ class Sender:
                     self._in_flight -= 1
                 if self._cap is not None:
                     self._cap.release()
+            if err.kind is ErrorKind.HELD:  # never left: not a request, not an attempt; started again after the quiet
+                self.usage.add(requests=-1)
+                attempt -= 1
+                budget_used -= 1
+                continue
             cut_short = err.kind is ErrorKind.TIMEOUT and (limit < self.timeout or "far past" in err.message)
             timeouts = timeouts + 1 if err.kind is ErrorKind.TIMEOUT else 0
             if err.kind is ErrorKind.RATE_LIMITED:
@@ -207,7 +213,12 @@ class Sender:
         """One request under ``limit`` seconds; a success teaches the gate its latency and the announced budget."""
         t_start = time.monotonic()
         seq = gate.started()
-        value = _watched(fn, gate, limit) if watched else fn(limit)
+
+        def on_the_wire(seconds: float) -> Any:  # the gate watches the request on the thread that sends it
+            with watching_wire(gate):
+                return fn(seconds)
+
+        value = _watched(on_the_wire, gate, limit) if watched else on_the_wire(limit)
         latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
         gate.observe(latency, getattr(value, "rate", None), seq)
         gate.succeeded()

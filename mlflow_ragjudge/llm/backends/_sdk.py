@@ -14,7 +14,7 @@ import re
 import time
 from typing import Any
 
-from .base import BackendError, ErrorKind, RateInfo
+from .base import BackendError, ErrorKind, RateInfo, wire_watch
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")
 
@@ -95,6 +95,8 @@ def classify(exc: BaseException, sdk: Any) -> BackendError:
     """
     if isinstance(exc, BackendError):
         return exc
+    if isinstance(exc.__cause__, BackendError):  # raised by our wire hooks; an SDK may wrap it as a connection error
+        return exc.__cause__
     if isinstance(exc, sdk.APITimeoutError):
         return BackendError(ErrorKind.TIMEOUT, "request timed out")
     if isinstance(exc, sdk.APIConnectionError):
@@ -131,6 +133,25 @@ def _error_fields(exc: Any) -> dict[str, Any]:
     if not isinstance(err, dict):
         return {}
     return {k: err[k] for k in ("param", "code", "type") if err.get(k) is not None}
+
+
+def _before_wire(request: Any) -> None:
+    watch = wire_watch()
+    if watch is not None:
+        watch.before_wire()
+
+
+def _on_reply(response: Any) -> None:
+    watch = wire_watch()
+    if watch is not None:
+        watch.on_reply(response.status_code, response.headers)
+
+
+def http_client(sdk: Any) -> Any:
+    """The SDK's own HTTP client (its defaults: timeouts, connection limits, redirects, proxies from the
+    environment) with the wire watch's hooks (:class:`~.base.WireWatch`): run on the sending thread just before a
+    request leaves, and as soon as a reply's status and headers arrive."""
+    return sdk.DefaultHttpxClient(event_hooks={"request": [_before_wire], "response": [_on_reply]})
 
 
 def missing_sdk(package: str) -> ImportError:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.json_text import MAX_JSON_DEPTH, value_depth
-from ._sdk import classify, missing_sdk, parse_rate_headers
+from ._sdk import classify, http_client, missing_sdk, parse_rate_headers
 from .base import (
     Backend,
     BackendError,
@@ -87,7 +87,8 @@ class AnthropicBackend(Backend):
             if self._client is None:
                 anthropic = self._sdk()
                 self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url,
-                                                   default_query=self._query or None, max_retries=0)
+                                                   default_query=self._query or None, max_retries=0,
+                                                   http_client=http_client(anthropic))
         return self._client
 
     def _sdk_takes_temperature(self) -> bool:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import enum
 import json
 import re
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 __all__ = [
@@ -24,6 +27,9 @@ __all__ = [
     "RateInfo",
     "ErrorKind",
     "BackendError",
+    "WireWatch",
+    "watching_wire",
+    "wire_watch",
     "Backend",
     "BatchState",
     "unreadable_result",
@@ -215,6 +221,44 @@ class ErrorKind(str, enum.Enum):
     INTERNAL = "internal"
     # The evaluation was asked to stop (Ctrl-C, SIGTERM; core.stop): the request is not sent. Never retried.
     INTERRUPTED = "interrupted"
+    # Held back on its way out: between the request's start and the moment it would have left, a 429 on the same
+    # connection asked for quiet (see WireWatch). It never reached the server: not a request, not an attempt; it
+    # is started again once the cool-down is over.
+    HELD = "held"
+
+
+class WireWatch(Protocol):
+    """What the policy layer watches on the wire, through the SDKs' HTTP clients (their event hooks): the moment a
+    request is about to leave, and the status and headers of a reply as soon as they arrive, before the SDK reads
+    the body. Under many threads a started request may wait long for its turn on the CPU before the SDK puts it on
+    the wire, and a 429 may wait as long before its exception reaches the retry layer; the watch sees both at once.
+    """
+
+    def before_wire(self) -> None:
+        """Raise :class:`BackendError` (``ErrorKind.HELD``) to keep the request from leaving."""
+
+    def on_reply(self, status: int, headers: Any) -> None:
+        """A reply's status and headers, as soon as they arrive."""
+
+
+_WIRE = threading.local()
+
+
+def wire_watch() -> WireWatch | None:
+    """The watch of the request this thread is sending (None outside :func:`watching_wire`)."""
+    return getattr(_WIRE, "watch", None)
+
+
+@contextmanager
+def watching_wire(watch: WireWatch | None) -> Iterator[None]:
+    """Requests this thread sends inside the block are watched by ``watch`` (the backends' SDK hooks ask
+    :func:`wire_watch`): per thread, because one backend may serve several gates, and a call runs on one thread."""
+    before = getattr(_WIRE, "watch", None)
+    _WIRE.watch = watch
+    try:
+        yield
+    finally:
+        _WIRE.watch = before
 
 
 RETRYABLE = frozenset({

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.json_text import loads
-from ._sdk import classify, missing_sdk, parse_rate_headers
+from ._sdk import classify, http_client, missing_sdk, parse_rate_headers
 from .base import (
     CARRY_MODES,
     Backend,
@@ -261,6 +261,7 @@ class OpenAIBackend(Backend):
                     default_headers=self._headers or None,
                     default_query=self._query or None,
                     max_retries=0,
+                    http_client=http_client(openai),
                 )
         return self._client
 
