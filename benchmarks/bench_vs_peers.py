@@ -6,6 +6,8 @@ Run by hand from the repository root, after ``bash benchmarks/setup_peers.sh`` (
     .venv/bin/python benchmarks/bench_vs_peers.py --quick --json /tmp/peers_quick.json   # smoke check, minutes
     .venv/bin/python benchmarks/bench_vs_peers.py --scenarios a b d --json /tmp/peers.json
     .venv/bin/python benchmarks/bench_vs_peers.py --scenarios c --json /tmp/peers_c.json    # ours only
+    .venv/bin/python benchmarks/bench_vs_peers.py --scenarios a b --ks 5 --seeds 0 1 2 3 4 --tools ours mlflow \
+        --no-variants --json /tmp/ab.json     # ours against MLflow's genai judges: defaults, fault mix x 5 seeds
     .venv/bin/python benchmarks/bench_vs_peers.py --scenarios c --c-peers ...                # peers too
 
 What runs. This process starts ``tests/fakellm.py``'s ``FakeLLMServer`` (a real HTTP server speaking the

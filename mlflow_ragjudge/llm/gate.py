@@ -9,7 +9,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-
 from typing import Any
 
 from .backends import Backend, resolve_backend

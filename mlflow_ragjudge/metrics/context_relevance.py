@@ -6,7 +6,6 @@ needed to answer the question by number; the score is selected / total sentences
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -70,11 +69,8 @@ class ContextRelevanceJudge:
 
     def call_schema(self, total: int) -> dict[str, Any]:
         """The per-call schema: sentence numbers limited to ``1..total``, each at most once."""
-        schema = copy.deepcopy(self.schema)
-        arr = schema["properties"]["sentences"]
-        arr["items"] = index_schema(range(1, total + 1))
-        arr["maxItems"] = total
-        return schema
+        arr = {**self.schema["properties"]["sentences"], "items": index_schema(range(1, total + 1)), "maxItems": total}
+        return {**self.schema, "properties": {**self.schema["properties"], "sentences": arr}}
 
     def _parser(self, total: int, schema: dict[str, Any]) -> Callable[[ChatResponse], dict[str, Any]]:
         item = {"type": "integer"}

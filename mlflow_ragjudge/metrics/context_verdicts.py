@@ -4,7 +4,6 @@ for in **one** call (:class:`CombinedContextVerdicts`), which the judge client s
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
@@ -120,16 +119,16 @@ class CombinedContextVerdicts:
                                   n_passages=str(len(chunks)), statements=st_text, n_statements=str(len(statements)))
 
     def _list_schema(self, key: str) -> dict[str, Any]:
-        return {"type": "object", "properties": {key: copy.deepcopy(self.schema["properties"][key])},
+        return {"type": "object", "properties": {key: self.schema["properties"][key]},
                 "required": [key], "additionalProperties": True}
 
     def call_schema(self, n_chunks: int, n_statements: int) -> dict[str, Any]:
-        schema = copy.deepcopy(self.schema)
+        properties = dict(self.schema["properties"])  # schemas are values: copied where changed, never in place
         for key, index, n in (("passages", "passage", n_chunks), ("statements", "statement", n_statements)):
             one = numbered_list_schema(self._list_schema(key), list_key=key, index_key=index,
                                        numbers=range(1, n + 1))
-            schema["properties"][key] = one["properties"][key]
-        return schema
+            properties[key] = one["properties"][key]
+        return {**self.schema, "properties": properties}
 
     def ask(self, question: str, reference: str, chunks: Sequence[str], statements: Sequence[str]) -> Any:
         """The call; ``parsed`` is ``{"passages": {"entries", "problems"} | None, "statements": ... | None}``

@@ -333,8 +333,12 @@ class OpenAIBackend(Backend):
         openai = self._sdk()
         body, mode, response_format = self._body(request)
         try:
-            # the raw response too: its rate-limit headers tell the connection's gate the request budget
-            raw = self._get_client().chat.completions.with_raw_response.create(**body, timeout=timeout)
+            # the raw response too: its rate-limit headers tell the connection's gate the request budget. The body
+            # is plain JSON already: given as ``extra_body`` (which the SDK merges over its own, its keys winning),
+            # it skips the SDK's type-driven transform of every nested value -- the largest share of the client's
+            # own CPU per request (0.26 of ~2 ms, measured in the transform alone)
+            raw = self._get_client().chat.completions.with_raw_response.create(
+                model=body["model"], messages=[], extra_body=body, timeout=timeout)
             completion = raw.parse()
         except Exception as exc:
             err = classify(exc, openai)
