@@ -166,10 +166,11 @@ def test_a_429_starts_the_cool_down_as_soon_as_its_headers_arrive(fake_llm, api)
 
 
 def test_slow_start_stops_where_more_in_flight_buys_nothing(fake_llm):
-    """A server that works on 8 requests at a time (the rest wait in its queue): doubling the calls in flight past
-    that delivers no more replies per second, so slow start ends there instead of at ADAPTIVE_MAX -- every call
-    still succeeds. Counts and states only: no clock is asserted."""
-    working = threading.BoundedSemaphore(8)
+    """A server that works on 4 requests at a time (the rest wait in its queue; about 130 replies a second, well
+    under what the client can send even on a loaded machine): doubling the calls in flight past that delivers no
+    more replies per second, so slow start ends there instead of at ADAPTIVE_MAX -- every call still succeeds.
+    Counts and states only: no clock is asserted."""
+    working = threading.BoundedSemaphore(4)
 
     def busy(_request):
         with working:
