@@ -80,10 +80,11 @@ def test_the_budget_a_server_announces_is_followed_without_429s(fake_llm, api):
     assert fake_llm.request_count - fake_llm.rate_limited_count == 70
 
 
-def test_without_headers_the_pace_learned_from_the_first_429_is_kept(fake_llm):
-    """The same window, but the server says only ``retry-after`` on a 429: after the first refusals the client
-    paces at what the server accepted, so 90 calls cost a handful of 429s -- not one per call beyond the
-    limit, as a client that goes back to full speed after each cool-down gets."""
+def test_without_headers_the_window_learned_from_the_first_429_is_kept(fake_llm):
+    """The same window, but the server says only ``retry-after`` on a 429: it kept the client out longer than the
+    client took to fill it, so the gate learns a window (its length and what it holds) and from then on starts
+    no more than that in any such span -- 90 calls cost a handful of 429s, not one per call beyond the limit, as a
+    client that goes back to full speed after each cool-down gets."""
     fake_llm.rate_limit_per_minute, fake_llm.rate_limit_window = 20, 1.5
     fake_llm.rate_limit_headers = False
     fake_llm.latency = 0.02
@@ -92,10 +93,46 @@ def test_without_headers_the_pace_learned_from_the_first_429_is_kept(fake_llm):
     client.gate = ProviderGate()
     results = _calls(client, 90)
     assert len(results) == 90 and all(r.ok for r in results)
-    assert client.gate.learned_rate is not None
+    gate = client.gate
+    assert gate.learned_window is not None and gate.learned_rate is None
+    assert 1.4 <= gate.learned_window <= 2.0 and 15 <= gate.window_cap <= 20, (gate.learned_window, gate.window_cap)
     accepted = fake_llm.request_count - fake_llm.rate_limited_count
     assert accepted == 90
     assert fake_llm.rate_limited_count <= 20, fake_llm.rate_limited_count
+
+
+def test_a_bucket_that_refills_by_the_moment_teaches_a_pace(fake_llm):
+    """A token bucket (10 requests at once, 40 more a second) refuses with a ``retry-after`` of one token's refill
+    time: shorter than the client took to empty it, so the gate learns an even pace, not a window -- every call
+    succeeds, and the refusals stay a small share."""
+    lock = threading.Lock()
+    bucket = {"tokens": 10.0, "at": None}
+
+    def handler(_request):
+        import time
+
+        from fakellm import Reply
+
+        with lock:
+            now = time.monotonic()
+            if bucket["at"] is not None:
+                bucket["tokens"] = min(10.0, bucket["tokens"] + 40.0 * (now - bucket["at"]))
+            bucket["at"] = now
+            if bucket["tokens"] < 1.0:
+                return Reply.error(429, "slow down", retry_after=(1.0 - bucket["tokens"]) / 40.0)
+            bucket["tokens"] -= 1.0
+        return "ok"
+
+    fake_llm.set_handler(handler)
+    fake_llm.latency = 0.01
+    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789")
+    client = JudgeClient(backend, cache=False)
+    client.gate = ProviderGate()
+    results = _calls(client, 150)
+    assert len(results) == 150 and all(r.ok for r in results)
+    assert client.gate.learned_rate is not None and client.gate.learned_window is None
+    refused = fake_llm.request_count - 150
+    assert refused <= 40, refused
 
 
 def test_requests_per_minute_set_paces_below_the_limit(fake_llm):

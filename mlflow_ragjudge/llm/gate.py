@@ -56,6 +56,18 @@ class ProviderGate:
     same wall again); a further 429 re-measures it, and ``PROBE_EVERY`` seconds without one raise it by
     ``PROBE_STEP``, so a limit that grows is found again.
 
+    **A window learned from 429s.** When the server kept the client out at least as long as the client took to
+    fill it (the 429's ``retry-after`` no shorter than the time from the first request it accepted to the 429),
+    the limiter is a window -- sliding or fixed -- of ``W`` = that span (at most a minute) holding the ``L``
+    requests it accepted, not a bucket that refills by the second. Then, instead of an even pace, the window
+    itself is mirrored: no ``W + WINDOW_LAG`` seconds hold more than ``RATE_MARGIN x L`` of this connection's
+    starts, the accepted ones before the 429 included. Capacity is reused as the server frees it -- a burst that
+    filled the window is followed, ``W`` later, by one as large -- where an even pace at the window's average
+    would leave the first window's burst unrepaid. A sliding window's rule is a fixed window's too (every ``W``
+    seconds hold at most ``L``); ``WINDOW_LAG`` covers the time a request takes from its start here to its
+    arrival there. A further 429 re-measures ``L`` and ``W``; two windows (at least ``PROBE_EVERY`` seconds)
+    without one raise ``L`` by ``PROBE_STEP``.
+
     With ``requests_per_minute`` set, call starts are also spaced ``60 / (RPM_MARGIN x rpm)`` seconds apart: 1 %
     under the limit, so a start that is late by a few milliseconds never puts one request too many in a window.
     """
@@ -69,6 +81,8 @@ class ProviderGate:
     #: the learned pace: this share of the accepted rate the 429 revealed; raised by PROBE_STEP after PROBE_EVERY
     #: seconds without a 429
     RATE_MARGIN = 0.995
+    #: the learned window's extra length: a request's start here to its arrival at the server, at most
+    WINDOW_LAG = 0.25
     RPM_MARGIN = 0.99
     PROBE_EVERY = 60.0
     PROBE_STEP = 1.02
@@ -109,6 +123,10 @@ class ProviderGate:
         self._cooldown_until = 0.0
         #: the pace learned from 429s (requests per second), when it is set the next start it allows
         self.learned_rate: float | None = None
+        #: the window learned from 429s: its length (seconds), the starts it allows, and the starts in it
+        self.learned_window: float | None = None
+        self.window_cap = 0.0
+        self._window_starts: deque[float] = deque()
         self._next_learned = 0.0
         self._last_429 = 0.0
         self._learn_pending: tuple[float, float] | None = None
@@ -185,7 +203,14 @@ class ProviderGate:
             if self._learn_pending is not None and now >= self._cooldown_until:
                 self._learn(*self._learn_pending)
                 self._learn_pending = None
-            if self.learned_rate:
+            if self.learned_window:
+                # no 429 for two windows (the first mirrors the one that was refused): try a little more
+                quiet = max(self.PROBE_EVERY, 2.0 * self.learned_window)
+                if now - self._last_429 > quiet and now - self._probed > quiet:
+                    self.window_cap *= self.PROBE_STEP
+                    self._probed = now
+                start = self._window_start(start)
+            elif self.learned_rate:
                 if now - self._last_429 > self.PROBE_EVERY and now - self._probed > self.PROBE_EVERY:
                     self.learned_rate *= self.PROBE_STEP  # no 429 for a while: try a little faster
                     self._probed = now
@@ -246,13 +271,40 @@ class ProviderGate:
             if seconds is not None:
                 self.cool_down(seconds)
 
+    def _window_start(self, earliest: float) -> float:
+        """The first start at or after ``earliest`` that keeps every ``learned_window + WINDOW_LAG`` seconds at
+        ``window_cap`` starts or fewer (starts are handed out in order); the start is counted."""
+        span = (self.learned_window or 0.0) + self.WINDOW_LAG
+        starts = self._window_starts
+        while starts and starts[0] <= earliest - span:
+            starts.popleft()  # out of every window a start from now on can be in
+        cap = max(1, int(self.window_cap))
+        start = max(earliest, starts[-1]) if starts else earliest
+        if len(starts) >= cap:
+            start = max(start, starts[-cap] + span)
+        starts.append(start)
+        return start
+
     def _learn(self, at: float, retry_after: float) -> None:
-        """Set the pace from what the server accepted before the 429 at ``at`` (see the class docstring)."""
-        accepted = [t for t in self._accepted if at - 60.0 <= t <= at]
+        """Set the window or the pace from what the server accepted before the 429 at ``at`` (see the class
+        docstring)."""
+        accepted = [t for t in self._accepted if at - (self.learned_window or 60.0) <= t <= at]
         if not accepted:
             return  # nothing went through before it: nothing to measure
         # a fresh window runs from the first request it accepted to when it takes requests again
-        span = at - accepted[0] + retry_after
+        filled = at - accepted[0]
+        span = filled + retry_after
+        if retry_after >= filled:  # kept out as long as it took to fill: a window, not a bucket
+            cap = self.RATE_MARGIN * len(accepted)
+            if self.learned_window is None or cap < self.window_cap:
+                self.window_cap = max(1.0, cap)
+            elif at - self._last_learn >= 1.0:  # refused again at the learned cap: a little less (once a second)
+                self.window_cap = max(1.0, 0.95 * self.window_cap)
+            if self.learned_window is None:  # from now on every start is counted; before, the accepted ones
+                self._window_starts = deque(sorted(accepted))
+            self.learned_window = min(60.0, max(1.0, span))
+            self._last_learn = at
+            return
         rate = self.RATE_MARGIN * len(accepted) / min(60.0, max(1.0, span))
         if self.learned_rate is None or rate < self.learned_rate:
             self.learned_rate = max(rate, 1.0 / 60.0)
