@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import filterfalse
 
 from .text import TextMemo, split_sentences, token_tuple, tokenize
 
-__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "match_tuple", "content_tuple", "declines_to_answer",
-           "DECLINE_PATTERN", "COURTESY_PATTERN"]
+__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "match_tuple", "content_tuple", "TextCut", "text_cut",
+           "content_union", "declines_to_answer", "DECLINE_PATTERN", "COURTESY_PATTERN"]
 
 #: English function words: never content words
 STOPWORDS: frozenset[str] = frozenset(
@@ -91,17 +92,110 @@ class _NormalTokens(dict[str, str]):
 
 _normal_token = _NormalTokens().__getitem__
 
-def _match(text: str) -> tuple[str, ...]:
-    joined = _THOUSANDS.sub("", text)
-    return tuple(map(_normal_token, token_tuple(joined) if joined else ()))
+class TextCut:
+    """One text as the offline judge compares it, worked out once and remembered (:func:`text_cut`): its matching
+    tokens (:func:`match_tokens`), its content words (:func:`content_tokens`) and, made when first asked for, the
+    views of them the metrics read (sets, the phrase form, one-letter words).
 
-def _content(text: str) -> tuple[str, ...]:
-    return tuple(t for t in match_tuple(text) if t not in STOPWORDS)
+    A row's seven offline metrics read the same few texts -- the question, the answer, the reference, the passages
+    and their sentences -- again and again: each text is cut here once per row, and every metric reads the cut
+    instead of cutting the text again. Nothing here changes after it is made (every caller gets the same object).
+    """
 
-#: :func:`match_tokens` and :func:`content_tokens` as tuples, remembered for the texts read last: a row's metrics
-#: ask for the same texts' tokens many times (:class:`~mlflow_ragjudge.core.text.TextMemo`)
-match_tuple: TextMemo[tuple[str, ...]] = TextMemo(_match)
-content_tuple: TextMemo[tuple[str, ...]] = TextMemo(_content)
+    __slots__ = ("text", "match", "content", "_match_set", "_content_set", "_distinct", "_distinct_set", "_spaced",
+                 "_initials")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        joined = _THOUSANDS.sub("", text)
+        #: the tokens as the offline judge matches them (:func:`match_tokens`)
+        self.match: tuple[str, ...] = tuple(map(_normal_token, token_tuple(joined))) if joined else ()
+        #: the match tokens that are not :data:`STOPWORDS`, in order, repeats kept (:func:`content_tokens`)
+        self.content: tuple[str, ...] = tuple(filterfalse(STOPWORDS.__contains__, self.match))
+        self._match_set: frozenset[str] | None = None
+        self._content_set: frozenset[str] | None = None
+        self._distinct: tuple[str, ...] | None = None
+        self._distinct_set: frozenset[str] | None = None
+        self._spaced: str | None = None
+        self._initials: frozenset[str] | None = None
+
+    @property
+    def match_set(self) -> frozenset[str]:
+        """The distinct match tokens."""
+        if self._match_set is None:
+            self._match_set = frozenset(self.match)
+        return self._match_set
+
+    @property
+    def content_set(self) -> frozenset[str]:
+        """The distinct content words."""
+        if self._content_set is None:
+            self._content_set = frozenset(self.content)
+        return self._content_set
+
+    @property
+    def distinct(self) -> tuple[str, ...]:
+        """The distinct content words in the order they first occur -- the distinct match tokens when the text has
+        no content word (an answer such as "It is"): what an answer asks a response or a passage to contain."""
+        if self._distinct is None:
+            self._distinct = tuple(dict.fromkeys(self.content or self.match))
+        return self._distinct
+
+    @property
+    def distinct_set(self) -> frozenset[str]:
+        """:attr:`distinct` as a set."""
+        if self._distinct_set is None:
+            self._distinct_set = frozenset(self.distinct)
+        return self._distinct_set
+
+    @property
+    def spaced(self) -> str:
+        """The match tokens joined by single spaces, with a space before and after (``" t1 t2 ... "``): a token
+        sequence occurs in another exactly when its spaced form is a substring of the other's."""
+        if self._spaced is None:
+            self._spaced = f" {' '.join(self.match)} "
+        return self._spaced
+
+    @property
+    def initials(self) -> frozenset[str]:
+        """The content words that are one ASCII letter (``B. R. Ambedkar``)."""
+        if self._initials is None:
+            self._initials = frozenset(t for t in self.content if len(t) == 1 and t.isalpha() and t.isascii())
+        return self._initials
+
+
+#: the :class:`TextCut` of the texts read last (:class:`~mlflow_ragjudge.core.text.TextMemo`)
+text_cut: TextMemo[TextCut] = TextMemo(TextCut)
+
+
+def match_tuple(text: str) -> tuple[str, ...]:
+    """:func:`match_tokens` of a string, as the tuple its :class:`TextCut` holds (no copy)."""
+    return text_cut(text).match
+
+
+def content_tuple(text: str) -> tuple[str, ...]:
+    """:func:`content_tokens` of a string, as the tuple its :class:`TextCut` holds (no copy)."""
+    return text_cut(text).content
+
+
+_unions: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def content_union(texts: Iterable[str]) -> frozenset[str]:
+    """The content words of all ``texts`` together, remembered for the last few sequences of texts: the offline
+    correctness, faithfulness and context recall of a row each ask for the words of the same passages."""
+    key = tuple(texts)
+    try:
+        got = _unions.get(key)
+    except TypeError:  # an item that is no string (and cannot be a key): its words, not remembered
+        return frozenset().union(*map(content_tokens, key))
+    if got is None:
+        if len(_unions) >= 64:  # the rows read before: never asked for again
+            _unions.clear()
+        got = _unions[key] = frozenset().union(
+            *(text_cut(t).content if isinstance(t, str) else content_tokens(t) for t in key))
+    return got
+
 
 def match_tokens(text: str | None) -> list[str]:
     """The tokens of ``text`` as the offline judge compares them (see the module docstring)."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.matching import content_tokens
+from ..core.matching import content_tokens, content_union, text_cut
 from ..core.text import split_sentences
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
@@ -29,7 +29,7 @@ from .context_verdicts import (
     nonblank,
 )
 from .faithfulness import shared_extractor
-from .offline_evidence import OfflineEvidence, support_share, token_set
+from .offline_evidence import OfflineEvidence, support_share
 from .spec import MetricSpec
 from .statements import (
     NumberedVerdicts,
@@ -227,11 +227,11 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
         return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
                                      details=ev.details())
     passages = [p for p in (contexts or []) if p and p.strip()]
-    backed = token_set(passages)
+    backed = content_union(passages)
     tau = ev.calibration.support_threshold
     best: tuple[float, int, list[dict[str, Any]]] | None = None
     for i, ref in enumerate(refs):
-        statements = [s for s in split_sentences(ref) if content_tokens(s)] or [ref]
+        statements = [s for s in split_sentences(ref) if text_cut(s).content] or [ref]
         rows: list[dict[str, Any]] = []
         for s in statements:
             share, missing = support_share(content_tokens(s), backed)

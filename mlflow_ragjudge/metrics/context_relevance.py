@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.matching import content_tokens
+from ..core.matching import content_tokens, content_union, text_cut
 from ..core.text import split_context_sentences
 from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
@@ -21,7 +21,7 @@ from ..llm.prompts import item_fencer, load_prompt
 from .context_verdicts import (
     json_column,
 )
-from .offline_evidence import OfflineEvidence, token_set
+from .offline_evidence import OfflineEvidence
 from .spec import MetricSpec
 from .statements import (
     estimate_messages,
@@ -150,12 +150,12 @@ def offline_context_relevance(ev: OfflineEvidence, question: str, references: Se
     sentences = split_context_sentences(contexts)
     if not sentences:
         return JudgeResult.abstained("no_contexts", "The contexts have no sentence.", details=ev.details())
-    asked = set(content_tokens(question))
-    ref = token_set(references)
+    asked = text_cut(question).content_set if isinstance(question, str) else frozenset(content_tokens(question))
+    ref = content_union(references)
     wanted = asked | ref
     chosen = []
     for n, (_, s) in enumerate(sentences, 1):
-        toks = set(content_tokens(s))
+        toks = text_cut(s).content_set
         if len(toks & wanted) >= 2 and (not ref or toks & ref):
             chosen.append(n)
     score = len(chosen) / len(sentences)

@@ -37,13 +37,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.matching import content_tokens, declines_to_answer
+from ..core.matching import content_tokens, content_union, declines_to_answer, text_cut
 from ..core.text import split_sentences, word_set
 from ..core.types import JudgeResult
 from ..core.values import is_int
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
-from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share, token_set
+from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share
 from .spec import MetricSpec, Option
 from .statements import (
     StatementExtractor,
@@ -340,17 +340,17 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
         return JudgeResult.abstained("no_claims", "(offline judge) The response declines to answer; it makes "
                                      "no claim to check.", details=ev.details(claims=[]))
     sentences = [s for s in split_sentences(response or "") if is_claim_sentence(s)]
-    claims = [s for s in sentences if len(content_tokens(s)) >= 2]
+    claims = [s for s in sentences if len(text_cut(s).content) >= 2]
     if not claims and content_tokens(response):
         claims = [(response or "").strip()]  # a one-word answer is still a claim
     if not claims:
         return JudgeResult.abstained("no_claims", "(offline judge) The response makes no claim.",
                                      details=ev.details(claims=[]))
-    backed = token_set(passages)
+    backed = content_union(passages)
     tau = ev.calibration.support_threshold
     rows: list[dict[str, Any]] = []
     for c in claims:
-        share, missing = support_share(content_tokens(c), backed)
+        share, missing = support_share(text_cut(c).content, backed)
         rows.append({"claim": c, "support": round(share, 4), "supported": share >= tau,
                      "reason": "all content words found" if not missing else "not in the evidence: "
                      + ", ".join(missing[:8])})
