@@ -222,13 +222,18 @@ def aggregate(
     dist: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     examples: dict[str, str] = {}
+    keys: dict[float, str] = {}  # each value's level key, formatted once (a run repeats a few values many times)
     for r in results:
         n += 1
-        if r.status is Status.SCORED and r.value is not None and r.value not in exclude_values:
+        value = r.value
+        if r.status is Status.SCORED and value is not None and value not in exclude_values:
             n_scored += 1
-            total += r.value
+            total += value
             if levels:
-                dist[_level_key(r.value)] += 1
+                key = keys.get(value)
+                if key is None:
+                    key = keys[value] = _level_key(value)
+                dist[key] += 1
         elif r.status is Status.FAILED:
             n_fail += 1
             dist["failed"] += 1

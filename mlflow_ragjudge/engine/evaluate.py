@@ -37,6 +37,7 @@ from .aggregate import (
     OutputSummary,
     build_table,
     gate_outcome,
+    group_positions,
     run_metrics,
     summarize_output,
     usage_by_metric,
@@ -218,10 +219,14 @@ def _finish_metrics(run: _Run, results: dict[str, dict[str, list[JudgeResult]]])
     """Each metric's ``finish`` hook, on its per-row results."""
     finishes: dict[str, Finish] = {}
     for spec in run.specs:
+        if spec.finish is None:
+            finishes[spec.name] = Finish()
+            continue
         outputs = results[spec.name]
-        by_row = [{name: outputs[name][i] for name in outputs} for i in range(len(run.rows))]
-        finishes[spec.name] = (spec.finish(run.states[spec.name], run.rows, by_row, run.ctx) if spec.finish
-                               else Finish())
+        names = list(outputs)
+        by_row = ([dict(zip(names, values)) for values in zip(*outputs.values())] if names
+                  else [{} for _ in run.rows])
+        finishes[spec.name] = spec.finish(run.states[spec.name], run.rows, by_row, run.ctx)
         run.skipped.update(finishes[spec.name].skipped)
     return finishes
 
@@ -230,7 +235,8 @@ def _metrics(run: _Run, results: dict[str, dict[str, list[JudgeResult]]], finish
              ) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, OutputSummary]]]:
     """Every output's aggregates (from its summary: the sums and counts that also merge over partitions), each
     metric's finishing metrics and counts, and the judged metrics that failed too often."""
-    summaries = {spec.name: {name: summarize_output(res, run.rows) for name, res in results[spec.name].items()}
+    groups = group_positions(run.rows)
+    summaries = {spec.name: {name: summarize_output(res, run.rows, groups) for name, res in results[spec.name].items()}
                  for spec in run.specs}
     metrics_out, failures = run_metrics(run.specs, summaries, run.cfg.max_error_rate)
     for report in failures:
@@ -287,7 +293,7 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
             params.update(spec.params(run.states[spec.name], run.ctx))
     artifacts = {name: recs for f in finishes.values() for name, recs in f.artifacts.items()}
     transcripts = [{"metric": spec.name, "row": i, **call} for spec in specs
-                   for res in results[spec.name].values() for i, r in enumerate(res) for call in r.calls]
+                   for res in results[spec.name].values() for i, r in enumerate(res) if r.calls for call in r.calls]
     per_metric = usage_by_metric(transcripts, len(run.rows))
     metrics_out.update({f"judge/{name}/{k}": v for name, u in per_metric.items() for k, v in u.items()})
     record["usage_by_metric"] = per_metric

@@ -10,6 +10,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import repeat
 from typing import Any
 
 from ..core.stop import await_until_stopped, stop_reason, stop_requested
@@ -56,7 +57,7 @@ ERROR_KEY = "__error__"
 def _as_results(spec: MetricSpec, value: Any) -> dict[str, JudgeResult]:
     if isinstance(value, JudgeResult):
         return {spec.name: value}
-    if not isinstance(value, dict) or not all(isinstance(v, JudgeResult) for v in value.values()):
+    if not isinstance(value, dict) or not all(map(isinstance, value.values(), repeat(JudgeResult))):
         raise TypeError(f"metric {spec.name!r} returned {type(value).__name__}; it must return a JudgeResult "
                         "or a dict of output name -> JudgeResult")
     return value
@@ -91,8 +92,11 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
 
     def one(spec: MetricSpec, i: int) -> None:
         try:
-            with _task(runner, spec):
+            if runner is None:  # no batch runner to enter: the task as it is (most tasks of an offline run)
                 out[spec.name][i] = score_row(spec, states[spec.name], rows[i], ctx)
+            else:
+                with _task(runner, spec):
+                    out[spec.name][i] = score_row(spec, states[spec.name], rows[i], ctx)
         finally:
             _bar_step(bar)
 
@@ -184,13 +188,15 @@ def _task(runner: Any, spec: MetricSpec) -> Any:
 def by_output(spec: MetricSpec, per_row: list[dict[str, JudgeResult]]) -> dict[str, list[JudgeResult]]:
     """Per-row results of one metric, as output name -> list over rows; a row whose scoring crashed fails each
     output with the error."""
-    names: list[str] = []
-    for res in per_row:
-        for name in res:
-            if name != ERROR_KEY and name not in names:
-                names.append(name)
-    if not names and any(ERROR_KEY in r for r in per_row):
+    seen: dict[str, Any] = {}
+    for res in per_row:  # the outputs in the order they first occur (a dict keeps its first insertion's place)
+        seen.update(res)
+    names = [name for name in seen if name != ERROR_KEY]
+    if not names and ERROR_KEY in seen:
         names = [o for o in spec.output_names if not o.endswith("_")] or [spec.name]
+    if ERROR_KEY not in seen and all(len(res) == len(names) for res in per_row):
+        # every row has every output (and no error): each output's column read straight off the rows
+        return {n: [res[n] for res in per_row] for n in names}
     out: dict[str, list[JudgeResult]] = {n: [] for n in names}
     for res in per_row:
         for n in names:
