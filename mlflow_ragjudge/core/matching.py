@@ -9,7 +9,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from itertools import filterfalse
 
-from .text import TextMemo, split_sentences, token_tuple, tokenize
+from .text import TextMemo, sentence_tuple, split_sentences, token_tuple, tokenize
 
 __all__ = ["STOPWORDS", "match_tokens", "content_tokens", "match_tuple", "content_tuple", "TextCut", "text_cut",
            "content_union", "declines_to_answer", "DECLINE_PATTERN", "COURTESY_PATTERN"]
@@ -95,21 +95,29 @@ _normal_token = _NormalTokens().__getitem__
 class TextCut:
     """One text as the offline judge compares it, worked out once and remembered (:func:`text_cut`): its matching
     tokens (:func:`match_tokens`), its content words (:func:`content_tokens`) and, made when first asked for, the
-    views of them the metrics read (sets, the phrase form, one-letter words).
+    views of them the metrics read (sets, the phrase form, one-letter words) and its sentences, each cut the same way
+    (:attr:`parts`).
 
     A row's seven offline metrics read the same few texts -- the question, the answer, the reference, the passages
     and their sentences -- again and again: each text is cut here once per row, and every metric reads the cut
     instead of cutting the text again. Nothing here changes after it is made (every caller gets the same object).
+
+    Args:
+        text: the text.
+        remember_tokens: keep the text's word tokens among the tokens of the texts read last
+            (:data:`~mlflow_ragjudge.core.text.token_tuple`: the lexical metrics read a row's whole texts' tokens
+            too); a sentence's cut, which only this cut reads, does not.
     """
 
     __slots__ = ("text", "match", "content", "_match_set", "_content_set", "_distinct", "_distinct_set", "_spaced",
-                 "_initials")
+                 "_initials", "_sentences", "_parts")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, remember_tokens: bool = True) -> None:
         self.text = text
-        joined = _THOUSANDS.sub("", text)
+        joined = _THOUSANDS.sub("", text) if "," in text else text  # (no comma: no thousands separator to drop)
+        tokens = token_tuple if remember_tokens else token_tuple.uncached
         #: the tokens as the offline judge matches them (:func:`match_tokens`)
-        self.match: tuple[str, ...] = tuple(map(_normal_token, token_tuple(joined))) if joined else ()
+        self.match: tuple[str, ...] = tuple(map(_normal_token, tokens(joined))) if joined else ()
         #: the match tokens that are not :data:`STOPWORDS`, in order, repeats kept (:func:`content_tokens`)
         self.content: tuple[str, ...] = tuple(filterfalse(STOPWORDS.__contains__, self.match))
         self._match_set: frozenset[str] | None = None
@@ -118,6 +126,8 @@ class TextCut:
         self._distinct_set: frozenset[str] | None = None
         self._spaced: str | None = None
         self._initials: frozenset[str] | None = None
+        self._sentences: tuple[str, ...] | None = None
+        self._parts: tuple[TextCut, ...] | None = None
 
     @property
     def match_set(self) -> frozenset[str]:
@@ -163,6 +173,30 @@ class TextCut:
             self._initials = frozenset(t for t in self.content if len(t) == 1 and t.isalpha() and t.isascii())
         return self._initials
 
+
+    @property
+    def sentences(self) -> tuple[str, ...]:
+        """The text's sentences (:func:`~mlflow_ragjudge.core.text.split_sentences`)."""
+        if self._sentences is None:
+            self._sentences = sentence_tuple(self.text)
+        return self._sentences
+
+    @property
+    def parts(self) -> tuple[TextCut, ...]:
+        """The cut of each of :attr:`sentences`, in order: what faithfulness reads of an answer's sentences, context
+        recall of a reference's and context relevance of a passage's."""
+        if self._parts is None:
+            self._parts = tuple(map(_sentence_cut, self.sentences))
+        return self._parts
+
+
+def _cut_sentence(sentence: str) -> TextCut:
+    return TextCut(sentence, remember_tokens=False)
+
+
+#: the cuts of the sentences read last: a passage's sentences, remembered on their own (a sentence that another
+#: passage repeats -- a disclaimer, a heading, the same fact in two documents -- is cut once)
+_sentence_cut: TextMemo[TextCut] = TextMemo(_cut_sentence)
 
 #: the :class:`TextCut` of the texts read last (:class:`~mlflow_ragjudge.core.text.TextMemo`)
 text_cut: TextMemo[TextCut] = TextMemo(TextCut)

@@ -203,6 +203,11 @@ class TextMemo(Generic[T]):
                 self._chars += size
         return got
 
+    def uncached(self, text: str) -> T:
+        """The function's result for ``text``, worked out now and not remembered (a text that is read once)."""
+        got = self._data.get(text)
+        return self._fn(text) if got is None else got
+
     def clear(self) -> None:
         self._data = {}
         self._chars = 0

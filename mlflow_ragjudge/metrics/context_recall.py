@@ -13,7 +13,6 @@ from typing import Any
 
 from ..core import claims as claim_math
 from ..core.matching import content_tokens, content_union, text_cut
-from ..core.text import split_sentences
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt, reference_text
@@ -231,10 +230,11 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
     tau = ev.calibration.support_threshold
     best: tuple[float, int, list[dict[str, Any]]] | None = None
     for i, ref in enumerate(refs):
-        statements = [s for s in split_sentences(ref) if text_cut(s).content] or [ref]
+        whole = text_cut(ref)
+        statements = [(s, part) for s, part in zip(whole.sentences, whole.parts) if part.content] or [(ref, whole)]
         rows: list[dict[str, Any]] = []
-        for s in statements:
-            share, missing = support_share(content_tokens(s), backed)
+        for s, part in statements:
+            share, missing = support_share(part.content, backed)
             rows.append({"statement": s, "attributed": share >= tau, "support": round(share, 4),
                          "reason": "all content words found" if not missing else "not in the contexts: "
                          + ", ".join(missing[:8])})

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.matching import content_tokens, content_union, declines_to_answer, text_cut
+from ..core.matching import content_union, declines_to_answer, text_cut
 from ..core.text import split_sentences, word_set
 from ..core.types import JudgeResult
 from ..core.values import is_int
@@ -339,18 +339,20 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
     if declines_to_answer(response):
         return JudgeResult.abstained("no_claims", "(offline judge) The response declines to answer; it makes "
                                      "no claim to check.", details=ev.details(claims=[]))
-    sentences = [s for s in split_sentences(response or "") if is_claim_sentence(s)]
-    claims = [s for s in sentences if len(text_cut(s).content) >= 2]
-    if not claims and content_tokens(response):
-        claims = [(response or "").strip()]  # a one-word answer is still a claim
+    said = text_cut(response or "")
+    claims = [(s, part) for s, part in zip(said.sentences, said.parts)
+              if is_claim_sentence(s) and len(part.content) >= 2]
+    if not claims and said.content:
+        whole = (response or "").strip()
+        claims = [(whole, text_cut(whole))]  # a one-word answer is still a claim
     if not claims:
         return JudgeResult.abstained("no_claims", "(offline judge) The response makes no claim.",
                                      details=ev.details(claims=[]))
     backed = content_union(passages)
     tau = ev.calibration.support_threshold
     rows: list[dict[str, Any]] = []
-    for c in claims:
-        share, missing = support_share(text_cut(c).content, backed)
+    for c, part in claims:
+        share, missing = support_share(part.content, backed)
         rows.append({"claim": c, "support": round(share, 4), "supported": share >= tau,
                      "reason": "all content words found" if not missing else "not in the evidence: "
                      + ", ".join(missing[:8])})

@@ -186,9 +186,12 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
         return None
     r = _cut(response)
     resp_content = r.content
-    asked = _cut(question).content_set
+    said = r.match_set
     answered = a.distinct_set
-    recall = sum(_present(t, r) for t in distinct) / len(distinct)
+    asked = _cut(question).content_set
+    # the answer's words the response has as they are (the intersection of two sets, in C), then the rest by initial
+    found = len(answered & said) + sum(_present(t, r) for t in distinct if t not in said)
+    recall = found / len(distinct)
     phrase = float(a.spaced in r.spaced)
     want = _trigrams_of(answer)
     char_recall = _shared_trigrams(want, _trigrams_of(response)) / max(1, int(want[1].sum()))
@@ -199,7 +202,7 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
         "recall": recall,
         "phrase": phrase,
         "char_recall": char_recall,
-        "number_missing": float(any(t not in r.match_set for t in numbers)),
+        "number_missing": float(any(t not in said for t in numbers)),
         "number_conflict": float(bool(numbers) and bool(given) and not any(t in answered for t in given)),
         "support": (sum(t in answered or t in asked or t in passages for t in resp_content) / len(resp_content))
         if resp_content else 0.0,
@@ -397,4 +400,5 @@ class OfflineEvidence:
         have = _cut(passage)
         if a.spaced in have.spaced:
             return True
-        return sum(t in have.match_set for t in want) / len(want) >= self.calibration.support_threshold
+        # (the answer's words are distinct: how many the passage has is the size of the two sets' intersection)
+        return len(a.distinct_set & have.match_set) / len(want) >= self.calibration.support_threshold
