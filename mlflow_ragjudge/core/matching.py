@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator
-from itertools import filterfalse
+from itertools import chain, filterfalse
 
 from .text import TextMemo, sentence_tuple, split_sentences, token_tuple, tokenize
 
@@ -109,17 +109,14 @@ class TextCut:
             too); a sentence's cut, which only this cut reads, does not.
     """
 
-    __slots__ = ("text", "match", "content", "_match_set", "_content_set", "_distinct", "_distinct_set", "_spaced",
-                 "_initials", "_sentences", "_parts")
+    __slots__ = ("text", "_remember", "_match", "_content", "_match_set", "_content_set", "_distinct", "_distinct_set",
+                 "_spaced", "_initials", "_sentences", "_parts")
 
     def __init__(self, text: str, remember_tokens: bool = True) -> None:
         self.text = text
-        joined = _THOUSANDS.sub("", text) if "," in text else text  # (no comma: no thousands separator to drop)
-        tokens = token_tuple if remember_tokens else token_tuple.uncached
-        #: the tokens as the offline judge matches them (:func:`match_tokens`)
-        self.match: tuple[str, ...] = tuple(map(_normal_token, tokens(joined))) if joined else ()
-        #: the match tokens that are not :data:`STOPWORDS`, in order, repeats kept (:func:`content_tokens`)
-        self.content: tuple[str, ...] = tuple(filterfalse(STOPWORDS.__contains__, self.match))
+        self._remember = remember_tokens
+        self._match: tuple[str, ...] | None = None
+        self._content: tuple[str, ...] | None = None
         self._match_set: frozenset[str] | None = None
         self._content_set: frozenset[str] | None = None
         self._distinct: tuple[str, ...] | None = None
@@ -128,6 +125,33 @@ class TextCut:
         self._initials: frozenset[str] | None = None
         self._sentences: tuple[str, ...] | None = None
         self._parts: tuple[TextCut, ...] | None = None
+
+    @property
+    def match(self) -> tuple[str, ...]:
+        """The tokens as the offline judge matches them (:func:`match_tokens`)."""
+        if self._match is None:
+            parts = self._parts
+            if parts is not None and self.text.isascii():
+                # an ASCII text's tokens are its sentences' tokens one after the other: a sentence ends at punctuation,
+                # whitespace or a line break, never inside a token or a number with thousands separators
+                self._match = tuple(chain.from_iterable(p.match for p in parts))
+            else:
+                text = self.text
+                joined = _THOUSANDS.sub("", text) if "," in text else text  # (no comma: no separator to drop)
+                tokens = token_tuple if self._remember else token_tuple.uncached
+                self._match = tuple(map(_normal_token, tokens(joined))) if joined else ()
+        return self._match
+
+    @property
+    def content(self) -> tuple[str, ...]:
+        """The match tokens that are not :data:`STOPWORDS`, in order, repeats kept (:func:`content_tokens`)."""
+        if self._content is None:
+            parts = self._parts
+            if parts is not None and self.text.isascii():  # (as :attr:`match`)
+                self._content = tuple(chain.from_iterable(p.content for p in parts))
+            else:
+                self._content = tuple(filterfalse(STOPWORDS.__contains__, self.match))
+        return self._content
 
     @property
     def match_set(self) -> frozenset[str]:
