@@ -157,14 +157,24 @@ def _results_kept_frozen() -> Iterator[Callable[[], None]]:
     the results kept so far and the process's own objects (its imports, the input frame). A run scores a few
     results per row that live to its end; the collector's full passes over everything alive cost about a fifth
     of the offline metrics' time per row before. Nothing is lost: what is frozen goes back to the collector's
-    oldest generation at the end. Left alone when the collector is off or the process froze objects itself."""
+    oldest generation at the end. Left alone when the collector is off or the process froze objects itself.
+
+    Between two freezes the collector's middle generation is not collected either (its threshold raised for the
+    run, set back after): what survives a young collection there is a task's results, kept to the run's end, and
+    walking them once more before they are frozen cost 0.04 ms of the offline metrics' 1 ms per row (measured
+    with ``gc.callbacks``). Young collections go on as before, so a cycle a task leaves behind is still freed."""
     if not gc.isenabled() or gc.get_freeze_count():
         yield lambda: None
         return
+    before = gc.get_threshold()
+    during = (before[0], max(before[1], _FREEZE_EVERY), *before[2:])
+    gc.set_threshold(*during)
     try:
         yield gc.freeze
     finally:
         gc.unfreeze()
+        if gc.get_threshold() == during:  # (unless someone set other thresholds meanwhile: theirs stay)
+            gc.set_threshold(*before)
 
 
 def _run_pool(jobs: list[tuple[Callable[[], None], str, int | None]], workers: int) -> list[tuple[str, int | None]]:
