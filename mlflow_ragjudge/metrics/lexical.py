@@ -25,7 +25,7 @@ Empty inputs, on purpose:
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 from ..core.errors import BertScoreUnavailable, InputError, LocalModelUnavailable
@@ -188,7 +188,7 @@ def context_rouge_l(contexts: Sequence[str], reference: str) -> dict[str, float 
         )
     # the tokens of the contexts joined by line breaks are each context's tokens one after the other (a line
     # break is no token and joins none), so each context's remembered tokens serve
-    candidate = [t for c in contexts if c for t in _tokens(c)]
+    candidate = list(chain.from_iterable(_tokens(c) for c in contexts if c))
     return rouge_l_tokens(candidate, _tokens(reference))
 
 
