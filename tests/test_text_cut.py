@@ -163,3 +163,26 @@ def test_the_word_before_a_period_is_read_as_before() -> None:
         following = rng.choice(["", "T", "5", "x"])
         assert (text._abbreviation_before(line, start, at, following)
                 == _old_abbreviation(_old_word_before(line, start, at), following)), (line, start, following)
+
+
+# --------------------------------------------------------------------------- "declines": the words it needs first
+
+_DECLINE_WORDS = ("i I İ ı ı'm i'm im Im I'M am not NOT nOt no No NO n0 sure unsure unſure unknown unable to find "
+                  "answer say know don't dont do did didn't have any information details the context contexts "
+                  "document passage text source sources provided does mention insufficient enough there is are "
+                  "mentioned in specific relevant available about idea cannot can't could couldn't determine tell "
+                  "ſay _i i_ 1i i1 é K k").split()
+_JAPANESE = ["わかりません", "分かりません", "不明です", "情報がありません", "記載がありません", "見つかりません",
+             "お答えできません", "答えられません", "わ", "分か", "見"]
+
+
+def test_declines_says_as_the_pattern_does() -> None:
+    from mlflow_ragjudge.core.matching import DECLINE_PATTERN, declines_says
+
+    rng = random.Random(6)
+    seps = [" ", "  ", "\t", "\n", ".", ",", "'", "-", "_", "", "(", "\u00a0", "\u3000"]
+    for _ in range(50_000):
+        value = "".join(rng.choice(_DECLINE_WORDS + _JAPANESE) + rng.choice(seps) for _ in range(rng.randint(0, 12)))
+        if rng.random() < 0.3:
+            value = rng.choice(seps) + value
+        assert declines_says(value) == (DECLINE_PATTERN.search(value) is not None), value
