@@ -84,6 +84,8 @@ def clean_text(value: str) -> tuple[str, int]:
     """The text with lone surrogates (invalid Unicode, e.g. from a JSON ``"\\ud800"`` escape) replaced by
     U+FFFD, and how many were replaced. UTF-8 cannot encode such text: left in, it would make a judge
     request or the logged table fail after the judge calls were paid for."""
+    if value.isascii():  # (no surrogate in it: told without reading the text)
+        return value, 0
     return _SURROGATE.subn("\ufffd", value)
 
 #: Code point ranges (inclusive) whose characters are one token each.

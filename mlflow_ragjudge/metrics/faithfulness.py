@@ -31,12 +31,12 @@ transcript records of both calls.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
+from ..core.json_text import dumps_text
 from ..core.matching import content_union, declines_to_answer, text_cut
 from ..core.text import split_sentences, word_set
 from ..core.types import JudgeResult
@@ -327,7 +327,7 @@ def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult:
 
 def _claims_column(res: dict[str, JudgeResult]) -> Any:
     d = res["faithfulness"].details
-    return json.dumps(d["claims"], ensure_ascii=False) if "claims" in d else None
+    return dumps_text(d["claims"]) if "claims" in d else None
 
 
 def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[str] | None) -> JudgeResult:
