@@ -109,12 +109,13 @@ class TextCut:
             too); a sentence's cut, which only this cut reads, does not.
     """
 
-    __slots__ = ("text", "_remember", "_match", "_content", "_match_set", "_content_set", "_distinct", "_distinct_set",
-                 "_spaced", "_initials", "_sentences", "_parts")
+    __slots__ = ("text", "_remember", "_tokens", "_match", "_content", "_match_set", "_content_set", "_distinct",
+                 "_distinct_set", "_spaced", "_initials", "_sentences", "_parts")
 
     def __init__(self, text: str, remember_tokens: bool = True) -> None:
         self.text = text
         self._remember = remember_tokens
+        self._tokens: tuple[str, ...] | None = None
         self._match: tuple[str, ...] | None = None
         self._content: tuple[str, ...] | None = None
         self._match_set: frozenset[str] | None = None
@@ -127,19 +128,30 @@ class TextCut:
         self._parts: tuple[TextCut, ...] | None = None
 
     @property
+    def tokens(self) -> tuple[str, ...]:
+        """The word tokens (:func:`~mlflow_ragjudge.core.text.tokenize`), as the lexical metrics read them."""
+        if self._tokens is None:
+            if self._parts is not None and self.text.isascii():  # (as :attr:`match`)
+                self._tokens = tuple(chain.from_iterable(p.tokens for p in self._parts))
+            else:
+                self._tokens = (token_tuple if self._remember else token_tuple.uncached)(self.text)
+        return self._tokens
+
+    @property
     def match(self) -> tuple[str, ...]:
         """The tokens as the offline judge matches them (:func:`match_tokens`)."""
         if self._match is None:
             parts = self._parts
-            if parts is not None and self.text.isascii():
+            text = self.text
+            if parts is not None and text.isascii():
                 # an ASCII text's tokens are its sentences' tokens one after the other: a sentence ends at punctuation,
                 # whitespace or a line break, never inside a token or a number with thousands separators
                 self._match = tuple(chain.from_iterable(p.match for p in parts))
+            elif "," in text and (joined := _THOUSANDS.sub("", text)) != text:
+                # the tokens of the text without its thousands separators ("2,579" is one number)
+                self._match = tuple(map(_normal_token, token_tuple.uncached(joined)))
             else:
-                text = self.text
-                joined = _THOUSANDS.sub("", text) if "," in text else text  # (no comma: no separator to drop)
-                tokens = token_tuple if self._remember else token_tuple.uncached
-                self._match = tuple(map(_normal_token, tokens(joined))) if joined else ()
+                self._match = tuple(map(_normal_token, self.tokens))
         return self._match
 
     @property

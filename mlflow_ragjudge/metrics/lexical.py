@@ -29,7 +29,8 @@ from itertools import chain, repeat
 from typing import Any
 
 from ..core.errors import BertScoreUnavailable, InputError, LocalModelUnavailable
-from ..core.text import token_tuple, tokenize
+from ..core.matching import text_cut
+from ..core.text import tokenize
 from ..core.types import JudgeResult
 from ..llm.local_model import DEFAULT_MODEL_PACKAGE, MODEL_ENV_VAR, BertScorer, LocalEmbedder, find_local_model
 from .spec import Finish, MetricSpec, Option
@@ -80,10 +81,10 @@ def word_recall(response: str, reference: str, *, stopwords: Collection[str] | N
         removing stopwords) -- an abstention, not a zero.
     """
     stop = {t for s in stopwords for t in tokenize(s)} if stopwords else set()
-    ref = set(tokenize(reference)) - stop
+    ref = set(_tokens(reference)) - stop
     if not ref:
         return None
-    resp = set(tokenize(response)) - stop
+    resp = set(_tokens(response)) - stop
     return len(ref & resp) / len(ref)
 
 
@@ -152,7 +153,9 @@ def rouge_l(candidate: str, reference: str) -> dict[str, float | None]:
 
 
 def _tokens(text: str | None) -> Sequence[str]:
-    return token_tuple(text) if text and isinstance(text, str) else tokenize(text)  # type: ignore[arg-type]
+    """The tokens of a text as its cut holds them (a row's answer, reference and passages are cut once for all the
+    row's metrics: :class:`~mlflow_ragjudge.core.matching.TextCut`)."""
+    return text_cut(text).tokens if text and isinstance(text, str) else tokenize(text)  # type: ignore[arg-type]
 
 
 def context_rouge_l(contexts: Sequence[str], reference: str) -> dict[str, float | None]:
