@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import repeat
 from typing import Any
 
+from ..core.matching import cut_by_sentence
 from ..core.stop import await_until_stopped, stop_reason, stop_requested
 from ..core.types import FailureReason, JudgeResult, Row
 from ..metrics.spec import MetricSpec, Prepared, RunContext
@@ -125,11 +126,16 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
         if runner is not None:  # every running task may add a line to the next batch: run them all at once
             workers = max(1, min(len(jobs), runner.options.threads))
         if workers <= 1:
+            texts = tuple(dict.fromkeys(f for s in per_row for f in s.sentences_of))
+            row_at: int | None = None
             with _results_kept_frozen() as keep:
-                for n, (job, _, _) in enumerate(jobs):
+                for n, (job, _, at) in enumerate(jobs):
                     if stop_requested():
                         unfinished = [(name, i) for _, name, i in jobs[n:]]
                         break
+                    if texts and at is not None and at != row_at:  # a row's first task: its texts cut once for all
+                        row_at = at
+                        _cut_by_sentence(rows[at], texts)
                     job()
                     if n % _FREEZE_EVERY == 0:
                         keep()
@@ -145,6 +151,18 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
             for j in (range(len(rows)) if i is None else (i,)):
                 out[name][j] = _interrupted()
     return out
+
+def _cut_by_sentence(row: Row, fields: Sequence[str]) -> None:
+    """The row's texts that metrics of the run read sentence by sentence (``MetricSpec.sentences_of``), cut into
+    sentences before the row's metrics run, so that they all read one cut of each text. Changes no result; if it
+    fails, the metrics meet the same text themselves (and a failure there is their row's)."""
+    try:
+        for field in fields:
+            value = getattr(row, field, None)
+            cut_by_sentence(value if isinstance(value, list) else (value,))
+    except Exception:  # (only the sharing is lost)
+        pass
+
 
 #: tasks scored between two freezes of what is alive (:func:`_results_kept_frozen`)
 _FREEZE_EVERY = 500

@@ -263,6 +263,7 @@ def _spec() -> MetricSpec:
         prompt_versions=lambda j: j.prompt_versions,
         description="context recall: reference statements attributable to the contexts / all of them",
         offline=lambda ev, r, ctx: offline_context_recall(ev, r.acceptable_answers, r.contexts),
+        sentences_of=("reference", "references"),
     )
 
 

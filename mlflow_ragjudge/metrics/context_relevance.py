@@ -177,6 +177,7 @@ def _spec() -> MetricSpec:
         prompt_versions=lambda j: j.prompt_versions,
         description="context relevance: share of context sentences needed to answer the question (original RAGAS)",
         offline=lambda ev, r, ctx: offline_context_relevance(ev, r.question or "", r.acceptable_answers, r.contexts),
+        sentences_of=("contexts",),
     )
 
 

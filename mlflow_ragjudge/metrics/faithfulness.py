@@ -394,6 +394,7 @@ def _spec() -> Any:
         record=lambda j, ctx: {"faithfulness_evidence": ctx.cfg.faithfulness_evidence},
         description="claim-based faithfulness: supported claims of the response / all its claims",
         offline=_offline_score,
+        sentences_of=("answer",),
     )
 
 
