@@ -342,19 +342,14 @@ def _ends_with_abbreviation(word: str, following: str) -> bool:
 
 def _abbreviation_before(line: str, start: int, at: int, following: str) -> bool:
     """:func:`_ends_with_abbreviation` of the word before the period at ``at`` (:func:`_word_before`), answered
-    from the characters just before it where they decide (most sentence ends): no word; a word ending in a decimal
-    digit (no abbreviation, initial or dotted acronym ends in one); a word whose last characters are more letters and
-    digits than any abbreviation has; or a word of letters and digits only after a space."""
-    last = line[at - 1: at] if at > start else ""
-    if not last or last.isdecimal() or not (last.isalnum() or last in "_."):
-        return False
-    longest = _LONGEST_ABBREVIATION + 1
-    if at - longest >= start and line[at - longest: at].isalnum():
-        return False
+    directly for the usual sentence end: a word of letters and digits only after a space (or at the sentence's
+    start), which is no dotted acronym and, longer than any abbreviation, none at all."""
     space = line.rfind(" ", start, at)
-    word = line[max(space + 1, start): at]
-    if not word.isalnum():  # periods, underscores or other separators in it: read it exactly
+    word = line[space + 1 if space >= 0 else start: at]
+    if not word.isalnum():  # periods, underscores or other separators in it (or no word): read it exactly
         return _ends_with_abbreviation(_word_before(line, start, at), following)
+    if len(word) > _LONGEST_ABBREVIATION:  # (case folding never shortens a word)
+        return False
     lowered = word.casefold()  # (no period in it: no dotted acronym)
     if lowered in ABBREVIATIONS:
         return True
@@ -373,8 +368,7 @@ def _split_line(line: str) -> list[str]:
         return pieces
     sentences: list[str] = []
     start = end = 0
-    for k in range(1, len(pieces), 4):
-        before, punct, rest = pieces[k - 1], pieces[k], pieces[k + 1]
+    for before, punct, rest, following in zip(pieces[::4], pieces[1::4], pieces[2::4], pieces[3::4]):
         end += len(before) + len(punct)
         if rest is None:  # CJK terminators (the character right after them decides)
             nxt = line[end: end + 1]
@@ -383,8 +377,9 @@ def _split_line(line: str) -> list[str]:
             if punct[-1] in _CLOSERS and nxt and not nxt.isspace() and nxt not in _OPENERS:
                 continue  # 「はい。」と言った。: the quotation is part of a longer sentence
         else:  # Western, followed by whitespace or the line's end
-            following = pieces[k + 2] or ""
-            if following.islower():
+            if following is None:
+                following = ""
+            elif following.islower():
                 continue  # "e.g. the", "approx. five"
             if punct[0] == "." and not rest.startswith(".") and _abbreviation_before(line, start, end - len(punct),
                                                                                      following):

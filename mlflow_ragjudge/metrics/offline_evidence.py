@@ -398,7 +398,10 @@ class OfflineEvidence:
         if not want:
             return False
         have = _cut(passage)
-        if a.spaced in have.spaced:
-            return True
         # (the answer's words are distinct: how many the passage has is the size of the two sets' intersection)
-        return len(a.distinct_set & have.match_set) / len(want) >= self.calibration.support_threshold
+        share = len(a.distinct_set & have.match_set) / len(want)
+        if share >= self.calibration.support_threshold:
+            return True
+        # the whole answer as a phrase: possible only where the passage has every word of it (share 1), so only a
+        # threshold above 1 leaves it to decide
+        return share == 1 and a.spaced in have.spaced
