@@ -127,6 +127,13 @@ class TextCut:
         self._sentences: tuple[str, ...] | None = None
         self._parts: tuple[TextCut, ...] | None = None
 
+    def pieces(self) -> tuple[TextCut, ...]:
+        """The cuts whose tokens, one after the other, are this text's: its sentences' when it is cut by sentence and
+        ASCII (see :attr:`match`), else itself alone. What reads all of a text's tokens in order, or their set, reads
+        them piece by piece: no tuple of the whole text is made (nor walked by the garbage collector)."""
+        parts = self._parts
+        return parts if parts is not None and self.text.isascii() else (self,)
+
     @property
     def tokens(self) -> tuple[str, ...]:
         """The word tokens (:func:`~mlflow_ragjudge.core.text.tokenize`), as the lexical metrics read them."""
@@ -169,14 +176,14 @@ class TextCut:
     def match_set(self) -> frozenset[str]:
         """The distinct match tokens."""
         if self._match_set is None:
-            self._match_set = frozenset(self.match)
+            self._match_set = frozenset(chain.from_iterable(p.match for p in self.pieces()))
         return self._match_set
 
     @property
     def content_set(self) -> frozenset[str]:
         """The distinct content words."""
         if self._content_set is None:
-            self._content_set = frozenset(self.content)
+            self._content_set = frozenset(chain.from_iterable(p.content for p in self.pieces()))
         return self._content_set
 
     @property
@@ -276,9 +283,15 @@ def content_union(texts: Iterable[str]) -> frozenset[str]:
     if got is None:
         if len(_unions) >= 64:  # the rows read before: never asked for again
             _unions.clear()
-        got = _unions[key] = frozenset().union(
-            *(text_cut(t).content if isinstance(t, str) else content_tokens(t) for t in key))
+        got = _unions[key] = frozenset(chain.from_iterable(map(_content_pieces, key)))
     return got
+
+
+def _content_pieces(text: str) -> Iterator[str]:
+    """A text's content words, piece by piece (:meth:`TextCut.pieces`)."""
+    if not isinstance(text, str):
+        return iter(content_tokens(text))
+    return chain.from_iterable(p.content for p in text_cut(text).pieces())
 
 
 def match_tokens(text: str | None) -> list[str]:

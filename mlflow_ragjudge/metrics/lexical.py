@@ -24,7 +24,7 @@ Empty inputs, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from itertools import chain, repeat
 from typing import Any
 
@@ -158,6 +158,13 @@ def _tokens(text: str | None) -> Sequence[str]:
     return text_cut(text).tokens if text and isinstance(text, str) else tokenize(text)  # type: ignore[arg-type]
 
 
+def _token_pieces(text: str) -> Iterable[str]:
+    """A text's tokens, piece by piece (a passage cut by sentence: its sentences' tokens one after the other)."""
+    if not isinstance(text, str):
+        return tokenize(text)
+    return chain.from_iterable(p.tokens for p in text_cut(text).pieces())
+
+
 def context_rouge_l(contexts: Sequence[str], reference: str) -> dict[str, float | None]:
     """Chunk-level ROUGE-L between the retrieved contexts and the reference answer.
 
@@ -191,7 +198,7 @@ def context_rouge_l(contexts: Sequence[str], reference: str) -> dict[str, float 
         )
     # the tokens of the contexts joined by line breaks are each context's tokens one after the other (a line
     # break is no token and joins none), so each context's remembered tokens serve
-    candidate = list(chain.from_iterable(_tokens(c) for c in contexts if c))
+    candidate = list(chain.from_iterable(_token_pieces(c) for c in contexts if c))
     return rouge_l_tokens(candidate, _tokens(reference))
 
 
