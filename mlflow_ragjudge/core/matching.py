@@ -1,6 +1,7 @@
 """Text as the offline judge and the checks compare it: tokens normalised for matching (case, accents, number
-words, ordinals, thousands separators, a light English stemmer), content words (no stop words), and whether a whole
-response declines to answer ("not sure"). Ground floor: only :mod:`mlflow_ragjudge.core.text` below it."""
+words, ordinals, thousands separators, a light English stemmer), content words (no stop words), each text's cut
+worked out once for all the metrics of a row (:class:`TextCut`), and whether a whole response declines to answer
+("not sure"). Ground floor: only :mod:`mlflow_ragjudge.core.text` below it."""
 
 from __future__ import annotations
 
@@ -215,7 +216,6 @@ class TextCut:
         if self._initials is None:
             self._initials = frozenset(t for t in self.content if len(t) == 1 and t.isalpha() and t.isascii())
         return self._initials
-
 
     @property
     def sentences(self) -> tuple[str, ...]:
