@@ -22,6 +22,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import repeat
+from operator import add, attrgetter, is_
 from typing import Any
 
 from .constants import CONTEXT_PROVENANCE
@@ -218,6 +221,22 @@ def _level_key(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+_STATUS, _VALUE = attrgetter("status"), attrgetter("value")
+
+
+def _all_scored(values: list[float], levels: bool) -> Aggregate:
+    """:func:`aggregate` of results that are all scored (most of a run's outputs), read in C: the same sum, added in
+    the same order, and the same level counts in the order the levels first occur."""
+    total = reduce(add, values, 0.0)
+    dist: dict[str, int] = {}
+    if levels:
+        for value, count in Counter(values).items():  # (each distinct value formatted once)
+            key = _level_key(value)
+            dist[key] = dist.get(key, 0) + count
+    n = len(values)
+    return Aggregate(total / n, n, n, 0, 0, dist, total, {}, {})
+
+
 def aggregate(
     results: Iterable[JudgeResult],
     *,
@@ -233,6 +252,11 @@ def aggregate(
         levels: record the distribution of (integer) score levels as well as
             the status counts.
     """
+    results = results if isinstance(results, list) else list(results)
+    if not exclude_values and results:
+        values = list(map(_VALUE, results))
+        if all(map(is_, map(_STATUS, results), repeat(Status.SCORED))) and None not in values:
+            return _all_scored(values, levels)
     n = n_scored = n_abst = n_fail = 0
     total = 0.0
     dist: Counter[str] = Counter()

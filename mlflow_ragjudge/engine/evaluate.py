@@ -21,6 +21,8 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 import pandas as pd
@@ -53,6 +55,8 @@ from .schedule import by_output, prepare_metrics, schedule
 from .select import check_gate_names, check_metric_name_parts, labelled_outputs, select_metrics
 
 __all__ = ["evaluate_frame", "EvalOutput", "available_metrics"]
+
+_CALLS = attrgetter("calls")
 
 
 @dataclass
@@ -292,8 +296,9 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
         if spec.params is not None:
             params.update(spec.params(run.states[spec.name], run.ctx))
     artifacts = {name: recs for f in finishes.values() for name, recs in f.artifacts.items()}
-    transcripts = [{"metric": spec.name, "row": i, **call} for spec in specs
-                   for res in results[spec.name].values() for i, r in enumerate(res) if r.calls for call in r.calls]
+    # (the results that carry calls picked in C: an offline run's 36 results per row carry none)
+    transcripts = [{"metric": spec.name, "row": i, **call} for spec in specs for res in results[spec.name].values()
+                   for i, r in compress(enumerate(res), map(_CALLS, res)) for call in r.calls]
     per_metric = usage_by_metric(transcripts, len(run.rows))
     metrics_out.update({f"judge/{name}/{k}": v for name, u in per_metric.items() for k, v in u.items()})
     record["usage_by_metric"] = per_metric
