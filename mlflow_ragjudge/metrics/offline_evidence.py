@@ -107,7 +107,10 @@ def _cut(text: str) -> TextCut:
     that is not a string: the error the tokenizer gives)."""
     if isinstance(text, str):
         return text_cut(text)
-    return text_cut("") if not text else TextCut(text)
+    if not text:
+        return text_cut("")
+    match_tokens(text)  # (the error it always gave)
+    return TextCut(text)
 
 
 def _present(token: str, words: TextCut) -> bool:
