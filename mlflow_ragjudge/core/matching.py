@@ -1,17 +1,19 @@
 """Text as the offline judge and the checks compare it: tokens normalised for matching (case, accents, number
-words, ordinals, thousands separators, a light English stemmer), content words (no stop words), and whether a whole
-response declines to answer ("not sure"). Ground floor: only :mod:`mlflow_ragjudge.core.text` below it."""
+words, ordinals, thousands separators, a light English stemmer), content words (no stop words), each text's cut
+worked out once for all the metrics of a row (:class:`TextCut`), and whether a whole response declines to answer
+("not sure"). Ground floor: only :mod:`mlflow_ragjudge.core.text` below it."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import chain, filterfalse
 
-from .text import TextMemo, split_sentences, token_tuple, tokenize
+from .text import TextMemo, sentence_tuple, split_sentences, token_tuple, tokenize
 
-__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "match_tuple", "content_tuple", "declines_to_answer",
-           "DECLINE_PATTERN", "COURTESY_PATTERN"]
+__all__ = ["STOPWORDS", "match_tokens", "content_tokens", "match_tuple", "content_tuple", "TextCut", "text_cut",
+           "content_union", "cut_by_sentence", "declines_to_answer", "DECLINE_PATTERN", "COURTESY_PATTERN"]
 
 #: English function words: never content words
 STOPWORDS: frozenset[str] = frozenset(
@@ -91,17 +93,206 @@ class _NormalTokens(dict[str, str]):
 
 _normal_token = _NormalTokens().__getitem__
 
-def _match(text: str) -> tuple[str, ...]:
-    joined = _THOUSANDS.sub("", text)
-    return tuple(map(_normal_token, token_tuple(joined) if joined else ()))
+class TextCut:
+    """One text as the offline judge compares it, worked out once and remembered (:func:`text_cut`): its matching
+    tokens (:func:`match_tokens`), its content words (:func:`content_tokens`) and, made when first asked for, the
+    views of them the metrics read (sets, the phrase form, one-letter words) and its sentences, each cut the same way
+    (:attr:`parts`).
 
-def _content(text: str) -> tuple[str, ...]:
-    return tuple(t for t in match_tuple(text) if t not in STOPWORDS)
+    A row's seven offline metrics read the same few texts -- the question, the answer, the reference, the passages
+    and their sentences -- again and again: each text is cut here once per row, and every metric reads the cut
+    instead of cutting the text again. Nothing here changes after it is made (every caller gets the same object).
 
-#: :func:`match_tokens` and :func:`content_tokens` as tuples, remembered for the texts read last: a row's metrics
-#: ask for the same texts' tokens many times (:class:`~mlflow_ragjudge.core.text.TextMemo`)
-match_tuple: TextMemo[tuple[str, ...]] = TextMemo(_match)
-content_tuple: TextMemo[tuple[str, ...]] = TextMemo(_content)
+    Args:
+        text: the text.
+        remember_tokens: keep the text's word tokens among the tokens of the texts read last
+            (:data:`~mlflow_ragjudge.core.text.token_tuple`: the lexical metrics read a row's whole texts' tokens
+            too); a sentence's cut, which only this cut reads, does not.
+    """
+
+    __slots__ = ("text", "_remember", "_tokens", "_match", "_content", "_match_set", "_content_set", "_distinct",
+                 "_distinct_set", "_spaced", "_initials", "_sentences", "_parts")
+
+    def __init__(self, text: str, remember_tokens: bool = True) -> None:
+        self.text = text
+        self._remember = remember_tokens
+        self._tokens: tuple[str, ...] | None = None
+        self._match: tuple[str, ...] | None = None
+        self._content: tuple[str, ...] | None = None
+        self._match_set: frozenset[str] | None = None
+        self._content_set: frozenset[str] | None = None
+        self._distinct: tuple[str, ...] | None = None
+        self._distinct_set: frozenset[str] | None = None
+        self._spaced: str | None = None
+        self._initials: frozenset[str] | None = None
+        self._sentences: tuple[str, ...] | None = None
+        self._parts: tuple[TextCut, ...] | None = None
+
+    def pieces(self) -> tuple[TextCut, ...]:
+        """The cuts whose tokens, one after the other, are this text's: its sentences' when it is cut by sentence and
+        ASCII (see :attr:`match`), else itself alone. What reads all of a text's tokens in order, or their set, reads
+        them piece by piece: no tuple of the whole text is made (nor walked by the garbage collector)."""
+        parts = self._parts
+        return parts if parts is not None and self.text.isascii() else (self,)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """The word tokens (:func:`~mlflow_ragjudge.core.text.tokenize`), as the lexical metrics read them."""
+        if self._tokens is None:
+            if self._parts is not None and self.text.isascii():  # (as :attr:`match`)
+                self._tokens = tuple(chain.from_iterable(p.tokens for p in self._parts))
+            else:
+                self._tokens = (token_tuple if self._remember else token_tuple.uncached)(self.text)
+        return self._tokens
+
+    @property
+    def match(self) -> tuple[str, ...]:
+        """The tokens as the offline judge matches them (:func:`match_tokens`)."""
+        if self._match is None:
+            parts = self._parts
+            text = self.text
+            if parts is not None and text.isascii():
+                # an ASCII text's tokens are its sentences' tokens one after the other: a sentence ends at punctuation,
+                # whitespace or a line break, never inside a token or a number with thousands separators
+                self._match = tuple(chain.from_iterable(p.match for p in parts))
+            elif "," in text and (joined := _THOUSANDS.sub("", text)) != text:
+                # the tokens of the text without its thousands separators ("2,579" is one number)
+                self._match = tuple(map(_normal_token, token_tuple.uncached(joined)))
+            else:
+                self._match = tuple(map(_normal_token, self.tokens))
+        return self._match
+
+    @property
+    def content(self) -> tuple[str, ...]:
+        """The match tokens that are not :data:`STOPWORDS`, in order, repeats kept (:func:`content_tokens`)."""
+        if self._content is None:
+            parts = self._parts
+            if parts is not None and self.text.isascii():  # (as :attr:`match`)
+                self._content = tuple(chain.from_iterable(p.content for p in parts))
+            else:
+                self._content = tuple(filterfalse(STOPWORDS.__contains__, self.match))
+        return self._content
+
+    @property
+    def match_set(self) -> frozenset[str]:
+        """The distinct match tokens."""
+        if self._match_set is None:
+            self._match_set = frozenset(chain.from_iterable(p.match for p in self.pieces()))
+        return self._match_set
+
+    @property
+    def content_set(self) -> frozenset[str]:
+        """The distinct content words."""
+        if self._content_set is None:
+            self._content_set = frozenset(chain.from_iterable(p.content for p in self.pieces()))
+        return self._content_set
+
+    @property
+    def distinct(self) -> tuple[str, ...]:
+        """The distinct content words in the order they first occur -- the distinct match tokens when the text has
+        no content word (an answer such as "It is"): what an answer asks a response or a passage to contain."""
+        if self._distinct is None:
+            self._distinct = tuple(dict.fromkeys(self.content or self.match))
+        return self._distinct
+
+    @property
+    def distinct_set(self) -> frozenset[str]:
+        """:attr:`distinct` as a set."""
+        if self._distinct_set is None:
+            self._distinct_set = frozenset(self.distinct)
+        return self._distinct_set
+
+    @property
+    def spaced(self) -> str:
+        """The match tokens joined by single spaces, with a space before and after (``" t1 t2 ... "``): a token
+        sequence occurs in another exactly when its spaced form is a substring of the other's."""
+        if self._spaced is None:
+            self._spaced = f" {' '.join(self.match)} "
+        return self._spaced
+
+    @property
+    def initials(self) -> frozenset[str]:
+        """The content words that are one ASCII letter (``B. R. Ambedkar``)."""
+        if self._initials is None:
+            self._initials = frozenset(t for t in self.content if len(t) == 1 and t.isalpha() and t.isascii())
+        return self._initials
+
+    @property
+    def sentences(self) -> tuple[str, ...]:
+        """The text's sentences (:func:`~mlflow_ragjudge.core.text.split_sentences`)."""
+        if self._sentences is None:
+            self._sentences = sentence_tuple(self.text)
+        return self._sentences
+
+    @property
+    def parts(self) -> tuple[TextCut, ...]:
+        """The cut of each of :attr:`sentences`, in order: what faithfulness reads of an answer's sentences, context
+        recall of a reference's and context relevance of a passage's."""
+        return self._parts if self._parts is not None else self.cut_sentences()
+
+    def cut_sentences(self) -> tuple[TextCut, ...]:
+        """:attr:`parts`, made now if they are not yet."""
+        if self._parts is None:
+            self._parts = tuple(map(_sentence_cut, self.sentences))
+        return self._parts
+
+
+def cut_by_sentence(texts: Iterable[str | None]) -> None:
+    """Cut each text into its sentences now (:attr:`TextCut.parts`), before anything reads its words: an ASCII text's
+    words are then read from its sentences' cuts, not cut a second time. The engine does this once per row for the
+    texts that a metric of the run reads sentence by sentence (``MetricSpec.sentences_of``); it changes no result.
+    (Only ASCII texts: only theirs are read from their sentences.)"""
+    for text in texts:
+        if isinstance(text, str) and text.isascii():
+            text_cut(text).cut_sentences()
+
+
+def _cut_sentence(sentence: str) -> TextCut:
+    return TextCut(sentence, remember_tokens=False)
+
+
+#: the cuts of the sentences read last: a passage's sentences, remembered on their own (a sentence that another
+#: passage repeats -- a disclaimer, a heading, the same fact in two documents -- is cut once)
+_sentence_cut: TextMemo[TextCut] = TextMemo(_cut_sentence)
+
+#: the :class:`TextCut` of the texts read last (:class:`~mlflow_ragjudge.core.text.TextMemo`)
+text_cut: TextMemo[TextCut] = TextMemo(TextCut)
+
+
+def match_tuple(text: str) -> tuple[str, ...]:
+    """:func:`match_tokens` of a string, as the tuple its :class:`TextCut` holds (no copy)."""
+    return text_cut(text).match
+
+
+def content_tuple(text: str) -> tuple[str, ...]:
+    """:func:`content_tokens` of a string, as the tuple its :class:`TextCut` holds (no copy)."""
+    return text_cut(text).content
+
+
+_unions: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def content_union(texts: Iterable[str]) -> frozenset[str]:
+    """The content words of all ``texts`` together, remembered for the last few sequences of texts: the offline
+    correctness, faithfulness and context recall of a row each ask for the words of the same passages."""
+    key = tuple(texts)
+    try:
+        got = _unions.get(key)
+    except TypeError:  # an item that is no string (and cannot be a key): its words, not remembered
+        return frozenset().union(*map(content_tokens, key))
+    if got is None:
+        if len(_unions) >= 64:  # the rows read before: never asked for again
+            _unions.clear()
+        got = _unions[key] = frozenset(chain.from_iterable(map(_content_pieces, key)))
+    return got
+
+
+def _content_pieces(text: str) -> Iterator[str]:
+    """A text's content words, piece by piece (:meth:`TextCut.pieces`)."""
+    if not isinstance(text, str):
+        return iter(content_tokens(text))
+    return chain.from_iterable(p.content for p in text_cut(text).pieces())
+
 
 def match_tokens(text: str | None) -> list[str]:
     """The tokens of ``text`` as the offline judge compares them (see the module docstring)."""
@@ -150,9 +341,22 @@ _JAPANESE_FIRST = re.compile("[" + "".join(sorted({a[0] for a in DECLINE_PATTERN
                                                    if not a.isascii()})) + "]")
 
 
+# Every English match of the pattern has one of these words at a word's start, where it begins or inside it: "i"
+# before whitespace, "'m" or "m" (its first four alternatives), "no" or "not" before whitespace (the sources'
+# "... do not say", "not mentioned in", "there is no", "no information", "not enough", "not sure"), "insufficient",
+# "unsure", "unknown", "unable". A text with none of them and none of the Japanese phrases' first characters does
+# not decline: told by one search that skips to the non-word characters in C and tries four short alternatives
+# there, with the pattern's IGNORECASE (so "İ", "ı", "ſ" are read as the pattern reads them).
+_DECLINE_WORD = r"i(?:\s|'?m)|not?\s|insufficient|un(?:sure|known|able)"
+_DECLINE_WORD_FIRST = re.compile(f"(?:{_DECLINE_WORD})", re.IGNORECASE)
+_DECLINE_WORD_AFTER = re.compile(rf"\W(?=(?:{_DECLINE_WORD}))", re.IGNORECASE)
+
+
 def declines_says(text: str) -> bool:
     """Whether some part of ``text`` declines (``DECLINE_PATTERN.search(text) is not None``, at a fraction of its
     cost: most of a row's sentences are tested, few decline)."""
+    if not (_DECLINE_WORD_FIRST.match(text) or _DECLINE_WORD_AFTER.search(text) or _JAPANESE_FIRST.search(text)):
+        return False  # (6 -> 1.6 us for a sentence of an answer)
     if DECLINE_PATTERN.match(text) or _AFTER_NON_WORD.search(text):
         return True
     return _JAPANESE_FIRST.search(text) is not None and DECLINE_PATTERN.search(text) is not None

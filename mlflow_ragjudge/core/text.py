@@ -84,6 +84,8 @@ def clean_text(value: str) -> tuple[str, int]:
     """The text with lone surrogates (invalid Unicode, e.g. from a JSON ``"\\ud800"`` escape) replaced by
     U+FFFD, and how many were replaced. UTF-8 cannot encode such text: left in, it would make a judge
     request or the logged table fail after the judge calls were paid for."""
+    if value.isascii():  # (no surrogate in it: told without reading the text)
+        return value, 0
     return _SURROGATE.subn("\ufffd", value)
 
 #: Code point ranges (inclusive) whose characters are one token each.
@@ -203,6 +205,11 @@ class TextMemo(Generic[T]):
                 self._chars += size
         return got
 
+    def uncached(self, text: str) -> T:
+        """The function's result for ``text``, worked out now and not remembered (a text that is read once)."""
+        got = self._data.get(text)
+        return self._fn(text) if got is None else got
+
     def clear(self) -> None:
         self._data = {}
         self._chars = 0
@@ -290,12 +297,17 @@ _CLOSERS = "\"'”’)]}」』）】〕》〉"
 # (Written with one character class first, ``[.!?…。！？．｡]``, so that the regex engine skips to the candidates in
 # C: the same matches as ``(?:[.!?…]+|[。！？．｡]+)[closers]*`` at a fifth of the cost.)
 _BOUNDARY_RE = re.compile(f"[.!?…。！？．｡](?:(?<=[.!?…])[.!?…]*|[。！？．｡]*)[{re.escape(_CLOSERS)}]*")
-_CJK_TERMINATORS = frozenset("。！？．｡")
+# What a line is cut at (re.split): the candidates above that can end a sentence -- a Western one only where whitespace
+# or the line's end follows it (one inside a token, "3.5", "e.g.", is never a boundary, and is left inside its piece,
+# so the word before a later candidate is still whole) -- each as four items: the candidate; the rest of a Western run
+# after its first character (None for a CJK one); the first character after the whitespace that follows it (None at
+# the line's end); and the text up to the next candidate. (The same single class first: the engine skips in C.)
+_PIECES_RE = re.compile(f"([.!?…。！？．｡](?:(?<=[.!?…])([.!?…]*)[{re.escape(_CLOSERS)}]*(?=\\s+(\\S)|\\s*\\Z)"
+                        f"|(?<=[。！？．｡])[。！？．｡]*[{re.escape(_CLOSERS)}]*))")
 _OPENERS = frozenset("\"'“‘([{「『（【〔《〈")
 _DOTTED_ACRONYM_RE = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
-
-
-_NON_SPACE = re.compile(r"\S")
+#: an abbreviation is at most this long (a word of more letters and digits is none, nor a dotted acronym)
+_LONGEST_ABBREVIATION = max(map(len, ABBREVIATIONS | NUMBER_ABBREVIATIONS))
 
 
 def _word_before(line: str, start: int, end: int) -> str:
@@ -328,39 +340,50 @@ def _ends_with_abbreviation(word: str, following: str) -> bool:
     return "." in word and _DOTTED_ACRONYM_RE.fullmatch(word) is not None  # "U.S", "e.g", "a.m"
 
 
+def _abbreviation_before(line: str, start: int, at: int, following: str) -> bool:
+    """:func:`_ends_with_abbreviation` of the word before the period at ``at`` (:func:`_word_before`), answered
+    directly for the usual sentence end: a word of letters and digits only after a space (or at the sentence's
+    start), which is no dotted acronym and, longer than any abbreviation, none at all."""
+    space = line.rfind(" ", start, at)
+    word = line[space + 1 if space >= 0 else start: at]
+    if not word.isalnum():  # periods, underscores or other separators in it (or no word): read it exactly
+        return _ends_with_abbreviation(_word_before(line, start, at), following)
+    if len(word) > _LONGEST_ABBREVIATION:  # (case folding never shortens a word)
+        return False
+    lowered = word.casefold()  # (no period in it: no dotted acronym)
+    if lowered in ABBREVIATIONS:
+        return True
+    if lowered in NUMBER_ABBREVIATIONS:
+        return following[:1].isdigit()
+    return len(word) == 1 and word.isalpha()
+
+
 def _split_line(line: str) -> list[str]:
     """The sentences of one line. Every step looks at a bounded neighbourhood of a candidate boundary (the
     characters around it, the word before it, the first character after the spaces that follow it) and
-    never copies the rest of the line, so the cost is linear in the line's length."""
+    never copies the rest of the line, so the cost is linear in the line's length. The line is cut at every
+    candidate by the regex engine first (:data:`_PIECES_RE`); each candidate is then kept as a boundary or not."""
+    pieces = _PIECES_RE.split(line)
+    if len(pieces) == 1:
+        return pieces
     sentences: list[str] = []
-    start = 0
-    for match in _BOUNDARY_RE.finditer(line):
-        end = match.end()
-        punct = match.group(0)
-        nxt = line[end: end + 1]
-        if punct[0] in _CJK_TERMINATORS:
-            if punct == "．" and nxt.isdigit() and line[match.start() - 1: match.start()].isdigit():
+    start = end = 0
+    for before, punct, rest, following in zip(pieces[::4], pieces[1::4], pieces[2::4], pieces[3::4]):
+        end += len(before) + len(punct)
+        if rest is None:  # CJK terminators (the character right after them decides)
+            nxt = line[end: end + 1]
+            if punct == "．" and nxt.isdigit() and before[-1:].isdigit():
                 continue  # full-width decimal point: "１１．５"
-            closed = punct[-1] in _CLOSERS
-            if closed and nxt and not nxt.isspace() and nxt not in _OPENERS:
+            if punct[-1] in _CLOSERS and nxt and not nxt.isspace() and nxt not in _OPENERS:
                 continue  # 「はい。」と言った。: the quotation is part of a longer sentence
-            sentences.append(line[start:end])
-            start = end
-            continue
-        if nxt and not nxt.isspace():
-            continue  # "3.5", "v1.2", "example.com", "?!" inside a token
-        following = line[end + 1: end + 2]  # after one space (the usual case), without a search
-        if not following or following.isspace():
-            seen = _NON_SPACE.search(line, end)
-            following = seen.group(0) if seen else ""
-        if following.islower():
-            continue  # "e.g. the", "approx. five"
-        if (
-            punct.startswith(".")
-            and not punct.startswith("..")
-            and _ends_with_abbreviation(_word_before(line, start, match.start()), following)
-        ):
-            continue
+        else:  # Western, followed by whitespace or the line's end
+            if following is None:
+                following = ""
+            elif following.islower():
+                continue  # "e.g. the", "approx. five"
+            if punct[0] == "." and not rest.startswith(".") and _abbreviation_before(line, start, end - len(punct),
+                                                                                     following):
+                continue
         sentences.append(line[start:end])
         start = end
     sentences.append(line[start:])
@@ -392,10 +415,7 @@ def split_sentences(text: str) -> list[str]:
 def _sentences(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for line in text.splitlines():
-        for sentence in _split_line(line):
-            sentence = sentence.strip()
-            if sentence:
-                out.append(sentence)
+        out.extend(filter(None, map(str.strip, _split_line(line))))  # stripped, the empty ones left out
     return tuple(out)
 
 

@@ -20,7 +20,8 @@ from .schedule import ERROR_KEY
 from .select import gate_metric_name
 
 __all__ = ["aggregate_metric", "build_table", "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX",
-           "OutputSummary", "summarize_output", "output_metrics", "level_shares", "run_metrics", "usage_metrics"]
+           "OutputSummary", "summarize_output", "group_positions", "output_metrics", "level_shares", "run_metrics",
+           "usage_metrics"]
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,23 @@ class OutputSummary:
         return cls(Aggregate.from_dict(d["all"]), {g: Aggregate.from_dict(a) for g, a in d["groups"].items()})
 
 
-def summarize_output(results: Sequence[JudgeResult], rows: Sequence[Row]) -> OutputSummary:
-    """One output's per-row results as sums and counts, over all rows and per group."""
-    groups: dict[str, list[JudgeResult]] = {}
-    for res, r in zip(results, rows):
-        if r.group is not None:
-            groups.setdefault(r.group, []).append(res)
+def summarize_output(results: Sequence[JudgeResult], rows: Sequence[Row],
+                     groups: dict[str, list[int]] | None = None) -> OutputSummary:
+    """One output's per-row results as sums and counts, over all rows and per group (``groups``: each group's row
+    positions, :func:`group_positions` of ``rows``, when the caller has them for all its outputs)."""
+    if groups is None:
+        groups = group_positions(rows)
     return OutputSummary(aggregate(results, levels=True),
-                         {g: aggregate(sub, levels=True) for g, sub in groups.items()})
+                         {g: aggregate([results[i] for i in at], levels=True) for g, at in groups.items()})
+
+
+def group_positions(rows: Sequence[Row]) -> dict[str, list[int]]:
+    """The positions of each group's rows, groups in the order they first occur (rows without a group: in none)."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.group is not None:
+            groups.setdefault(r.group, []).append(i)
+    return groups
 
 
 def output_metrics(name: str, summary: OutputSummary, judged: bool) -> dict[str, float]:
@@ -127,6 +137,17 @@ def _cell(res: JudgeResult, level: bool = False) -> Any:
         return 0.0
     return None
 
+
+def _score_column(results: Sequence[JudgeResult], level: bool) -> list[Any]:
+    """An output's ``/score`` column: each scored value, and :func:`_cell` for the rest (the scored ones read here
+    without a call each: most of a run's results are scored)."""
+    scored = Status.SCORED
+    return [r.value if r.status is scored else _cell(r, level) for r in results]
+
+
+#: a status as the ``/status`` column writes it
+_STATUS_TEXT = {s: s.value for s in Status}
+
 def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[str, dict[str, list[JudgeResult]]],
                  per_row: dict[str, list[dict[str, JudgeResult]]], finishes: dict[str, Finish],
                  df: pd.DataFrame, cfg: RagJudgeConfig) -> pd.DataFrame:
@@ -136,10 +157,10 @@ def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[
     for spec in ordered:
         for name, res in results[spec.name].items():
             level = _on_levels(spec, name)
-            cols[f"{name}/score"] = [_cell(x, level) for x in res]
+            cols[f"{name}/score"] = _score_column(res, level)
             if spec.judged:
                 cols[f"{name}/justification"] = [x.rationale for x in res]
-                cols[f"{name}/status"] = [x.status.value + (f":{x.reason}" if x.reason else "") for x in res]
+                cols[f"{name}/status"] = [_STATUS_TEXT[x.status] + (f":{x.reason}" if x.reason else "") for x in res]
     for spec in specs:
         for column, build in spec.columns.items():
             cols[column] = [None if ERROR_KEY in res else _safe_cell(build, res) for res in per_row[spec.name]]

@@ -21,6 +21,8 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 import pandas as pd
@@ -37,6 +39,7 @@ from .aggregate import (
     OutputSummary,
     build_table,
     gate_outcome,
+    group_positions,
     run_metrics,
     summarize_output,
     usage_by_metric,
@@ -52,6 +55,8 @@ from .schedule import by_output, prepare_metrics, schedule
 from .select import check_gate_names, check_metric_name_parts, labelled_outputs, select_metrics
 
 __all__ = ["evaluate_frame", "EvalOutput", "available_metrics"]
+
+_CALLS = attrgetter("calls")
 
 
 @dataclass
@@ -218,10 +223,14 @@ def _finish_metrics(run: _Run, results: dict[str, dict[str, list[JudgeResult]]])
     """Each metric's ``finish`` hook, on its per-row results."""
     finishes: dict[str, Finish] = {}
     for spec in run.specs:
+        if spec.finish is None:
+            finishes[spec.name] = Finish()
+            continue
         outputs = results[spec.name]
-        by_row = [{name: outputs[name][i] for name in outputs} for i in range(len(run.rows))]
-        finishes[spec.name] = (spec.finish(run.states[spec.name], run.rows, by_row, run.ctx) if spec.finish
-                               else Finish())
+        names = list(outputs)
+        by_row = ([dict(zip(names, values)) for values in zip(*outputs.values())] if names
+                  else [{} for _ in run.rows])
+        finishes[spec.name] = spec.finish(run.states[spec.name], run.rows, by_row, run.ctx)
         run.skipped.update(finishes[spec.name].skipped)
     return finishes
 
@@ -230,7 +239,8 @@ def _metrics(run: _Run, results: dict[str, dict[str, list[JudgeResult]]], finish
              ) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, OutputSummary]]]:
     """Every output's aggregates (from its summary: the sums and counts that also merge over partitions), each
     metric's finishing metrics and counts, and the judged metrics that failed too often."""
-    summaries = {spec.name: {name: summarize_output(res, run.rows) for name, res in results[spec.name].items()}
+    groups = group_positions(run.rows)
+    summaries = {spec.name: {name: summarize_output(res, run.rows, groups) for name, res in results[spec.name].items()}
                  for spec in run.specs}
     metrics_out, failures = run_metrics(run.specs, summaries, run.cfg.max_error_rate)
     for report in failures:
@@ -286,8 +296,9 @@ def _assemble(run: _Run, per_row: dict[str, list[dict[str, JudgeResult]]]) -> Ev
         if spec.params is not None:
             params.update(spec.params(run.states[spec.name], run.ctx))
     artifacts = {name: recs for f in finishes.values() for name, recs in f.artifacts.items()}
-    transcripts = [{"metric": spec.name, "row": i, **call} for spec in specs
-                   for res in results[spec.name].values() for i, r in enumerate(res) for call in r.calls]
+    # (the results that carry calls picked in C: an offline run's 36 results per row carry none)
+    transcripts = [{"metric": spec.name, "row": i, **call} for spec in specs for res in results[spec.name].values()
+                   for i, r in compress(enumerate(res), map(_CALLS, res)) for call in r.calls]
     per_metric = usage_by_metric(transcripts, len(run.rows))
     metrics_out.update({f"judge/{name}/{k}": v for name, u in per_metric.items() for k, v in u.items()})
     record["usage_by_metric"] = per_metric

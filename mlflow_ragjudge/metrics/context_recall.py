@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.matching import content_tokens
-from ..core.text import split_sentences
+from ..core.matching import content_tokens, content_union, text_cut
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt, reference_text
@@ -29,7 +28,7 @@ from .context_verdicts import (
     nonblank,
 )
 from .faithfulness import shared_extractor
-from .offline_evidence import OfflineEvidence, support_share, token_set
+from .offline_evidence import OfflineEvidence, support_share
 from .spec import MetricSpec
 from .statements import (
     NumberedVerdicts,
@@ -227,14 +226,15 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
         return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
                                      details=ev.details())
     passages = [p for p in (contexts or []) if p and p.strip()]
-    backed = token_set(passages)
+    backed = content_union(passages)
     tau = ev.calibration.support_threshold
     best: tuple[float, int, list[dict[str, Any]]] | None = None
     for i, ref in enumerate(refs):
-        statements = [s for s in split_sentences(ref) if content_tokens(s)] or [ref]
+        whole = text_cut(ref)
+        statements = [(s, part) for s, part in zip(whole.sentences, whole.parts) if part.content] or [(ref, whole)]
         rows: list[dict[str, Any]] = []
-        for s in statements:
-            share, missing = support_share(content_tokens(s), backed)
+        for s, part in statements:
+            share, missing = support_share(part.content, backed)
             rows.append({"statement": s, "attributed": share >= tau, "support": round(share, 4),
                          "reason": "all content words found" if not missing else "not in the contexts: "
                          + ", ".join(missing[:8])})
@@ -263,6 +263,7 @@ def _spec() -> MetricSpec:
         prompt_versions=lambda j: j.prompt_versions,
         description="context recall: reference statements attributable to the contexts / all of them",
         offline=lambda ev, r, ctx: offline_context_recall(ev, r.acceptable_answers, r.contexts),
+        sentences_of=("reference", "references"),
     )
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.matching import content_tokens
-from ..core.text import split_context_sentences
+from ..core.matching import content_tokens, content_union, text_cut
+from ..core.text import as_text_list, split_context_sentences
 from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import JudgeClient
@@ -20,7 +20,7 @@ from ..llm.prompts import item_fencer, load_prompt
 from .context_verdicts import (
     json_column,
 )
-from .offline_evidence import OfflineEvidence, token_set
+from .offline_evidence import OfflineEvidence
 from .spec import MetricSpec
 from .statements import (
     estimate_messages,
@@ -143,15 +143,16 @@ class ContextRelevanceJudge:
 def offline_context_relevance(ev: OfflineEvidence, question: str, references: Sequence[str],
                               contexts: Sequence[str] | None) -> JudgeResult:
     """Share of the context sentences that carry the question's and the reference's words."""
-    sentences = split_context_sentences(contexts)
+    # the sentences of every passage in order (split_context_sentences), read from the passages' cuts
+    sentences = [part for passage in as_text_list(contexts) for part in text_cut(passage).parts]
     if not sentences:
         return JudgeResult.abstained("no_contexts", "The contexts have no sentence.", details=ev.details())
-    asked = set(content_tokens(question))
-    ref = token_set(references)
+    asked = text_cut(question).content_set if isinstance(question, str) else frozenset(content_tokens(question))
+    ref = content_union(references)
     wanted = asked | ref
     chosen = []
-    for n, (_, s) in enumerate(sentences, 1):
-        toks = set(content_tokens(s))
+    for n, part in enumerate(sentences, 1):
+        toks = part.content_set
         if len(toks & wanted) >= 2 and (not ref or toks & ref):
             chosen.append(n)
     score = len(chosen) / len(sentences)
@@ -172,6 +173,7 @@ def _spec() -> MetricSpec:
         prompt_versions=lambda j: j.prompt_versions,
         description="context relevance: share of context sentences needed to answer the question (original RAGAS)",
         offline=lambda ev, r, ctx: offline_context_relevance(ev, r.question or "", r.acceptable_answers, r.contexts),
+        sentences_of=("contexts",),
     )
 
 

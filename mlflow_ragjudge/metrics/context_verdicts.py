@@ -5,10 +5,10 @@ for in **one** call (:class:`CombinedContextVerdicts`), which the judge client s
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.json_text import dumps_text
 from ..core.text import as_text_list
 from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
@@ -76,7 +76,7 @@ def answer_statements(extractor: StatementExtractor, answers: Sequence[str], que
 def json_column(metric: str, key: str) -> Callable[[dict[str, JudgeResult]], Any]:
     def build(res: dict[str, JudgeResult]) -> Any:
         d = res[metric].details
-        return json.dumps(d[key], ensure_ascii=False) if key in d else None
+        return dumps_text(d[key]) if key in d else None
 
     return build
 

@@ -31,19 +31,19 @@ transcript records of both calls.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.matching import content_tokens, declines_to_answer
+from ..core.json_text import dumps_text
+from ..core.matching import content_union, declines_to_answer, text_cut
 from ..core.text import split_sentences, word_set
 from ..core.types import JudgeResult
 from ..core.values import is_int
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
-from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share, token_set
+from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share
 from .spec import MetricSpec, Option
 from .statements import (
     StatementExtractor,
@@ -327,7 +327,7 @@ def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult:
 
 def _claims_column(res: dict[str, JudgeResult]) -> Any:
     d = res["faithfulness"].details
-    return json.dumps(d["claims"], ensure_ascii=False) if "claims" in d else None
+    return dumps_text(d["claims"]) if "claims" in d else None
 
 
 def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[str] | None) -> JudgeResult:
@@ -339,18 +339,20 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
     if declines_to_answer(response):
         return JudgeResult.abstained("no_claims", "(offline judge) The response declines to answer; it makes "
                                      "no claim to check.", details=ev.details(claims=[]))
-    sentences = [s for s in split_sentences(response or "") if is_claim_sentence(s)]
-    claims = [s for s in sentences if len(content_tokens(s)) >= 2]
-    if not claims and content_tokens(response):
-        claims = [(response or "").strip()]  # a one-word answer is still a claim
+    said = text_cut(response or "")
+    claims = [(s, part) for s, part in zip(said.sentences, said.parts)
+              if is_claim_sentence(s) and len(part.content) >= 2]
+    if not claims and said.content:
+        whole = (response or "").strip()
+        claims = [(whole, text_cut(whole))]  # a one-word answer is still a claim
     if not claims:
         return JudgeResult.abstained("no_claims", "(offline judge) The response makes no claim.",
                                      details=ev.details(claims=[]))
-    backed = token_set(passages)
+    backed = content_union(passages)
     tau = ev.calibration.support_threshold
     rows: list[dict[str, Any]] = []
-    for c in claims:
-        share, missing = support_share(content_tokens(c), backed)
+    for c, part in claims:
+        share, missing = support_share(part.content, backed)
         rows.append({"claim": c, "support": round(share, 4), "supported": share >= tau,
                      "reason": "all content words found" if not missing else "not in the evidence: "
                      + ", ".join(missing[:8])})
@@ -392,6 +394,7 @@ def _spec() -> Any:
         record=lambda j, ctx: {"faithfulness_evidence": ctx.cfg.faithfulness_evidence},
         description="claim-based faithfulness: supported claims of the response / all its claims",
         offline=_offline_score,
+        sentences_of=("answer",),
     )
 
 

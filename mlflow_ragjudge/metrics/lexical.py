@@ -24,12 +24,13 @@ Empty inputs, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from itertools import repeat
+from collections.abc import Collection, Iterable, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 from ..core.errors import BertScoreUnavailable, InputError, LocalModelUnavailable
-from ..core.text import token_tuple, tokenize
+from ..core.matching import text_cut
+from ..core.text import tokenize
 from ..core.types import JudgeResult
 from ..llm.local_model import DEFAULT_MODEL_PACKAGE, MODEL_ENV_VAR, BertScorer, LocalEmbedder, find_local_model
 from .spec import Finish, MetricSpec, Option
@@ -80,10 +81,10 @@ def word_recall(response: str, reference: str, *, stopwords: Collection[str] | N
         removing stopwords) -- an abstention, not a zero.
     """
     stop = {t for s in stopwords for t in tokenize(s)} if stopwords else set()
-    ref = set(tokenize(reference)) - stop
+    ref = set(_tokens(reference)) - stop
     if not ref:
         return None
-    resp = set(tokenize(response)) - stop
+    resp = set(_tokens(response)) - stop
     return len(ref & resp) / len(ref)
 
 
@@ -152,7 +153,16 @@ def rouge_l(candidate: str, reference: str) -> dict[str, float | None]:
 
 
 def _tokens(text: str | None) -> Sequence[str]:
-    return token_tuple(text) if text and isinstance(text, str) else tokenize(text)  # type: ignore[arg-type]
+    """The tokens of a text as its cut holds them (a row's answer, reference and passages are cut once for all the
+    row's metrics: :class:`~mlflow_ragjudge.core.matching.TextCut`)."""
+    return text_cut(text).tokens if text and isinstance(text, str) else tokenize(text)  # type: ignore[arg-type]
+
+
+def _token_pieces(text: str) -> Iterable[str]:
+    """A text's tokens, piece by piece (a passage cut by sentence: its sentences' tokens one after the other)."""
+    if not isinstance(text, str):
+        return tokenize(text)
+    return chain.from_iterable(p.tokens for p in text_cut(text).pieces())
 
 
 def context_rouge_l(contexts: Sequence[str], reference: str) -> dict[str, float | None]:
@@ -188,7 +198,7 @@ def context_rouge_l(contexts: Sequence[str], reference: str) -> dict[str, float 
         )
     # the tokens of the contexts joined by line breaks are each context's tokens one after the other (a line
     # break is no token and joins none), so each context's remembered tokens serve
-    candidate = [t for c in contexts if c for t in _tokens(c)]
+    candidate = list(chain.from_iterable(_token_pieces(c) for c in contexts if c))
     return rouge_l_tokens(candidate, _tokens(reference))
 
 

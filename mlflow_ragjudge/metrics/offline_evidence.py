@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -60,12 +60,13 @@ from ..core.constants import DEFAULT_OFFLINE_JUDGE, OFFLINE_PROVIDER, is_offline
 from ..core.matching import (
     COURTESY_PATTERN,
     STOPWORDS,
+    TextCut,
     content_tokens,
-    content_tuple,
+    content_union,
     declines_says,
     declines_to_answer,
     match_tokens,
-    match_tuple,
+    text_cut,
 )
 from ..core.text import TextMemo, has_cjk
 
@@ -101,49 +102,24 @@ FEATURES = ("recall", "phrase", "char_recall", "number_missing", "number_conflic
             "response_length", "answer_length")
 
 
-class _Words:
-    """A text's tokens as :func:`answer_features` and :meth:`OfflineEvidence.supports_answer` read them, worked
-    out once per text and remembered (:func:`_words`): a row's response is read against every acceptable answer,
-    and its passages by several metrics. The parts only a response needs are made when first asked for. Nothing
-    here is changed after it is made."""
-
-    def __init__(self, text: str) -> None:
-        tokens = match_tuple(text) if text and isinstance(text, str) else tuple(match_tokens(text))
-        self.all = tokens
-        self.set = frozenset(tokens)
-        self.content = tuple(t for t in tokens if t not in STOPWORDS)
-        self.spaced = f" {' '.join(tokens)} "  # the phrase test: " t1 t2 ... "
-
-    @functools.cached_property
-    def trigrams(self) -> tuple[np.ndarray, np.ndarray]:
-        """The character trigrams of the tokens joined by spaces (:func:`_trigrams`)."""
-        return _trigrams(self.spaced[1:-1])
-
-    @functools.cached_property
-    def firsts(self) -> frozenset[str]:
-        """The first characters of the content words."""
-        return frozenset(t[:1] for t in self.content)
-
-    @functools.cached_property
-    def initials(self) -> frozenset[str]:
-        """The content words that are one ASCII letter (``B. R. Ambedkar``)."""
-        return frozenset(t for t in self.content if len(t) == 1 and t.isalpha() and t.isascii())
+def _cut(text: str) -> TextCut:
+    """The text's :class:`~mlflow_ragjudge.core.matching.TextCut` (a missing text: an empty one; any other object
+    that is not a string: the error the tokenizer gives)."""
+    if isinstance(text, str):
+        return text_cut(text)
+    if not text:
+        return text_cut("")
+    match_tokens(text)  # (the error it always gave)
+    return TextCut(text)
 
 
-_remembered_words = TextMemo(_Words)
-
-
-def _words(text: str) -> _Words:
-    return _remembered_words(text) if isinstance(text, str) else _Words(text)
-
-
-def _present(token: str, words: _Words) -> bool:
+def _present(token: str, words: TextCut) -> bool:
     """Whether the response has ``token``, or its initial for a word (``B`` for ``Bhimrao``), or the word for an
-    initial. (With ``words``' first characters and one-letter words gathered once, not searched per token.)"""
-    if token in words.set:
+    initial. (With the response's one-letter words gathered once, not searched per token.)"""
+    if token in words.match_set:
         return True
     if len(token) == 1 and token.isalpha() and token.isascii():  # an initial: "B. R. Ambedkar"
-        return token in words.firsts  # a content word starts with it
+        return any(t[:1] == token for t in words.content)  # a content word starts with it
     return token[:1] in words.initials  # it starts with a one-letter content word
 
 
@@ -153,14 +129,23 @@ def _trigrams(joined: str) -> tuple[np.ndarray, np.ndarray]:
     when their integers are; counted by numpy, where a ``Counter`` of the substrings cost a row more than all of
     the metric's other work."""
     points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.uint64)
-    if len(points) < 3:
+    n = len(points)
+    if n < 3:
         return np.empty(0, np.uint64), np.empty(0, np.intp)
-    ids = (points[:-2] << np.uint64(42)) | (points[1:-1] << np.uint64(21)) | points[2:]
+    ids = points[:-2] << _SHIFT_2  # (built in place: numpy's cost here is per call, not per character)
+    ids |= points[1:-1] << _SHIFT_1
+    ids |= points[2:]
     # what np.unique(ids, return_counts=True) gives, without its general-purpose overhead (a third of the cost on
-    # texts of a few hundred characters): sort, then the start of each run of equal ids and the run's length
+    # texts of a few hundred characters): sort, then the edges of the runs of equal ids, and each run's length
     ids.sort()
-    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-    return ids[starts], np.diff(np.append(starts, len(ids)))
+    edges = np.empty(n - 1, bool)
+    edges[0] = edges[-1] = True
+    np.not_equal(ids[1:], ids[:-1], out=edges[1:-1])
+    at = np.flatnonzero(edges)
+    return ids[at[:-1]], np.diff(at)
+
+
+_SHIFT_1, _SHIFT_2 = np.uint64(21), np.uint64(42)
 
 
 def _shared_trigrams(want: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> int:
@@ -175,17 +160,17 @@ def _shared_trigrams(want: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray,
     return int(np.minimum(want[1][hit], got[1][at[hit]]).sum())
 
 
-def _distinct_words(answer: str) -> tuple[str, ...]:
-    """An answer's distinct content words (its distinct match tokens when it has no content word), in order."""
-    return tuple(dict.fromkeys(content_tokens(answer) or match_tokens(answer)))
+def _text_trigrams(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """The character trigrams of a text's match tokens joined by spaces (:func:`_trigrams`)."""
+    return _trigrams(_cut(text).spaced[1:-1])
 
 
-#: :func:`_distinct_words` of the answers read last (context precision asks for each of a row's chunks)
-_wanted = TextMemo(_distinct_words)
+#: :func:`_text_trigrams` of the texts read last (a row's response and acceptable answers)
+_remembered_trigrams = TextMemo(_text_trigrams)
 
 
-def _content_words(text: str | None) -> tuple[str, ...]:
-    return content_tuple(text) if text and isinstance(text, str) else tuple(content_tokens(text))
+def _trigrams_of(text: str) -> tuple[np.ndarray, np.ndarray]:
+    return _remembered_trigrams(text) if isinstance(text, str) else _text_trigrams(text)
 
 
 def answer_features(question: str, response: str, answer: str, contexts: Sequence[str] = ()) -> dict[str, float] | None:
@@ -207,32 +192,33 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
 
     A calibration uses some of these (:attr:`Calibration.features`).
     """
-    a = _words(answer)
-    answer_all = a.all
-    answer_content = a.content or answer_all
-    if not answer_content:
+    a = _cut(answer)
+    distinct = a.distinct
+    if not distinct:
         return None
-    r = _words(response)
+    r = _cut(response)
     resp_content = r.content
-    asked = set(_content_words(question))
-    distinct = list(dict.fromkeys(answer_content))
-    recall = sum(_present(t, r) for t in distinct) / len(distinct)
+    said = r.match_set
+    answered = a.distinct_set
+    asked = _cut(question).content_set
+    # the answer's words the response has as they are (the intersection of two sets, in C), then the rest by initial
+    found = len(answered & said) + sum(_present(t, r) for t in distinct if t not in said)
+    recall = found / len(distinct)
     phrase = float(a.spaced in r.spaced)
-    want = a.trigrams
-    char_recall = _shared_trigrams(want, r.trigrams) / max(1, int(want[1].sum()))
+    want = _trigrams_of(answer)
+    char_recall = _shared_trigrams(want, _trigrams_of(response)) / max(1, int(want[1].sum()))
     numbers = [t for t in distinct if t.isdigit()]
     given = [t for t in resp_content if t.isdigit() and t not in asked]
-    backed = set(distinct) | asked
-    for c in contexts:
-        backed.update(_content_words(c))
+    passages = content_union(contexts)  # the row's passages' words, gathered once for every metric of the row
     return {
         "recall": recall,
         "phrase": phrase,
         "char_recall": char_recall,
-        "number_missing": float(any(t not in r.set for t in numbers)),
-        "number_conflict": float(bool(numbers) and bool(given) and not any(t in distinct for t in given)),
-        "support": (sum(t in backed for t in resp_content) / len(resp_content)) if resp_content else 0.0,
-        "unbacked": (sum(t not in distinct and t not in asked for t in resp_content) / len(resp_content))
+        "number_missing": float(any(t not in said for t in numbers)),
+        "number_conflict": float(bool(numbers) and bool(given) and not any(t in answered for t in given)),
+        "support": (sum(t in answered or t in asked or t in passages for t in resp_content) / len(resp_content))
+        if resp_content else 0.0,
+        "unbacked": (sum(t not in answered and t not in asked for t in resp_content) / len(resp_content))
         if resp_content else 0.0,
         "response_length": math.log1p(len(resp_content)),
         "answer_length": math.log1p(len(distinct)),
@@ -278,14 +264,14 @@ def code_conflict(question: str, response: str, answer: str) -> str | None:
     :data:`SHORT_ANSWER` content words, where the number is the answer): the answer has some, the
     response gives others (not taken from the question) and none of the answer's. Returns the first such token of
     the response, or None (``CO2`` for the answer ``H2O``; ``1970`` for ``1969``)."""
-    tokens = _words(answer)
+    tokens = _cut(answer)
     if len(tokens.content) > SHORT_ANSWER:
         return None  # a long answer's numbers are details of many; the rule is for answers that are a number
-    wanted = set(_codes(tokens.all))
+    wanted = set(_codes(tokens.match))
     if not wanted:
         return None
-    said = _words(response).all
-    asked = set(_words(question).all)
+    said = _cut(response).match
+    asked = _cut(question).match_set
     given = [t for t in _codes(said) if t not in asked]
     if not given or any(t in wanted for t in said):
         return None
@@ -381,7 +367,7 @@ def is_claim_sentence(sentence: str) -> bool:
     return bool(s) and not s.endswith(("?", "？")) and not COURTESY_PATTERN.match(s) and not declines_says(s)
 
 
-def support_share(tokens: Sequence[str], backed: set[str]) -> tuple[float, list[str]]:
+def support_share(tokens: Sequence[str], backed: Collection[str]) -> tuple[float, list[str]]:
     if not tokens:
         return 1.0, []
     missing = [t for t in dict.fromkeys(tokens) if t not in backed]
@@ -389,10 +375,8 @@ def support_share(tokens: Sequence[str], backed: set[str]) -> tuple[float, list[
 
 
 def token_set(texts: Iterable[str]) -> set[str]:
-    out: set[str] = set()
-    for t in texts:
-        out.update(content_tokens(t))
-    return out
+    """The content words of all ``texts`` (:func:`~mlflow_ragjudge.core.matching.content_union`, as a new set)."""
+    return set(content_union(texts))
 
 
 @dataclass
@@ -421,10 +405,15 @@ class OfflineEvidence:
 
 
     def supports_answer(self, passage: str, answer: str) -> bool:
-        want = _wanted(answer) if isinstance(answer, str) else _distinct_words(answer)
+        a = _cut(answer)
+        want = a.distinct
         if not want:
             return False
-        have = _words(passage)
-        if _words(answer).spaced in have.spaced:
+        have = _cut(passage)
+        # (the answer's words are distinct: how many the passage has is the size of the two sets' intersection)
+        share = len(a.distinct_set & have.match_set) / len(want)
+        if share >= self.calibration.support_threshold:
             return True
-        return sum(t in have.set for t in want) / len(want) >= self.calibration.support_threshold
+        # the whole answer as a phrase: possible only where the passage has every word of it (share 1), so only a
+        # threshold above 1 leaves it to decide
+        return share == 1 and a.spaced in have.spaced

@@ -46,6 +46,29 @@ class _RetrievalState:
         self.have_chunks = have_chunks
         keys = score_query(["d"], ["d"], ks=ks, validate=False) if have_gold else {}
         self.keys = [k for k in keys if not k.startswith("num_")]
+        #: the id measures of the run's labelled rows, worked out together (:meth:`score_rows`): id(row) -> (row,
+        #: its values in the order of ``keys``); each taken out when its row is scored
+        self.scored: dict[int, tuple[Any, tuple[float, ...]]] = {}
+
+    def score_rows(self, rows: Sequence[Any], threshold: float) -> None:
+        """The id measures of every labelled row at once (:func:`score_queries`: the same floats as
+        :func:`score_query`, bit for bit, at a fifth of the cost per row). Rows this cannot score (bad ids, which
+        the run's checks refuse before this, but a lone scorer row has not been checked) are left to be scored one
+        by one, as before, with whatever error that gives them."""
+        labelled = [r for r in rows if r.relevant_doc_ids]
+        if len(labelled) < _SCORED_TOGETHER:
+            return
+        try:
+            got = score_queries([r.retrieved_doc_ids or [] for r in labelled], [r.relevant_doc_ids for r in labelled],
+                                ks=self.ks, relevance_threshold=threshold, validate=False)
+        except Exception:  # the one-row path says what is wrong with its row
+            return
+        for r, values in zip(labelled, zip(*(got[k].tolist() for k in self.keys))):
+            self.scored[id(r)] = (r, values)
+
+
+#: fewer labelled rows than this are scored one by one (numpy's start-up cost per call is a few dozen rows' work)
+_SCORED_TOGETHER = 32
 
 
 def _setup(ctx: Any) -> _RetrievalState:
@@ -53,7 +76,10 @@ def _setup(ctx: Any) -> _RetrievalState:
     have_ids = any(r.retrieved_doc_ids is not None or r.relevant_doc_ids is not None for r in rows)
     have_chunks = any(r.contexts is not None for r in rows) and any(r.reference for r in rows)
     have_gold = any(r.relevant_doc_ids for r in rows)
-    return _RetrievalState(validate_ks(ctx.cfg.k), have_ids, have_chunks, have_gold)
+    state = _RetrievalState(validate_ks(ctx.cfg.k), have_ids, have_chunks, have_gold)
+    if have_ids and have_gold:
+        state.score_rows(rows, ctx.cfg.relevance_threshold)
+    return state
 
 
 def _validate(rows: Sequence[Any], cfg: Any) -> None:
@@ -69,9 +95,14 @@ def _score(state: _RetrievalState, r: Any, ctx: Any) -> dict[str, Any]:
         # A row without gold ids is skipped and counted (not averaged in as 0): a RAG dataset row with no
         # labelled documents is unlabelled, not a query that trec_eval's qrels say has no relevant document.
         if r.relevant_doc_ids:
-            scores = score_query(r.retrieved_doc_ids or [], r.relevant_doc_ids, ks=state.ks,
-                                 relevance_threshold=ctx.cfg.relevance_threshold, validate=False)
-            out.update({k: JudgeResult.scored(scores[k]) for k in state.keys})
+            done = state.scored.pop(id(r), None)
+            if done is not None and done[0] is r:
+                values: Sequence[float] = done[1]
+            else:
+                scores = score_query(r.retrieved_doc_ids or [], r.relevant_doc_ids, ks=state.ks,
+                                     relevance_threshold=ctx.cfg.relevance_threshold, validate=False)
+                values = [scores[k] for k in state.keys]
+            out.update(zip(state.keys, JudgeResult.scored_each(values)))
         else:
             out.update({k: JudgeResult.abstained("no_gold_ids") for k in state.keys})
     if state.have_chunks:

@@ -176,6 +176,11 @@ class MetricSpec:
         batchable: with ``batch`` on, its judge calls may go through the provider's batch API (False: they stay
             synchronous, as multi-turn's, where each turn needs the last).
         options: the metric's own settings (:class:`Option`), given in the evaluator config with the run's.
+        sentences_of: the row's texts (``Row`` fields: ``contexts``, ``answer``, ``reference``, ``references``) it
+            reads sentence by sentence. When a run is scored on one worker (the offline judge, metrics without a
+            judge), the engine cuts them into sentences once per row before the row's metrics run
+            (:func:`~mlflow_ragjudge.core.matching.cut_by_sentence`), so that every metric reading those texts
+            reads one cut instead of cutting the text whole and again by sentence. Changes no result.
     """
 
     name: str
@@ -205,6 +210,7 @@ class MetricSpec:
     scale: tuple[float, float] | None = (0.0, 1.0)
     batchable: bool = True
     options: tuple[Option, ...] = ()
+    sentences_of: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.score is None) == (self.score_batch is None):
