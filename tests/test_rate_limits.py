@@ -94,11 +94,39 @@ def test_without_headers_the_window_learned_from_the_first_429_is_kept(fake_llm)
     results = _calls(client, 90)
     assert len(results) == 90 and all(r.ok for r in results)
     gate = client.gate
-    assert gate.learned_window is not None and gate.learned_rate is None
-    assert 1.4 <= gate.learned_window <= 2.0 and 15 <= gate.window_cap <= 20, (gate.learned_window, gate.window_cap)
+    # one kind of limit learned, the latest 429's: the window (or, once it is full of evenly spaced starts, or on a
+    # machine so loaded that filling it took longer than it then kept the client out, an even pace)
+    assert (gate.learned_window is None) != (gate.learned_rate is None)
+    if gate.learned_window is not None:
+        assert 1.4 <= gate.learned_window <= 2.0 and 15 <= gate.window_cap <= 20, (gate.learned_window,
+                                                                                    gate.window_cap)
     accepted = fake_llm.request_count - fake_llm.rate_limited_count
     assert accepted == 90
     assert fake_llm.rate_limited_count <= 20, fake_llm.rate_limited_count
+
+
+def test_what_the_first_429_says_decides_between_a_window_and_a_pace():
+    """The gate's reading of a 429, on recorded start times (no clock involved): kept out at least as long as it
+    took to fill, a window of that span holding what it accepted, mirrored; kept out for less, an even pace."""
+    import time
+
+    now = time.monotonic()
+    window = ProviderGate()
+    window._accepted.extend(now - 1.0 + 0.005 * i for i in range(20))  # 20 accepted in 0.1 s, a second ago
+    window._learn(now - 0.9, retry_after=1.4)  # refused right after, and told to come back 1.4 s later
+    assert window.learned_rate is None and window.learned_window is not None
+    assert abs(window.learned_window - 1.5) < 1e-9 and abs(window.window_cap - 0.995 * 20) < 1e-9
+    # the next starts reuse the window's capacity as it frees: the first of the 20 accepted leaves 1.5 s (+ the lag)
+    # after it started, the next one 5 ms later ...; 19 of 20 (99.5 %, rounded down) at a time
+    starts = [window._window_start(now) for _ in range(4)]
+    assert starts == pytest.approx([now - 1.0 + 0.005 * i + 1.5 + ProviderGate.WINDOW_LAG for i in (1, 2, 3, 4)],
+                                   abs=1e-9)
+
+    bucket = ProviderGate()
+    bucket._accepted.extend(now - 1.0 + 0.005 * i for i in range(20))
+    bucket._learn(now - 0.9, retry_after=0.025)  # a token's refill time: a bucket
+    assert bucket.learned_window is None and bucket.learned_rate is not None
+    assert abs(bucket.learned_rate - 0.995 * 20 / 1.0) < 1e-9  # 20 over the span, at least a second
 
 
 def test_a_bucket_that_refills_by_the_moment_teaches_a_pace(fake_llm):

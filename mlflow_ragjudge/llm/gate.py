@@ -66,7 +66,8 @@ class ProviderGate:
     would leave the first window's burst unrepaid. A sliding window's rule is a fixed window's too (every ``W``
     seconds hold at most ``L``); ``WINDOW_LAG`` covers the time a request takes from its start here to its
     arrival there. A further 429 re-measures ``L`` and ``W``; two windows (at least ``PROBE_EVERY`` seconds)
-    without one raise ``L`` by ``PROBE_STEP``.
+    without one raise ``L`` by ``PROBE_STEP``. The latest 429 decides the kind: one that comes back sooner than
+    the window took to fill turns the mirror into the even pace (a full window frees request by request).
 
     With ``requests_per_minute`` set, call starts are also spaced ``60 / (RPM_MARGIN x rpm)`` seconds apart: 1 %
     under the limit, so a start that is late by a few milliseconds never puts one request too many in a window.
@@ -303,8 +304,13 @@ class ProviderGate:
             if self.learned_window is None:  # from now on every start is counted; before, the accepted ones
                 self._window_starts = deque(sorted(accepted))
             self.learned_window = min(60.0, max(1.0, span))
+            self.learned_rate = None  # the latest 429 says what kind of limit this is
             self._last_learn = at
             return
+        # a window's later 429s look like a bucket's (it is full and frees request by request): from then on an
+        # even pace at what it accepted, which is what mirroring a window full of evenly spaced starts gives
+        self.learned_window = None
+        self._window_starts.clear()
         rate = self.RATE_MARGIN * len(accepted) / min(60.0, max(1.0, span))
         if self.learned_rate is None or rate < self.learned_rate:
             self.learned_rate = max(rate, 1.0 / 60.0)
