@@ -229,7 +229,8 @@ def test_evaluate_frame_runs_what_it_can_and_skips_the_rest_with_the_reason(fake
     assert out.metrics["correctness/abstain_rate"] == pytest.approx(1 / 3)
     assert out.params["ragjudge.judge"] == OFFLINE and out.params["ragjudge.judge.provider"] == "offline"
     assert out.params["ragjudge.offline.calibration"] == Calibration.shipped().version
-    assert json.loads(out.params["ragjudge.prompt_versions"]) == {"offline_judge": "offline-lexical-1"}
+    version = f"offline-lexical-{Calibration.shipped().version}"
+    assert json.loads(out.params["ragjudge.prompt_versions"]) == {"offline_judge": version}
     assert out.config["judge"]["kind"].startswith("offline judge") and "judge/calls" not in out.metrics
     claims = json.loads(out.table["faithfulness/claims"][0])
     assert claims[0]["supported"] is True
@@ -430,3 +431,60 @@ def test_answer_relevancy_with_the_local_minilm_skips_japanese_rows_and_scores_e
     assert res[2].status.value == "scored" and res[2].value is not None
     assert out.table["answer_relevancy/score"].iloc[:2].isna().all()
     assert len([r for r in fake_llm.requests if r.path.endswith("/chat/completions")]) == 1  # the English row's
+
+
+# ----------------------------------------------------------------------------- long answers, answers without spaces
+
+
+def test_a_long_answer_is_judged_by_the_long_answer_model():
+    from mlflow_ragjudge.metrics.offline_evidence import SHORT_ANSWER, is_long_answer
+
+    cal = Calibration.shipped()
+    assert cal.long is not None and set(cal.long.features) <= set(FEATURES)
+    short = answer_features("Who wrote it?", "Tolstoy wrote it.", "Leo Tolstoy")
+    long_ref = "The bridge was designed by a Scottish engineer and completed in 1890 after seven years of work."
+    long = answer_features("Who built the bridge?", "A Scottish engineer designed it.", long_ref)
+    assert not is_long_answer(short) and is_long_answer(long)
+    assert cal.model(short).weights == cal.weights and cal.model(long) is cal.long
+    # an answer of exactly SHORT_ANSWER distinct content words is short, one more is long
+    words = ["granite", "harbour", "museum", "railway", "council", "festival", "merchants"]
+    assert not is_long_answer(answer_features("q", "x", " ".join(words[:SHORT_ANSWER])))
+    assert is_long_answer(answer_features("q", "x", " ".join(words[:SHORT_ANSWER + 1])))
+    # routing shown by a long-answer model that never accepts: long references fall below level 4, short ones
+    # are judged as before
+    never = Calibration.from_dict({**cal.to_dict(), "long": {**cal.long.to_dict(), "weights": [0.0] * len(
+        cal.long.features), "bias": -30.0}})
+    judge, strict = OfflineJudge(), OfflineJudge(never)
+    q, right = "Who built the bridge?", ("The bridge was designed by a Scottish engineer and completed in 1890 "
+                                         "after seven years of work.")
+    assert judge.correctness(q, right, [long_ref]).value == 5 and strict.correctness(q, right, [long_ref]).value <= 3
+    assert (strict.correctness("Who wrote it?", "Leo Tolstoy", ["Leo Tolstoy"]).value
+            == judge.correctness("Who wrote it?", "Leo Tolstoy", ["Leo Tolstoy"]).value == 5)
+
+
+def test_a_calibration_without_a_long_answer_model_judges_every_answer_with_one():
+    d = Calibration.shipped().to_dict()
+    del d["long"]
+    one = Calibration.from_dict(d)
+    assert one.long is None and "long" not in one.to_dict()
+    long = answer_features("q", "x", "the bridge was designed by a Scottish engineer in 1890 after seven years")
+    assert one.model(long).weights == one.weights
+    assert Calibration.from_dict(Calibration.shipped().to_dict()) == Calibration.shipped()
+
+
+def test_a_bad_long_answer_model_is_refused():
+    good = Calibration.shipped().to_dict()
+    with pytest.raises(ValueError, match="long-answer model cut-points"):
+        Calibration.from_dict({**good, "long": {**good["long"], "cuts": {"4": 0.9, "5": 0.5}}})
+    with pytest.raises(ValueError, match="long-answer model features"):
+        Calibration.from_dict({**good, "long": {**good["long"], "features": ["recall"], "weights": [1.0, 2.0]}})
+
+
+def test_an_answer_without_spaces_is_found_by_its_character_pairs():
+    """One shared character (山 of 富士山) is not a share of the answer: recall counts character pairs."""
+    wrong = answer_features("日本で一番高い山は何ですか？", "日本で一番高い山は北岳です。", "富士山")
+    half = answer_features("日本で一番高い山は何ですか？", "富士という名前の山です。", "富士山")
+    right = answer_features("日本で一番高い山は何ですか？", "日本で一番高い山は富士山です。", "富士山")
+    assert (wrong["recall"], half["recall"], right["recall"]) == (0.0, 0.5, 1.0)
+    # Latin text keeps its word recall
+    assert answer_features("q", "Mount Fuji is high.", "Mount Fuji")["recall"] == 1.0

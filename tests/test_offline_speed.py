@@ -3,9 +3,10 @@
 * ROUGE-L (the lexical baseline and retrieval's chunk-level coverage) equals ``rouge_score``'s -- its Python LCS
   table and its arithmetic, with our tokenizer -- on random English, CJK and mixed text;
 * the seven offline metrics give the per-row results, per-row table and aggregates recorded in
-  ``tests/data/offline_golden.json`` by the code at commit 63e0970 (before the speed work) on seeded random rows,
+  ``tests/data/offline_golden.json`` by the code at commit 63e0970 (before the speed work; written again for
+  calibration 2, see ``offline_rows.py``) on seeded random rows,
   the package's sample data and, where ``../shared/data`` is present, the public data the calibration was fitted on;
-* the shipped calibration is the file it was.
+* the shipped calibration is the file it was (calibration 2 since issue 27, when the golden was written again).
 
 No timings here: speed is measured by ``benchmarks/throughput.py`` and ``benchmarks/bench_lcs.py``.
 """
@@ -156,7 +157,7 @@ def test_the_golden_sees_every_kind_of_result() -> None:
 
 def test_the_shipped_calibration_is_unchanged() -> None:
     digest = hashlib.sha256(CALIBRATION.read_bytes()).hexdigest()
-    assert digest == "e1a7b7ff2ea55c8d46799eb994a67d583f013a2a61e252699fdf29c311bdd084"
+    assert digest == "94b4a599306ed544e8feb6f4c51ccbfc241a714816cc8d68674ec353bd525fc9"
 
 
 # --------------------------------------------------------------------------- the pieces rewritten for speed

@@ -258,14 +258,14 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
         return JudgeResult.failed("invalid_input", "the reference has no words to compare with",
                                   details=ev.details())
     p, i, f = best
-    level = ev.calibration.level(p, f["recall"])
+    level = ev.calibration.level(p, f["recall"], f)
     # hard rules on top of the fitted model (issue 27): no passing level for a response that contains none of any
     # acceptable answer, and a number or formula that disagrees with the reference's counts against it
     # (answer_found reads the features that do not depend on the contexts: the ones computed above serve)
     found = any(g is not None and answer_found(g, response, r) for g, r in zip(features, references))
     conflict = code_conflict(question, response, references[i])
     if not found:
-        level = min(level, ev.calibration.level(0.0, f["recall"]))
+        level = min(level, ev.calibration.level(0.0, f["recall"], f))
     if conflict:
         level = min(level, 3)
     shown = {k: round(v, 3) for k, v in f.items()}

@@ -82,6 +82,8 @@ __all__ = [
     "answer_features",
     "answer_found",
     "code_conflict",
+    "is_long_answer",
+    "AnswerModel",
     "FEATURES",
     "STOPWORDS",
 ]
@@ -178,7 +180,8 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
     tokens. All shares are in [0, 1]:
 
     * ``recall`` -- share of the answer's distinct content words found in the response (an initial matches a
-      word it starts: ``B. R.`` matches ``Bhimrao Ramji``);
+      word it starts: ``B. R.`` matches ``Bhimrao Ramji``); for an answer in a script written without spaces
+      (Japanese, Chinese), the share of its character pairs (bigrams) found;
     * ``phrase`` -- 1 when the answer's whole token sequence appears in the response;
     * ``char_recall`` -- share of the answer's character trigrams found in the response (spelling variants:
       ``Abidali`` / ``Abid Ali``);
@@ -204,6 +207,12 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
     # the answer's words the response has as they are (the intersection of two sets, in C), then the rest by initial
     found = len(answered & said) + sum(_present(t, r) for t in distinct if t not in said)
     recall = found / len(distinct)
+    if has_cjk(answer):
+        # written without spaces, a character alone means little (山 of 富士山 in 北岳は山です): the share of the
+        # answer's character pairs the response has, as answer_found reads it
+        pairs = _bigrams(a.match)
+        if pairs:
+            recall = len(pairs & _bigrams(r.match)) / len(pairs)
     phrase = float(a.spaced in r.spaced)
     want = _trigrams_of(answer)
     char_recall = _shared_trigrams(want, _trigrams_of(response)) / max(1, int(want[1].sum()))
@@ -236,17 +245,13 @@ def answer_found(features: dict[str, float], response: str = "", answer: str = "
     ``北岳は山です``), something is at least half of the answer's character bigrams, or the whole answer."""
     if features["phrase"] > 0:
         return True
-    if answer and has_cjk(answer):
-        want = _bigrams(match_tokens(answer))
-        if not want:  # a one-character answer: that character
-            return features["recall"] > 0
-        got = _bigrams(match_tokens(response))
-        return len(want & got) / len(want) >= 0.5
+    if answer and has_cjk(answer):  # (recall is then the share of the answer's character pairs found)
+        return features["recall"] >= 0.5 if len(match_tokens(answer)) > 1 else features["recall"] > 0
     return features["recall"] > 0 or features["char_recall"] >= FOUND_CHAR_RECALL
 
 
 def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
-    return {(a, b) for a, b in zip(tokens, tokens[1:])}
+    return set(zip(tokens, tokens[1:]))
 
 
 def _codes(tokens: Iterable[str]) -> list[str]:
@@ -281,6 +286,35 @@ def code_conflict(question: str, response: str, answer: str) -> str | None:
 # --------------------------------------------------------------------------- calibration
 
 
+def is_long_answer(features: dict[str, float]) -> bool:
+    """Whether the acceptable answer ``features`` describe (:func:`answer_features`) has more than
+    :data:`SHORT_ANSWER` distinct content words (its ``answer_length`` is log(1 + that count))."""
+    return round(math.expm1(features["answer_length"])) > SHORT_ANSWER
+
+
+@dataclass(frozen=True)
+class AnswerModel:
+    """One logistic model of "a human accepts the response" and its probability cut-points (levels 4 and 5)."""
+
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    bias: float
+    cuts: dict[str, float]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AnswerModel:
+        return cls(tuple(d["features"]), tuple(float(w) for w in d["weights"]), float(d["bias"]),
+                   {str(k): float(v) for k, v in d["cuts"].items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"features": list(self.features), "weights": list(self.weights), "bias": self.bias,
+                "cuts": self.cuts}
+
+    def probability(self, features: dict[str, float]) -> float:
+        z = self.bias + math.fsum(w * features[f] for f, w in zip(self.features, self.weights))
+        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The fitted numbers of the offline judge (``data/offline_judge.json``, written by
@@ -298,6 +332,12 @@ class Calibration:
         support_threshold: a sentence is supported by passages when at least this share of its content words
             occur in them (faithfulness, context recall, context precision).
         fit: provenance and held-out measurements (data, split rule, sizes, agreement).
+        long: the model of **long answers** (more than :data:`SHORT_ANSWER` distinct content words: a reference
+            that is a passage, MTRAG's, rather than an entity, NQ's), its own ``features``, ``weights``, ``bias``
+            and probability ``cuts``; None: one model for every answer (calibration 1). What makes a human accept
+            a long answer differs from a short one's (how much of the reference it covers and whether the rest is
+            backed by the passages, against whether the entity is named), and one model fitted on both passed
+            nearly every long answer.
     """
 
     version: str
@@ -308,18 +348,25 @@ class Calibration:
     recall_cuts: dict[str, float]
     support_threshold: float
     fit: dict[str, Any] = field(default_factory=dict)
+    long: AnswerModel | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
         cal = cls(str(d["version"]), tuple(d["features"]), tuple(float(w) for w in d["weights"]), float(d["bias"]),
                   {str(k): float(v) for k, v in d["cuts"].items()},
                   {str(k): float(v) for k, v in d["recall_cuts"].items()}, float(d["support_threshold"]),
-                  dict(d.get("fit", {})))
-        if len(cal.features) != len(cal.weights) or set(cal.features) - set(FEATURES):
-            raise ValueError(f"offline judge calibration {cal.version}: features {cal.features} do not match "
-                             f"weights or are unknown (known: {FEATURES})")
-        for name, cuts, keys in (("cut-points", cal.cuts, ("4", "5")), ("recall cut-points", cal.recall_cuts,
-                                                                          ("2", "3"))):
+                  dict(d.get("fit", {})), AnswerModel.from_dict(d["long"]) if d.get("long") else None)
+        models = [("", cal.features, cal.weights, cal.cuts)]
+        if cal.long is not None:
+            models.append(("long-answer model ", cal.long.features, cal.long.weights, cal.long.cuts))
+        for what, features, weights, cuts in models:
+            if len(features) != len(weights) or set(features) - set(FEATURES):
+                raise ValueError(f"offline judge calibration {cal.version}: {what}features {features} do not match "
+                                 f"weights or are unknown (known: {FEATURES})")
+            if [cuts["4"], cuts["5"]] != sorted([cuts["4"], cuts["5"]]):
+                raise ValueError(f"offline judge calibration {cal.version}: {what}cut-points {cuts} are not "
+                                 "increasing")
+        for name, cuts, keys in (("recall cut-points", cal.recall_cuts, ("2", "3")),):
             values = [cuts[k] for k in keys]
             if values != sorted(values):
                 raise ValueError(f"offline judge calibration {cal.version}: {name} {cuts} are not increasing")
@@ -329,9 +376,12 @@ class Calibration:
         return cal
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "features": list(self.features), "weights": list(self.weights),
-                "bias": self.bias, "cuts": self.cuts, "recall_cuts": self.recall_cuts,
-                "support_threshold": self.support_threshold, "fit": self.fit}
+        out = {"version": self.version, "features": list(self.features), "weights": list(self.weights),
+               "bias": self.bias, "cuts": self.cuts, "recall_cuts": self.recall_cuts,
+               "support_threshold": self.support_threshold}
+        if self.long is not None:
+            out["long"] = self.long.to_dict()
+        return {**out, "fit": self.fit}
 
     @staticmethod
     @functools.cache
@@ -340,16 +390,26 @@ class Calibration:
         text = (resources.files("mlflow_ragjudge") / "data" / CALIBRATION_FILE).read_text(encoding="utf-8")
         return Calibration.from_dict(json.loads(text))
 
-    def probability(self, features: dict[str, float]) -> float:
-        z = self.bias + math.fsum(w * features[f] for f, w in zip(self.features, self.weights))
-        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+    def model(self, features: dict[str, float]) -> AnswerModel:
+        """The model that judges a response against the acceptable answer ``features`` describe: the long-answer
+        model for an answer of more than :data:`SHORT_ANSWER` distinct content words, where the calibration has
+        one; the main model otherwise."""
+        if self.long is not None and is_long_answer(features):
+            return self.long
+        return AnswerModel(self.features, self.weights, self.bias, self.cuts)
 
-    def level(self, p: float, recall: float) -> int:
+    def probability(self, features: dict[str, float]) -> float:
+        """P(a human accepts the response), from the model of this answer's length (:meth:`model`)."""
+        return self.model(features).probability(features)
+
+    def level(self, p: float, recall: float, features: dict[str, float] | None = None) -> int:
         """The six-level score (1..5) of a response with acceptance probability ``p`` whose best acceptable
-        answer's content words it contains at share ``recall``."""
-        if p >= self.cuts["5"]:
+        answer's content words it contains at share ``recall`` (the probability cut-points of the model of that
+        answer, described by ``features``; the main model's without them)."""
+        cuts = self.cuts if features is None else self.model(features).cuts
+        if p >= cuts["5"]:
             return 5
-        if p >= self.cuts["4"]:
+        if p >= cuts["4"]:
             return 4
         if recall >= self.recall_cuts["3"]:
             return 3

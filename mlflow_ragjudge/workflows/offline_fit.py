@@ -42,14 +42,16 @@ import pandas as pd
 
 from ..engine.meta import agreement
 from ..metrics.lexical import word_recall
-from ..metrics.offline import Calibration, OfflineJudge, answer_features
+from ..metrics.offline import FEATURES, Calibration, OfflineJudge, answer_features
+from ..metrics.offline_evidence import SHORT_ANSWER, AnswerModel, is_long_answer
+from .offline_table import agreement_table, format_table
 from .public_data import half_split, lexical_match, load_mtrag, load_nq301
 
-__all__ = ["fit_calibration", "held_out_report", "format_report", "main", "SPLIT_SALT"]
+__all__ = ["fit_calibration", "held_out_report", "baseline_table", "format_report", "main", "SPLIT_SALT"]
 
 #: the salt of the fixed half split (fit half: SHA-256(salt + key) even)
 SPLIT_SALT = "mlflow-ragjudge offline judge v1"
-CALIBRATION_VERSION = "1"
+CALIBRATION_VERSION = "2"
 L2 = 1.0
 ROUNDS = 3
 SUPPORT_GRID = tuple(round(0.4 + 0.05 * i, 2) for i in range(12))  # 0.40 .. 0.95
@@ -70,8 +72,11 @@ def _mtrag_rows(m: pd.DataFrame) -> list[list[dict[str, float] | None]]:
     return [[answer_features(r.question, r.response, r.reference, r.passages)] for r in m.itertuples()]
 
 
-#: the features the calibration uses (a subset of offline.FEATURES)
+#: the features the calibration's main model uses (a subset of offline.FEATURES)
 USED = ("recall", "phrase", "char_recall", "number_missing", "number_conflict", "support", "response_length")
+#: the features of the long-answer model (all of them: chosen over USED by the mean held-out kappa on MTRAG over 20
+#: random halves, 0.410 against 0.394; docs/offline-judge.md)
+LONG_USED = FEATURES
 
 
 def _matrix(feats: Sequence[dict[str, float]], used: Sequence[str] = USED) -> np.ndarray:
@@ -110,18 +115,6 @@ def _best(rows: list[list[dict[str, float] | None]], w: np.ndarray | None, b: fl
     return out
 
 
-def _probabilities(rows: list[list[dict[str, float] | None]], w: np.ndarray, b: float,
-                   used: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's acceptance probability (its best answer's) and that answer's recall."""
-    ps, rs = [], []
-    for feats in rows:
-        scored = [(float(_matrix([f], used)[0] @ w + b), f["recall"]) for f in feats if f is not None]
-        z, r = max(scored) if scored else (-math.inf, 0.0)
-        ps.append(1.0 / (1.0 + math.exp(-z)) if scored else 0.0)
-        rs.append(r)
-    return np.array(ps), np.array(rs)
-
-
 def _fit_model(rows: list[list[dict[str, float] | None]], y: np.ndarray, weight: np.ndarray,
                used: Sequence[str]) -> tuple[np.ndarray, float]:
     w: np.ndarray | None = None
@@ -138,37 +131,7 @@ def _fit_model(rows: list[list[dict[str, float] | None]], y: np.ndarray, weight:
 # --------------------------------------------------------------------------- cut-points
 
 
-def _accuracy_cut(p: np.ndarray, y: np.ndarray) -> float:
-    candidates = np.unique(np.round(p, 4))
-    best = max(candidates, key=lambda c: (float(np.mean((p >= c) == y)), -abs(c - 0.5)))
-    return float(best)
-
-
 RECALL_GRID = tuple(round(0.05 * i, 2) for i in range(1, 21))  # 0.05 .. 1.00
-
-
-def _level_cuts(p: np.ndarray, recall: np.ndarray, target: np.ndarray, weight: np.ndarray,
-                c4: float) -> tuple[float, float, float]:
-    """(r2, r3, c5) minimising the weighted squared difference between level and target: c5 >= c4 on the
-    probability (the rows at or above c4: level 4 or 5), and r2 <= r3 on the recall (the rows below c4: level 1,
-    2 or 3; r2 > 0, so a response with none of the answer's words is level 1). Candidates: the 1 %-quantiles of
-    ``p`` for c5, steps of 0.05 for r2 and r3."""
-    above = p >= c4
-
-    def cost5(c: float) -> float:
-        return float(np.sum(weight[above] * (np.where(p[above] >= c, 5, 4) - target[above]) ** 2))
-
-    grid = np.unique(np.concatenate([np.quantile(p, np.linspace(0, 1, 101)), [c4]]))
-    best5 = min([float(g) for g in grid if g >= c4] + [1.0 + 1e-9], key=cost5)
-    below = ~above
-
-    def cost23(rr: tuple[float, float]) -> float:
-        r = recall[below]
-        lv = np.where(r >= rr[1], 3, np.where(r >= rr[0], 2, 1))
-        return float(np.sum(weight[below] * (lv - target[below]) ** 2))
-
-    best23 = min(((r2, r3) for r3 in RECALL_GRID for r2 in RECALL_GRID if r2 <= r3), key=cost23)
-    return best23[0], best23[1], best5
 
 
 def _completeness_levels(completeness: np.ndarray) -> np.ndarray:
@@ -204,10 +167,82 @@ def _masks(nq: pd.DataFrame, m: pd.DataFrame, nq_fit: set[str], m_fit: set[str])
     return nq["question_id"].isin(nq_fit).to_numpy(), m["task_id"].isin(m_fit).to_numpy()
 
 
+def _regime(rows: list[list[dict[str, float] | None]], long: bool) -> list[list[dict[str, float] | None]]:
+    """``rows`` with the acceptable answers of the other length left out (None), so that indices still align."""
+    return [[f if f is not None and is_long_answer(f) == long else None for f in feats] for feats in rows]
+
+
+def _row_best(rows: list[list[dict[str, float] | None]],
+              models: dict[bool, tuple[np.ndarray, float, Sequence[str]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's acceptance probability (its best acceptable answer's, each answer under the model of its length),
+    that answer's recall, and whether it is a long answer."""
+    ps, rs, longs = [], [], []
+    for feats in rows:
+        best = (-math.inf, 0.0, False)
+        for f in feats:
+            if f is None:
+                continue
+            long = is_long_answer(f) and True in models
+            w, b, used = models[long]
+            z = float(_matrix([f], used)[0] @ w + b)
+            if z > best[0]:
+                best = (z, f["recall"], long)
+        ps.append(0.0 if best[0] == -math.inf else 1.0 / (1.0 + math.exp(-best[0])))
+        rs.append(best[1])
+        longs.append(best[2])
+    return np.array(ps), np.array(rs), np.array(longs, dtype=bool)
+
+
+def _kappa_cut(p: np.ndarray, y: np.ndarray) -> float:
+    """The probability cut-point (level 4 and above = accepted) that maximises Cohen's kappa with the human
+    verdicts ``y`` (ties: the cut nearer 0.5)."""
+    candidates = np.unique(np.round(p, 4))
+
+    def kappa(c: float) -> float:
+        pred = p >= c
+        po = float(np.mean(pred == y))
+        pe = float(np.mean(pred) * np.mean(y) + np.mean(~pred) * np.mean(~y))
+        return (po - pe) / (1 - pe) if pe < 1 else 0.0
+
+    return float(max(candidates, key=lambda c: (round(kappa(c), 12), -abs(c - 0.5))))
+
+
+def _c5(p: np.ndarray, target: np.ndarray, weight: np.ndarray, c4: float) -> float:
+    """Cut-point 5 (>= c4) minimising the weighted squared difference between level (5 or 4) and target over the
+    rows at or above c4; candidates: the 1 %-quantiles of ``p``."""
+    above = p >= c4
+
+    def cost5(c: float) -> float:
+        return float(np.sum(weight[above] * (np.where(p[above] >= c, 5, 4) - target[above]) ** 2))
+
+    grid = np.unique(np.concatenate([np.quantile(p, np.linspace(0, 1, 101)), [c4]])) if len(p) else np.array([c4])
+    return min([float(g) for g in grid if g >= c4] + [1.0 + 1e-9], key=cost5)
+
+
+def _recall_cuts(recall: np.ndarray, target: np.ndarray, weight: np.ndarray) -> tuple[float, float]:
+    """(r2, r3), r2 <= r3, on the recall of the rows below cut-point 4 (level 3 from r3, 2 from r2, else 1; r2 > 0,
+    so a response with none of the answer's words is level 1), minimising the weighted squared difference between
+    level and target; steps of 0.05."""
+
+    def cost23(rr: tuple[float, float]) -> float:
+        lv = np.where(recall >= rr[1], 3, np.where(recall >= rr[0], 2, 1))
+        return float(np.sum(weight * (lv - target) ** 2))
+
+    return min(((r2, r3) for r3 in RECALL_GRID for r2 in RECALL_GRID if r2 <= r3), key=cost23)
+
+
+#: fewer fit rows than this with a long acceptable answer, or with a short one: no long-answer model (one model
+#: judges every answer)
+MIN_LONG_ROWS = 40
+
+
 def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] | None = None,
-                    m_fit: set[str] | None = None, features: Sequence[str] = USED, mtrag_weight: float = 1.0,
+                    m_fit: set[str] | None = None, features: Sequence[str] = USED,
+                    long_features: Sequence[str] = LONG_USED, regimes: bool = True, mtrag_weight: float = 1.0,
                     _cache: dict[str, Any] | None = None) -> Calibration:
-    """Fit a calibration on the fit halves (default: the fixed :func:`half_split` with :data:`SPLIT_SALT`)."""
+    """Fit a calibration on the fit halves (default: the fixed :func:`half_split` with :data:`SPLIT_SALT`; an
+    empty set leaves that data set out). With ``regimes``, short and long acceptable answers get a model each
+    (:attr:`Calibration.long`); without, one model for both (calibration 1's way)."""
     nq_fit = nq_fit if nq_fit is not None else half_split(nq["question_id"], SPLIT_SALT)
     m_fit = m_fit if m_fit is not None else half_split(mtrag["task_id"], SPLIT_SALT)
     cache = _cache if _cache is not None else {}
@@ -222,20 +257,36 @@ def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] |
     rows = [r for r, keep in zip(nq_rows, nmask) if keep] + [r for r, keep in zip(m_rows, mmask) if keep]
     y = np.concatenate([y_nq[nmask], y_m[mmask]])
     rw = np.concatenate([np.ones(int(nmask.sum())), np.full(int(mmask.sum()), mtrag_weight)])
-    used = tuple(features)
-    w, b = _fit_model(rows, y, rw, used)
-    p_nq, r_nq = _probabilities([r for r, keep in zip(nq_rows, nmask) if keep], w, b, used)
-    c4 = _accuracy_cut(p_nq, y_nq[nmask].astype(bool))
-    p_m, r_m = _probabilities([r for r, keep in zip(m_rows, mmask) if keep], w, b, used)
     # the level targets: MTRAG's completeness on the six-level scale; an NQ answer is 5 when the humans accept
     # it and 1 when they do not (a wrong short answer is wrong outright); each data set weighs the same
     t_nq = np.where(y_nq[nmask] > 0, 5.0, 1.0)
     t_m = _completeness_levels(mtrag["completeness"].to_numpy()[mmask])
-    weight = np.concatenate([np.full(len(t_nq), 0.5 / len(t_nq)), np.full(len(t_m), 0.5 / len(t_m))])
-    r2, r3, c5 = _level_cuts(np.concatenate([p_nq, p_m]), np.concatenate([r_nq, r_m]), np.concatenate([t_nq, t_m]),
-                             weight, c4)
+    target = np.concatenate([t_nq, t_m])
+    weight = np.concatenate([np.full(len(t_nq), 0.5 / max(1, len(t_nq))),
+                             np.full(len(t_m), 0.5 / max(1, len(t_m)))])
+    models: dict[bool, tuple[np.ndarray, float, Sequence[str]]] = {}
+    long_rows, short_rows = _regime(rows, True), _regime(rows, False)
+    if regimes and min(sum(any(f is not None for f in r) for r in part)
+                       for part in (long_rows, short_rows)) >= MIN_LONG_ROWS:
+        models[True] = (*_fit_model(long_rows, y, rw, tuple(long_features)), tuple(long_features))
+        main_rows = short_rows
+    else:
+        main_rows = rows
+    models[False] = (*_fit_model(main_rows, y, rw, tuple(features)), tuple(features))
+    p, recall, long = _row_best(rows, models)
+    truth = y.astype(bool)
+    c4 = {k: _kappa_cut(p[long == k], truth[long == k]) for k in models}
+    c5 = {k: _c5(p[long == k], target[long == k], weight[long == k], c4[k]) for k in models}
+    below = p < np.array([c4[bool(k)] for k in long]) if len(p) else np.zeros(0, bool)
+    r2, r3 = _recall_cuts(recall[below], target[below], weight[below])
+    w, b, used = models[False]
+    long_model = None
+    if True in models:
+        lw, lb, lused = models[True]
+        long_model = AnswerModel(tuple(lused), tuple(round(float(x), 6) for x in lw), round(lb, 6),
+                                 {"4": round(c4[True], 6), "5": round(c5[True], 6)})
     # the support threshold: Spearman of the supported share with human faithfulness on the fit half
-    judge = OfflineJudge(Calibration(CALIBRATION_VERSION, used, tuple(w), b, {"4": c4, "5": c5},
+    judge = OfflineJudge(Calibration(CALIBRATION_VERSION, tuple(used), tuple(w), b, {"4": c4[False], "5": c5[False]},
                                      {"2": r2, "3": r3}, 0.5))
     fit_m = mtrag[mmask]
     if "support" not in cache:
@@ -243,16 +294,18 @@ def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] |
     tau = max(SUPPORT_GRID, key=lambda t: _spearman(
         [None if not res.is_scored else sum(c["support"] >= t for c in res.details["claims"]) / len(
             res.details["claims"]) for res, keep in zip(cache["support"], mmask) if keep],
-        fit_m["faithfulness"].tolist())[0])
+        fit_m["faithfulness"].tolist())[0]) if mmask.any() else 0.5
     return Calibration(
-        CALIBRATION_VERSION, used, tuple(round(float(x), 6) for x in w), round(b, 6),
-        {"4": round(c4, 6), "5": round(c5, 6)}, {"2": r2, "3": r3}, float(tau),
+        CALIBRATION_VERSION, tuple(used), tuple(round(float(x), 6) for x in w), round(b, 6),
+        {"4": round(c4[False], 6), "5": round(c5[False], 6)}, {"2": r2, "3": r3}, float(tau),
         {"data": {"nq301": "ehsk/OpenQA-eval @ 8b9317d0 (NQ301_human.tsv, NQ301_BEM.tsv gold answers)",
                   "mtrag": "IBM/mt-rag-benchmark @ cc5b1d48 (human evaluation subset, model responses)"},
          "split": f"half_split(key, salt={SPLIT_SALT!r}): fit half = SHA-256(salt + key) even; "
                   "key = question id (NQ301), task id (MTRAG)",
          "fit_rows": {"nq301": int(nmask.sum()), "mtrag": int(mmask.sum())},
-         "l2": L2, "rounds": ROUNDS},
+         "l2": L2, "rounds": ROUNDS, "cut_4": "the probability that maximises Cohen's kappa on the fit rows",
+         "long_answer": f"more than {SHORT_ANSWER} distinct content words"},
+        long_model,
     )
 
 
@@ -416,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fit":
             cal = fit_calibration(load_nq301(args.data), load_mtrag(args.data))
             report = held_out_report(args.data, cal)
-            text = json.dumps({**cal.to_dict(), "fit": {**cal.fit, "held_out": _headline(report)}}, indent=1,
+            table = baseline_table(args.data, cal)
+            text = json.dumps({**cal.to_dict(), "fit": {**cal.fit, "held_out": _headline(report, table)}}, indent=1,
                               ensure_ascii=False) + "\n"
             if args.out == "-":
                 sys.stdout.write(text)
@@ -427,9 +481,11 @@ def main(argv: list[str] | None = None) -> int:
         given = (Calibration.from_dict(json.loads(Path(args.calibration).read_text(encoding="utf-8")))
                  if args.calibration else None)
         report = held_out_report(args.data, given, splits=args.splits)
-        print(format_report(report))
+        table = baseline_table(args.data, given, splits=args.splits)
+        print(format_table(table) + "\n\n" + format_report(report))
         if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1, default=float), encoding="utf-8")
+            Path(args.json).write_text(json.dumps({**report, "baselines": table}, indent=1, default=float),
+                                       encoding="utf-8")
         return 0
     except FileNotFoundError as e:
         print(f"error: {e}. Point --data at a folder laid out like ../shared/data (openqa_eval/, mtrag/).",
@@ -437,9 +493,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _headline(report: dict[str, Any]) -> dict[str, Any]:
+def baseline_table(data_dir: str | Path, calibration: Calibration | None = None, *, splits: int = 0,
+                   seed: int = 0) -> dict[str, Any]:
+    """The offline judge against the lexical baselines on every set (:func:`~mlflow_ragjudge.offline_table.
+    agreement_table`), the judge being ``calibration`` (default: the shipped one) on the fixed split."""
+    nq, m = load_nq301(data_dir), load_mtrag(data_dir)
+    cache: dict[str, Any] = {}
+
+    def fitter(**kw: Any) -> Calibration:
+        return fit_calibration(nq, m, _cache=cache, **kw)
+
+    return agreement_table(nq, m, fitter, SPLIT_SALT, calibration=calibration or Calibration.shipped(),
+                           splits=splits, seed=seed)
+
+
+def _headline(report: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
     nq, m = report["nq301_heldout"], report["mtrag_heldout"]
-    return {"nq301": {"rows": nq["rows"], **{k: nq["offline"][k] for k in ("agreement", "kappa")}},
+    return {"kappa_and_margin_over_the_best_lexical_baseline": {
+                name: {"kappa": r["scores"]["offline judge"]["kappa"], "margin": r["margin"]}
+                for name, r in table["fixed"].items()},
+            "nq301": {"rows": nq["rows"], **{k: nq["offline"][k] for k in ("agreement", "kappa")}},
             "mtrag_faithfulness_spearman": m["offline_faithfulness~faithfulness"]["spearman"],
             "mtrag_faithfulness_kendall": m["offline_faithfulness~faithfulness"]["kendall"],
             "mtrag_correctness_completeness_spearman": m["offline_correctness~completeness"]["spearman"],
