@@ -329,6 +329,7 @@ sys.exit(rc)
 #: (question, a response that contains none of the reference, the reference): never a passing level
 NOTHING_OF_THE_REFERENCE = [
     ("What is the chemical formula of water?", "The chemical formula of water is CO2.", ["H2O"]),
+    ("阿波罗11号哪年登月？", "阿波罗11号于1970年登月。", ["1969年"]),
     ("水の化学式は何ですか？", "水の化学式はCO2です。", ["H2O"]),
     ("日本の首都はどこですか？", "日本の首都は大阪です。", ["東京"]),
     ("中国的首都是哪里？", "中国的首都是上海。", ["北京"]),
@@ -343,6 +344,23 @@ def test_no_passing_level_for_a_response_with_none_of_the_reference(question, re
     res = OfflineJudge().correctness(question, response, references)
     assert res.value is not None and res.value <= 3, (res.value, res.rationale)
     assert "none of any acceptable answer is in the response" in res.rationale
+
+
+@pytest.mark.parametrize("question,response,reference", [
+    # 1,000 km for 21,000 km: most of the characters, the wrong number
+    ("长城有多长？", "长城有一千公里长。", "两万一千公里"),
+    ("東京タワーの高さは？", "高さは三百メートルです。", "333メートル"),
+    ("阿波罗11号哪年登月？", "一九七〇年。", "1969年"),
+])
+def test_a_number_in_numerals_that_disagrees_is_not_a_passing_level(question, response, reference):
+    res = OfflineJudge().correctness(question, response, [reference])
+    assert res.value is not None and res.value <= 3, (res.value, res.rationale)
+
+
+def test_numbers_in_numerals_and_in_digits_are_the_same_answer():
+    judge = OfflineJudge()
+    assert judge.correctness("长城有多长？", "长城长21000公里。", ["两万一千公里"]).value >= 4
+    assert judge.correctness("阿波罗11号哪年登月？", "一九六九年。", ["1969年"]).value >= 4
 
 
 def test_the_japanese_case_of_the_issue_is_wrong_not_largely_correct():
@@ -373,6 +391,9 @@ def test_a_number_or_formula_that_disagrees_counts_against_the_answer():
      "日本で一番高い山は北岳です。"),
     ("中国的首都是哪里？", "北京", "中国的首都是北京。", "北方的一个城市，北边。", "中国的首都是上海。"),
     ("长城有多长？", "两万一千公里", "长城长两万一千公里。", "长城有一千公里长。", "长城很长很长。"),
+    ("长城有多长？", "两万一千公里", "长城长21000公里。", "长城长两万公里左右。", "长城很长很长。"),
+    ("東京タワーの高さは？", "333メートル", "高さは三百三十三メートルです。", "高さは三百メートルを超えます。",
+     "東京タワーはとても高いです。"),
 ])
 def test_japanese_and_chinese_answers_order_right_partial_wrong(question, reference, right, partial, wrong):
     judge = OfflineJudge()
@@ -394,7 +415,10 @@ def test_answer_relevancy_refuses_other_languages_with_an_english_only_embedder(
     judge = AnswerRelevancyJudge(client, embed=english_only)
     for question, response in (("水の化学式は何ですか？", "水の化学式はH2Oです。"),
                                ("中国的首都是哪里？", "中国的首都是北京。"),
-                               ("Какая столица России?", "Столица России — Москва.")):
+                               ("Какая столица России?", "Столица России — Москва."),
+                               ("Quelle est la capitale de la France ?", "La capitale de la France est Paris."),
+                               ("Wie hoch ist der Mount Everest?", "Der Mount Everest ist 8849 Meter hoch."),
+                               ("¿Cuál es la capital de España?", "La capital de España es Madrid.")):
         res = judge.judge(question, response)
         assert res.status is Status.ABSTAINED and res.reason == "unsupported_language", res
         assert res.value is None and "English-only" in res.rationale and "embeddings=" in res.rationale
@@ -402,6 +426,11 @@ def test_answer_relevancy_refuses_other_languages_with_an_english_only_embedder(
     # the run's language setting says it too, whatever the script
     ja = AnswerRelevancyJudge(client, embed=english_only, language="ja")
     assert ja.judge("What is H2O?", "Water.").reason == "unsupported_language"
+    # English with names from other languages is English
+    for question, response in (("Where is the Musée de la Ville?", "The Musée de la Ville is in Paris."),
+                               ("Who directed La La Land?", "Damien Chazelle directed La La Land."),
+                               ("What is El Niño?", "El Niño is a climate pattern of the Pacific.")):
+        assert judge._unsupported_language(question, response) is None, question
     # an embedder not known to be English-only (a multilingual URI, your callable) is used
     assert AnswerRelevancyJudge(client, embed=lambda t: [[1.0]] * len(t))._unsupported_language("水", "水") is None
 

@@ -7,7 +7,17 @@ import string
 
 import pytest
 
-from mlflow_ragjudge.core.text import has_cjk, is_cjk_char, normalize, split_sentences, tokenize, word_set
+from mlflow_ragjudge.core.text import (
+    cjk_numbers,
+    has_cjk,
+    is_cjk_char,
+    latin_language,
+    normalize,
+    numerals_as_digits,
+    split_sentences,
+    tokenize,
+    word_set,
+)
 
 
 @pytest.mark.parametrize(
@@ -104,3 +114,36 @@ def test_word_set_and_helpers() -> None:
 )
 def test_split_sentences(text: str, expected: list[str]) -> None:
     assert split_sentences(text) == expected
+
+
+@pytest.mark.parametrize("text,numbers", [
+    ("两万一千公里", ["21000"]), ("三百メートル", ["300"]), ("二〇二三年", ["2023"]), ("十五", ["15"]),
+    ("一千", ["1000"]), ("三万五千", ["35000"]), ("两亿", ["200000000"]), ("一百零五", ["105"]),
+    ("第三十二届", ["32"]), ("九千九百九十九", ["9999"]), ("长城很长", []), ("", []), (None, []),
+])
+def test_cjk_numbers(text, numbers):
+    assert cjk_numbers(text) == numbers
+
+
+def test_numerals_as_digits():
+    assert numerals_as_digits("长城长两万一千公里，约三百年") == "长城长21000公里，约300年"
+    assert tokenize(numerals_as_digits("高さは三百三十三メートル")) == tokenize("高さは333メートル")
+
+
+@pytest.mark.parametrize("text,language", [
+    ("Quelle est la capitale de la France ?", "French"),
+    ("Wie hoch ist der Mount Everest?", "German"),
+    ("¿Cuál es la capital de España?", "Spanish"),
+    ("Qual è la capitale d'Italia? La capitale è Roma.", "Italian"),
+    ("Qual é a capital do Brasil?", "Portuguese"),
+    ("Wat is de hoofdstad van Nederland?", "Dutch"),
+    ("What is the capital of Spain?", None),
+    ("The Musée de la Ville is in Paris.", None),
+    ("La La Land won six Oscars.", None),
+    ("Der Spiegel reported it in 1990.", None),
+    ("El Niño is a climate pattern that affects the Pacific.", None),
+    ("How do I create an index in Db2? Use the CREATE INDEX statement on the table.", None),
+    ("Paris", None), ("", None), (None, None), ("東京は日本の首都です", None),
+])
+def test_latin_language(text, language):
+    assert latin_language(text) == language

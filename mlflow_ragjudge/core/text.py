@@ -493,3 +493,85 @@ def non_latin_script(text: str | None, share: float = 0.3) -> str | None:
         return None
     name, n = max(counts.items(), key=lambda kv: kv[1])
     return name if n / letters >= share else None
+
+
+# --------------------------------------------------------------------------- numbers written in CJK numerals
+
+_CJK_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
+               "八": 8, "九": 9}
+_CJK_UNITS = {"十": 10, "百": 100, "千": 1000}
+_CJK_BIG_UNITS = {"万": 10**4, "萬": 10**4, "亿": 10**8, "億": 10**8, "兆": 10**12}
+_CJK_NUMBER_RE = re.compile("[" + "".join([*_CJK_DIGITS, *_CJK_UNITS, *_CJK_BIG_UNITS]) + "]+")
+
+
+def _cjk_number(run: str) -> int:
+    if not any(c in _CJK_UNITS or c in _CJK_BIG_UNITS for c in run):  # digit by digit: 二〇二三 = 2023
+        return int("".join(str(_CJK_DIGITS[c]) for c in run))
+    total = section = digit = 0
+    for c in run:
+        if c in _CJK_DIGITS:
+            digit = _CJK_DIGITS[c]
+        elif c in _CJK_UNITS:
+            section += (digit or 1) * _CJK_UNITS[c]  # 十 alone is ten
+            digit = 0
+        else:
+            total += (section + digit or 1) * _CJK_BIG_UNITS[c]
+            section = digit = 0
+    return total + section + digit
+
+
+def cjk_numbers(text: str | None) -> list[str]:
+    """The numbers ``text`` writes in Chinese / Japanese numerals, as digit strings, in order (``两万一千`` ->
+    ``21000``, ``三百`` -> ``300``, ``二〇二三`` -> ``2023``, ``十五`` -> ``15``; ``一`` of ``一番`` is 1 too: a
+    number the answer does not give, which only counts where the answer is a number). Numbers in Arabic digits are
+    the tokenizer's."""
+    if not text:
+        return []
+    return [str(_cjk_number(m.group(0))) for m in _CJK_NUMBER_RE.finditer(text)]
+
+
+def numerals_as_digits(text: str) -> str:
+    """``text`` with each run of Chinese / Japanese numerals written in digits (:func:`cjk_numbers`):
+    ``长城长两万一千公里`` -> ``长城长21000公里``."""
+    return _CJK_NUMBER_RE.sub(lambda m: str(_cjk_number(m.group(0))), text)
+
+
+# --------------------------------------------------------------------------- languages written in Latin letters
+
+# Frequent function words of some languages written in Latin letters, none of them an English word a reader would
+# meet in English text ("a", "in", "is", "die", "me" ... are left out)
+_FUNCTION_WORDS = {
+    "French": "le la les des du est et une un que qui dans pour pas sur avec ce cette sont il elle au aux par ou ne "
+              "se nous vous ils été être était où mais plus son sa ses leur quel quelle comment pourquoi",
+    "German": "der das und ist nicht ein eine einen dem den zu mit von auf für sich auch es im sind wird wurde war "
+              "als bei oder aber wie noch nach dass er sie wir ich welche welcher wann warum wo",
+    "Spanish": "el la los las de del y que en es un una por con para se lo al su sus como más pero fue son está este "
+               "esta ha muy entre cuando también cuál qué dónde quién",
+    "Italian": "il lo la gli le di del della e è che un una per con non si da dei nel nella sono ha come più anche ma "
+               "questo questa alla al quale dove chi perché",
+    "Portuguese": "o os as da do das dos de e é que um uma para com não em no na se por mais foi são como mas ao sua "
+                  "seu está qual onde quem porque",
+    "Dutch": "de het een en van dat niet op te zijn met voor er maar ook als bij aan om wordt werd naar dit deze wat "
+             "hij zij ze nog welke waar waarom",
+}
+_ENGLISH_WORDS = frozenset("the of and to is in that it was for on are with as his her they be at this have from or by "
+                           "not but what which when where who why how an were there been has had their its will would "
+                           "can does did you we he she".split())
+# words of both English and another language's list (Portuguese "a", "do", "no"; ...): counted for neither
+_SHARED_WORDS = _ENGLISH_WORDS | {"a", "do", "no", "so", "me", "die", "den", "van", "am", "also", "war", "hat", "will"}
+_OTHER_WORDS = {lang: frozenset(words.split()) - _SHARED_WORDS for lang, words in _FUNCTION_WORDS.items()}
+_LATIN_WORD_RE = re.compile(r"[^\W\d_]+")
+
+
+def latin_language(text: str | None) -> str | None:
+    """The language, other than English, that a text in Latin letters is written in, told by its function words
+    (French, German, Spanish, Italian, Portuguese or Dutch), or None: English, too few function words to tell, or
+    another script (:func:`non_latin_script`). Another language is named when at least two distinct words of the
+    text are its function words (and not English ones) and they outnumber the distinct English function words:
+    ``Quelle est la capitale de la France ?`` is French; ``The Musée de la Ville is in Paris.`` and ``La La Land
+    won six Oscars.`` are English."""
+    words = {w.lower() for w in _LATIN_WORD_RE.findall(text or "")}
+    english = len(words & _ENGLISH_WORDS)
+    hits = {lang: len(words & vocab) for lang, vocab in _OTHER_WORDS.items()}
+    lang, n = max(hits.items(), key=lambda kv: kv[1])
+    return lang if n >= 2 and n > english else None

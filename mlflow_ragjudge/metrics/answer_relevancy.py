@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.text import non_latin_script
+from ..core.text import latin_language, non_latin_script
 from ..core.types import FailureReason, JudgeResult
 from ..core.values import is_int
 from ..llm.backends import BackendError, ChatRequest, ChatResponse, JsonSchema
@@ -165,8 +165,9 @@ class AnswerRelevancyJudge:
         return type(owner).__name__ if owner is not None else getattr(self.embed, "__name__", "embed")
 
     def _unsupported_language(self, question: str, response: str) -> str | None:
-        """The language of a row an English-only embedder cannot compare (the run's ``language``, or text that is
-        mostly in a script other than Latin: Japanese, Chinese, Korean, Cyrillic, Arabic ...); None when the
+        """The language of a row an English-only embedder cannot compare (the run's ``language``; text that is
+        mostly in a script other than Latin: Japanese, Chinese, Korean, Cyrillic, Arabic ...; or text in Latin
+        letters whose function words are French, German, Spanish, Italian, Portuguese or Dutch); None when the
         embedder is not known to be English-only."""
         langs = self._embedder_languages()
         if not langs or "en" not in langs or len(langs) > 1:
@@ -174,7 +175,10 @@ class AnswerRelevancyJudge:
         if self.language not in langs:
             return f"language {self.language!r} (the run's language setting)"
         script = non_latin_script(f"{question} {response}")
-        return f"a non-Latin script ({script})" if script else None
+        if script:
+            return f"a non-Latin script ({script})"
+        language = latin_language(f"{question} {response}")
+        return f"{language}, not English" if language else None
 
     def estimate(self, question: str, response: str) -> dict[str, int]:
         """Upper-bound cost of one row without calling the model: 1 chat call (0 for an empty

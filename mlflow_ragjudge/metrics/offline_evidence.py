@@ -68,7 +68,7 @@ from ..core.matching import (
     match_tokens,
     text_cut,
 )
-from ..core.text import TextMemo, has_cjk
+from ..core.text import TextMemo, cjk_numbers, has_cjk, numerals_as_digits
 
 __all__ = [
     "OFFLINE_PROVIDER",
@@ -181,7 +181,7 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
 
     * ``recall`` -- share of the answer's distinct content words found in the response (an initial matches a
       word it starts: ``B. R.`` matches ``Bhimrao Ramji``); for an answer in a script written without spaces
-      (Japanese, Chinese), the share of its character pairs (bigrams) found;
+      (Japanese, Chinese), the share of its character pairs (bigrams) found, numerals read as digits;
     * ``phrase`` -- 1 when the answer's whole token sequence appears in the response;
     * ``char_recall`` -- share of the answer's character trigrams found in the response (spelling variants:
       ``Abidali`` / ``Abid Ali``);
@@ -208,11 +208,7 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
     found = len(answered & said) + sum(_present(t, r) for t in distinct if t not in said)
     recall = found / len(distinct)
     if has_cjk(answer):
-        # written without spaces, a character alone means little (山 of 富士山 in 北岳は山です): the share of the
-        # answer's character pairs the response has, as answer_found reads it
-        pairs = _bigrams(a.match)
-        if pairs:
-            recall = len(pairs & _bigrams(r.match)) / len(pairs)
+        recall = _pair_recall(answer, response)
     phrase = float(a.spaced in r.spaced)
     want = _trigrams_of(answer)
     char_recall = _shared_trigrams(want, _trigrams_of(response)) / max(1, int(want[1].sum()))
@@ -246,8 +242,20 @@ def answer_found(features: dict[str, float], response: str = "", answer: str = "
     if features["phrase"] > 0:
         return True
     if answer and has_cjk(answer):  # (recall is then the share of the answer's character pairs found)
-        return features["recall"] >= 0.5 if len(match_tokens(answer)) > 1 else features["recall"] > 0
+        return features["recall"] >= 0.5
     return features["recall"] > 0 or features["char_recall"] >= FOUND_CHAR_RECALL
+
+
+def _pair_recall(answer: str, response: str) -> float:
+    """For an answer written without spaces, where a character alone means little (山 of 富士山 in 北岳は山です): the
+    share of the answer's character pairs (bigrams of its tokens) that the response has, numbers written in
+    numerals read as digits on both sides (两万一千 = 21000); an answer of one token: 1 when the response has it."""
+    want = match_tokens(numerals_as_digits(answer))
+    got = match_tokens(numerals_as_digits(response))
+    if len(want) < 2:
+        return float(bool(want) and want[0] in got)
+    pairs = _bigrams(want)
+    return len(pairs & _bigrams(got)) / len(pairs)
 
 
 def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
@@ -272,11 +280,12 @@ def code_conflict(question: str, response: str, answer: str) -> str | None:
     tokens = _cut(answer)
     if len(tokens.content) > SHORT_ANSWER:
         return None  # a long answer's numbers are details of many; the rule is for answers that are a number
-    wanted = set(_codes(tokens.match))
+    cjk = has_cjk(answer) or has_cjk(response)  # numbers may be written in numerals there: 两万一千 = 21000
+    wanted = set(_codes(tokens.match)) | (set(cjk_numbers(answer)) if cjk else set())
     if not wanted:
         return None
-    said = _cut(response).match
-    asked = _cut(question).match_set
+    said = [*_cut(response).match, *(cjk_numbers(response) if cjk else ())]
+    asked = {*_cut(question).match_set, *(cjk_numbers(question) if cjk else ())}
     given = [t for t in _codes(said) if t not in asked]
     if not given or any(t in wanted for t in said):
         return None
