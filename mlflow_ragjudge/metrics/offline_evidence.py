@@ -101,7 +101,7 @@ CALIBRATION_FILE = "offline_judge.json"
 
 #: the features of one response against one acceptable answer, in the calibration's order
 FEATURES = ("recall", "phrase", "char_recall", "number_missing", "number_conflict", "support", "unbacked",
-            "response_length", "answer_length")
+            "response_length", "answer_length", "new_recall")
 
 
 def _cut(text: str) -> TextCut:
@@ -191,10 +191,15 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
     * ``support`` -- share of the response's content words found in the answer, the contexts or the question
       (how much of the response is backed by what the judge trusts);
     * ``unbacked`` -- share of the response's content words found in neither the answer nor the question;
-    * ``response_length``, ``answer_length`` -- log(1 + content words) of the response and of the answer.
+    * ``response_length``, ``answer_length`` -- log(1 + content words) of the response and of the answer;
+    * ``new_recall`` -- ``recall`` of the answer's content words that are not in the question (:func:`_new_recall`).
 
     A calibration uses some of these (:attr:`Calibration.features`).
     """
+    if isinstance(answer, str) and isinstance(response, str) and (has_cjk(answer) or has_cjk(response)):
+        # numbers written in Chinese / Japanese numerals are compared as digits (两万一千 = 21000, 一九六九 = 1969)
+        answer, response = numerals_as_digits(answer), numerals_as_digits(response)
+        question = numerals_as_digits(question) if isinstance(question, str) else question
     a = _cut(answer)
     distinct = a.distinct
     if not distinct:
@@ -227,6 +232,7 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
         if resp_content else 0.0,
         "response_length": math.log1p(len(resp_content)),
         "answer_length": math.log1p(len(distinct)),
+        "new_recall": _new_recall(distinct, r, asked, recall),
     }
 
 
@@ -246,12 +252,24 @@ def answer_found(features: dict[str, float], response: str = "", answer: str = "
     return features["recall"] > 0 or features["char_recall"] >= FOUND_CHAR_RECALL
 
 
+def _new_recall(distinct: Sequence[str], r: TextCut, asked: Collection[str], recall: float) -> float:
+    """The share of the answer's content words **not in the question** that the response has: a word of the
+    answer the question already says (``Washington`` of ``Washington metropolitan area`` for "where are the
+    Washington Redskins based?") is no evidence that the response found the answer. ``recall`` when none or all of
+    the answer's words are in the question."""
+    new = [t for t in distinct if t not in asked]
+    if not new or len(new) == len(distinct):
+        return recall
+    return sum(t in r.match_set or _present(t, r) for t in new) / len(new)
+
+
 def _pair_recall(answer: str, response: str) -> float:
     """For an answer written without spaces, where a character alone means little (山 of 富士山 in 北岳は山です): the
-    share of the answer's character pairs (bigrams of its tokens) that the response has, numbers written in
-    numerals read as digits on both sides (两万一千 = 21000); an answer of one token: 1 when the response has it."""
-    want = match_tokens(numerals_as_digits(answer))
-    got = match_tokens(numerals_as_digits(response))
+    share of the answer's character pairs (bigrams of its tokens) that the response has (numbers written in
+    numerals already read as digits by :func:`answer_features`); an answer of one token: 1 when the response has
+    it."""
+    want = match_tokens(answer)
+    got = match_tokens(response)
     if len(want) < 2:
         return float(bool(want) and want[0] in got)
     pairs = _bigrams(want)
