@@ -42,7 +42,7 @@ def main() -> None:
             f["embedding"] = float(a @ b) if a is not None and b is not None else 0.0
         return f
 
-    def measure(features: tuple[str, ...]) -> dict[str, float]:
+    def measure(features: tuple[str, ...], long_features: tuple[str, ...]) -> dict[str, float]:
         rng = np.random.default_rng(0)
         qids, tids = sorted(nq["question_id"].unique()), sorted(m["task_id"].unique())
         cache: dict[str, Any] = {}
@@ -50,7 +50,8 @@ def main() -> None:
         for _ in range(args.splits):
             nq_fit = set(rng.choice(qids, len(qids) // 2, replace=False))
             m_fit = set(rng.choice(tids, len(tids) // 2, replace=False))
-            cal = fit.fit_calibration(nq, m, nq_fit=nq_fit, m_fit=m_fit, features=features, _cache=cache)
+            cal = fit.fit_calibration(nq, m, nq_fit=nq_fit, m_fit=m_fit, features=features,
+                                      long_features=long_features, _cache=cache)
             judge = offline.OfflineJudge(cal)
             ho = nq[~nq["question_id"].isin(nq_fit)]
             got = [(res := judge.correctness(r.question, r.answer, list(r.references))).is_scored
@@ -64,11 +65,12 @@ def main() -> None:
 
     base = fit.USED
     print(f"{args.splits} random halves, held-out means")
-    print("lexical features only:        ", measure(base))
-    offline.answer_features = with_embedding  # the judge and the fit both read it from the modules
-    fit.answer_features = with_embedding
-    offline.FEATURES = (*offline.FEATURES, "embedding")
-    print("plus MiniLM cosine similarity:", measure((*base, "embedding")))
+    print("lexical features only:        ", measure(base, fit.LONG_USED))
+    from mlflow_ragjudge.metrics import correctness
+
+    # the judge (correctness's offline scorer) and the fit read it from their modules
+    correctness.answer_features = fit.answer_features = with_embedding
+    print("plus MiniLM cosine similarity:", measure((*base, "embedding"), (*fit.LONG_USED, "embedding")))
 
 
 if __name__ == "__main__":
