@@ -115,3 +115,23 @@ def test_aliases_count_on_nq(shared_data):
     first = agreement(accepted(nq["references"].map(lambda rs: rs[:1])), truth)["agreement"]
     print(f"\nNQ301 rows with several gold answers (n={len(nq)}): all answers {best:.3f}, first only {first:.3f}")
     assert best > first + 0.02
+
+
+def test_no_passing_level_without_the_answer_on_the_public_rows(shared_data):
+    """On every NQ301 and MTRAG row: a response that contains none of any acceptable answer (answer_found false
+    for each) is never level 4 or 5, whatever the models' probability."""
+    from mlflow_ragjudge.metrics.offline_evidence import answer_features, answer_found
+
+    judge = OfflineJudge()
+    nq, m = load_nq301(shared_data), load_mtrag(shared_data)
+    rows = [(r.question, r.answer, list(r.references), None) for r in nq.itertuples()]
+    rows += [(r.question, r.response, [r.reference], r.passages) for r in m.itertuples()]
+    checked = 0
+    for question, response, references, passages in rows:
+        features = [answer_features(question, response, ref) for ref in references]
+        if any(f is not None and answer_found(f, response, ref) for f, ref in zip(features, references)):
+            continue
+        res = judge.correctness(question, response, references, passages)
+        checked += 1
+        assert res.value is None or res.value <= 3, (question, response, references, res.rationale)
+    assert checked > 100  # the rule is exercised, not vacuous
