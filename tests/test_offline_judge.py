@@ -232,6 +232,8 @@ def test_evaluate_frame_runs_what_it_can_and_skips_the_rest_with_the_reason(fake
     version = f"offline-lexical-{Calibration.shipped().version}"
     assert json.loads(out.params["ragjudge.prompt_versions"]) == {"offline_judge": version}
     assert out.config["judge"]["kind"].startswith("offline judge") and "judge/calls" not in out.metrics
+    assert "uncalibrated" in out.config["judge"]["languages"] and "kappa_and_margin_over_the_best_lexical_baseline" in (
+        out.config["judge"]["held_out"])
     claims = json.loads(out.table["faithfulness/claims"][0])
     assert claims[0]["supported"] is True
 
@@ -277,6 +279,7 @@ def test_cli_labels_offline_estimates_and_says_how_to_switch(tmp_path, tmp_track
     assert main(["evaluate", str(path), "--judge", OFFLINE, "--config", '{"bertscore": false}']) == 0
     out = capsys.readouterr().out
     assert "OFFLINE judge" in out and "offline estimates" in out and "held-out agreement" in out
+    assert "other languages are uncalibrated" in out
     assert "--judge openai:/gpt-4o-mini" in out
     assert "skipped (not in this run):\n  answer_relevancy: the offline judge" in out
 

@@ -188,7 +188,8 @@ def summary(run_id: str, out: Any) -> str:
             f"judge: {out.params['ragjudge.judge']} -- the OFFLINE judge (calibrated lexical evidence, not an LLM): "
             "the judged numbers below are offline estimates"
             + (f" (held-out agreement with humans: {nq['agreement']:.1%} on NQ301, Spearman "
-               f"{held['mtrag_faithfulness_spearman']:.2f} with MTRAG faithfulness; docs/offline-judge.md)"
+               f"{held['mtrag_faithfulness_spearman']:.2f} with MTRAG faithfulness; English data: other languages "
+               "are uncalibrated; docs/offline-judge.md)"
                if nq and "mtrag_faithfulness_spearman" in held else ""))
     elif out.params.get("ragjudge.judge", "none") != "none":
         structured = out.params.get("ragjudge.judge.structured")

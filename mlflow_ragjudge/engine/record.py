@@ -67,6 +67,8 @@ def offline_identity(cfg: RagJudgeConfig) -> dict[str, Any] | None:
     judge = resolve_offline(str(cfg.judge))
     return {"uri": judge.uri, "kind": "offline judge: calibrated lexical evidence, not an LLM",
             "calibration": judge.calibration.version, "held_out": judge.calibration.fit.get("held_out"),
+            "languages": "calibrated and measured on English (NQ301, MTRAG); other languages run with the same "
+                         "rules (Chinese and Japanese by character pairs), uncalibrated, with no agreement figure",
             "docs": "docs/offline-judge.md"}
 
 def offline_params(cfg: RagJudgeConfig) -> dict[str, str]:
