@@ -339,6 +339,10 @@ NOTHING_OF_THE_REFERENCE = [
     ("When did Apollo 11 land on the Moon?", "Apollo 11 landed on the Moon in 1970.", ["1969"]),
     ("Who wrote the Virginia Plan?", "Edmund Randolph proposed the Virginia Plan at the Constitutional Convention "
      "in Philadelphia, where the delegates debated it at length.", ["Madison", "James Madison"]),
+    # the answer's word the question already says is no evidence (an NQ301 row the humans rejected)
+    ("which battle ended britain's support for the south", "The Battle of Appomattox Court House in April 1865 "
+     "ended Britain's support for the Confederacy in the American Civil War.",
+     ["Battle of Antietam", "the Battle of Antietam"]),
 ]
 
 

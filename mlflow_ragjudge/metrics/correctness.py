@@ -275,7 +275,8 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
                  + ("; a number of the reference is missing" if f["number_missing"] else "")
                  + ("; the response gives other numbers" if f["number_conflict"] else "")
                  + (f"; the response gives {conflict}, the reference does not" if conflict else "")
-                 + ("; none of any acceptable answer is in the response, so not a passing level" if not found else "")
+                 + ("; none of any acceptable answer is in the response (beyond the question's own words), so not "
+                    "a passing level" if not found else "")
                  + f"; {f['support']:.0%} of the response is backed by the reference, contexts or question"
                  + (f" (best of {len(references)} acceptable answers: #{i + 1})" if len(references) > 1 else "")
                  + ".")

@@ -242,14 +242,20 @@ FOUND_CHAR_RECALL = 0.5
 
 
 def answer_found(features: dict[str, float], response: str = "", answer: str = "") -> bool:
-    """Whether the response contains something of the acceptable answer these features describe. For an answer
-    written without spaces (Japanese, Chinese), where a single shared character means little (``山`` of ``富士山`` in
-    ``北岳は山です``), something is at least half of the answer's character bigrams, or the whole answer."""
+    """Whether the response contains something of the acceptable answer these features describe: the answer as a
+    phrase, one of its content words that the question does not already say, or (where the question says none of
+    them) at least half of its character trigrams. For an answer written without spaces (Japanese, Chinese), where
+    a single shared character means little (``山`` of ``富士山`` in ``北岳は山です``), something is at least half of
+    the answer's character bigrams, or the whole answer."""
     if features["phrase"] > 0:
         return True
     if answer and has_cjk(answer):  # (recall is then the share of the answer's character pairs found)
         return features["recall"] >= 0.5
-    return features["recall"] > 0 or features["char_recall"] >= FOUND_CHAR_RECALL
+    # a word of the answer the question already says is no evidence (new_recall: "Battle of Appomattox" does not
+    # contain "Battle of Antietam" for "which battle ended ...?"), and a spelling variant counts only where the
+    # question gives none of the answer's words (its trigrams would be the question's)
+    return features["new_recall"] > 0 or (features["char_recall"] >= FOUND_CHAR_RECALL
+                                          and features["new_recall"] == features["recall"])
 
 
 def _new_recall(distinct: Sequence[str], r: TextCut, asked: Collection[str], recall: float) -> float:
