@@ -553,23 +553,47 @@ _FUNCTION_WORDS = {
                   "seu está qual onde quem porque",
     "Dutch": "de het een en van dat niet op te zijn met voor er maar ook als bij aan om wordt werd naar dit deze wat "
              "hij zij ze nog welke waar waarom",
+    "Swedish": "och att det som en är på för med har inte av till den ett om var jag vad när hur vilken också eller "
+               "finns kan",
+    "Danish": "og at det som en er på til med har ikke af den et om var jeg hvad hvornår hvordan hvilken også eller "
+              "findes kan",
+    "Norwegian": "og at det som en er på til med har ikke av den et om var jeg hva når hvordan hvilken også eller "
+                 "finnes kan",
+    "Polish": "i w nie na się z do że jest to jak co po ale czy jego od przez dla był była są ten ta które który gdzie "
+              "kiedy jaka jaki",
+    "Czech": "a v se na je že s z do to jak co ale by jeho od pro byl byla jsou ten ta které který kde kdy jaké jaký "
+             "není",
+    "Romanian": "și în de la cu pe este că un o nu se din care mai ce sunt pentru fost sau cel cea unde când cum",
+    "Turkish": "ve bir bu da de için ile ne çok daha olarak olan gibi kadar var değil mi mı nedir nerede hangi nasıl "
+               "kim",
+    "Indonesian": "dan yang di ke dari ini itu dengan untuk tidak ada adalah akan pada juga atau sudah apa siapa "
+                  "dimana kapan bagaimana berapa",
+    "Vietnamese": "là của và các có không được trong những cho với một này người đã khi thì cũng như gì nào đâu bao",
+    "Finnish": "ja on ei se että oli ovat kun mutta tai myös hän joka mikä missä milloin miten kuka mitä",
+    "Hungarian": "és a az ez hogy nem egy van meg de csak mint volt már mi mit hol mikor hogyan melyik ki vagy ezt azt "
+                 "pedig amely ami",
 }
 _ENGLISH_WORDS = frozenset("the of and to is in that it was for on are with as his her they be at this have from or by "
                            "not but what which when where who why how an were there been has had their its will would "
                            "can does did you we he she".split())
-# words of both English and another language's list (Portuguese "a", "do", "no"; ...): counted for neither
-_SHARED_WORDS = _ENGLISH_WORDS | {"a", "do", "no", "so", "me", "die", "den", "van", "am", "also", "war", "hat", "will"}
+# words of both English and another language's list (Portuguese "a", "do", "no"; ...), and short words that are
+# also names or abbreviations in English text ("Van Gogh", "Ki Hajar", "et al."): counted for neither
+_SHARED_WORDS = _ENGLISH_WORDS | {"a", "do", "no", "so", "me", "die", "den", "van", "am", "also", "war", "hat", "will",
+                                   "i", "o", "s", "z", "ne", "mi", "ki", "ta", "te", "se",
+                                   "by", "pro", "cum", "meg", "mint", "ten", "kim", "bao", "gi", "dan", "di", "ke",
+                                   "ada", "apa", "the", "can", "kan", "et", "av", "far", "men", "mit", "vi"}
 _OTHER_WORDS = {lang: frozenset(words.split()) - _SHARED_WORDS for lang, words in _FUNCTION_WORDS.items()}
 _LATIN_WORD_RE = re.compile(r"[^\W\d_]+")
 
 
 def latin_language(text: str | None) -> str | None:
     """The language, other than English, that a text in Latin letters is written in, told by its function words
-    (French, German, Spanish, Italian, Portuguese or Dutch), or None: English, too few function words to tell, or
-    another script (:func:`non_latin_script`). Another language is named when at least two distinct words of the
-    text are its function words (and not English ones) and they outnumber the distinct English function words:
-    ``Quelle est la capitale de la France ?`` is French; ``The Musée de la Ville is in Paris.`` and ``La La Land
-    won six Oscars.`` are English."""
+    (French, German, Spanish, Italian, Portuguese, Dutch, Swedish, Danish, Norwegian, Polish, Czech, Romanian,
+    Turkish, Indonesian, Vietnamese, Finnish or Hungarian; close languages may be told one for the other), or None:
+    English, too few function words to tell, or another script (:func:`non_latin_script`). Another language is
+    named when at least two distinct words of the text are its function words (and not English ones) and they
+    outnumber the distinct English function words: ``Quelle est la capitale de la France ?`` is French; ``The Musée
+    de la Ville is in Paris.`` and ``La La Land won six Oscars.`` are English."""
     words = {w.lower() for w in _LATIN_WORD_RE.findall(text or "")}
     english = len(words & _ENGLISH_WORDS)
     hits = {lang: len(words & vocab) for lang, vocab in _OTHER_WORDS.items()}
