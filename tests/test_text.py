@@ -8,6 +8,7 @@ import string
 import pytest
 
 from mlflow_ragjudge.core.text import (
+    UNIDENTIFIED_LANGUAGE,
     cjk_numbers,
     has_cjk,
     is_cjk_char,
@@ -149,6 +150,8 @@ def test_numerals_as_digits():
     ("Van Gogh painted The Starry Night in 1889 at Saint-Rémy.", None),
     ("Is it ok to run it twice? No, it is not.", None),
     ("I went to the store and bought milk, eggs and bread.", None),
+    ("Kokia yra Lietuvos sostinė? Lietuvos sostinė yra Vilnius, didžiausias šalies miestas.", UNIDENTIFIED_LANGUAGE),
+    ("RUNSTATS collects statistics; REORG reclaims space.", None),  # too short to tell: no verdict
     ("What is the capital of Spain?", None),
     ("The Musée de la Ville is in Paris.", None),
     ("La La Land won six Oscars.", None),

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
-from ..core.text import latin_language, non_latin_script
+from ..core.text import UNIDENTIFIED_LANGUAGE, latin_language, non_latin_script
 from ..core.types import FailureReason, JudgeResult
 from ..core.values import is_int
 from ..llm.backends import BackendError, ChatRequest, ChatResponse, JsonSchema
@@ -178,6 +178,8 @@ class AnswerRelevancyJudge:
         if script:
             return f"a non-Latin script ({script})"
         language = latin_language(f"{question} {response}")
+        if language == UNIDENTIFIED_LANGUAGE:
+            return language
         return f"{language}, not English" if language else None
 
     def estimate(self, question: str, response: str) -> dict[str, int]:
