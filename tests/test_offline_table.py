@@ -51,14 +51,20 @@ def _rows() -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(nq), pd.DataFrame(m)
 
 
-def test_the_table_reads_each_half_as_the_split_says():
-    nq, m = _rows()
-    calls = []
+def _recording_fitter(calls: list[dict]):
+    """A fitter that records what it was asked to fit on and gives the shipped calibration."""
 
     def fitter(**kw):
         calls.append(kw)
         return Calibration.shipped()
 
+    return fitter
+
+
+def test_the_table_reads_each_half_as_the_split_says():
+    nq, m = _rows()
+    calls: list[dict] = []
+    fitter = _recording_fitter(calls)
     t = agreement_table(nq, m, fitter, "salt", calibration=Calibration.shipped())
     fixed = t["fixed"]
     assert set(fixed) == {"NQ301", "NQ301, extractive responses (<= 5 words)", "NQ301, generated responses (> 5 words)",
@@ -82,12 +88,8 @@ def test_the_table_reads_each_half_as_the_split_says():
 
 def test_random_halves_refit_each_time():
     nq, m = _rows()
-    calls = []
-
-    def fitter(**kw):
-        calls.append(kw)
-        return Calibration.shipped()
-
+    calls: list[dict] = []
+    fitter = _recording_fitter(calls)
     t = agreement_table(nq, m, fitter, "salt", calibration=Calibration.shipped(), splits=3, seed=1)
     refits = [c for c in calls if "regimes" not in c]
     assert len(refits) == 3 and len({frozenset(c["nq_fit"]) for c in refits}) == 3

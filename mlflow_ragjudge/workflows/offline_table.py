@@ -27,9 +27,6 @@ calibration and the token-recall threshold refitted on each), and the judge's ka
 
 from __future__ import annotations
 
-import re
-import string
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +37,7 @@ import pandas as pd
 from ..engine.meta import agreement
 from ..metrics.lexical import word_recall
 from ..metrics.offline import Calibration, OfflineJudge
-from .public_data import half_split, lexical_match
+from .public_data import half_split, lexical_match, normalise_answer
 
 __all__ = ["agreement_table", "format_table", "BASELINES", "SHORT_RESPONSE"]
 
@@ -74,16 +71,10 @@ def _sets(nq: pd.DataFrame, m: pd.DataFrame) -> list[_Set]:
     return out
 
 
-def _normalise(text: str) -> str:
-    text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
-    text = "".join(" " if c in string.punctuation else c for c in text)
-    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
-
-
 def exact_match(response: str, references: Sequence[str]) -> bool:
-    """The normalised response equals some normalised acceptable answer."""
-    said = _normalise(response)
-    return bool(said) and any(said == _normalise(r) for r in references)
+    """The normalised response equals some normalised acceptable answer (:func:`normalise_answer`)."""
+    said = normalise_answer(response)
+    return bool(said) and any(said == normalise_answer(r) for r in references)
 
 
 def token_recall(response: str, references: Sequence[str]) -> float:

@@ -19,13 +19,17 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
+import string
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["load_nq301", "load_mtrag", "half_split", "repair_mojibake", "lexical_match", "NQ_DIR", "MTRAG_FILE"]
+__all__ = ["load_nq301", "load_mtrag", "half_split", "repair_mojibake", "lexical_match", "normalise_answer", "NQ_DIR",
+           "MTRAG_FILE"]
 
 NQ_DIR = "openqa_eval"
 MTRAG_FILE = "mtrag/reference_subset_with_human_evaluations.json"
@@ -126,17 +130,16 @@ def half_split(keys: Iterable[str], salt: str) -> set[str]:
     return {k for k in set(keys) if hashlib.sha256((salt + k).encode("utf-8")).digest()[-1] % 2 == 0}
 
 
+def normalise_answer(text: str) -> str:
+    """An answer as OpenQA evaluation compares it: accents dropped, lowercase, no punctuation, no articles, single
+    spaces."""
+    text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
+    text = "".join(" " if c in string.punctuation else c for c in text)
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
 def lexical_match(answer: str, references: Iterable[str]) -> bool:
-    """Lexical matching as OpenQA evaluation does it: some acceptable answer, normalised (lowercase, no
-    punctuation, no articles, single spaces), occurs in the normalised answer."""
-    import re
-    import string
-    import unicodedata
-
-    def norm(s: str) -> str:
-        s = "".join(c for c in unicodedata.normalize("NFKD", s) if not unicodedata.combining(c)).lower()
-        s = "".join(" " if c in string.punctuation else c for c in s)
-        return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
-
-    a = f" {norm(answer)} "
-    return any(norm(r) and f" {norm(r)} " in a for r in references)
+    """Lexical matching as OpenQA evaluation does it: some acceptable answer, normalised
+    (:func:`normalise_answer`), occurs in the normalised answer."""
+    a = f" {normalise_answer(answer)} "
+    return any((n := normalise_answer(r)) and f" {n} " in a for r in references)
