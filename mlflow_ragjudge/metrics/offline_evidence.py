@@ -266,7 +266,7 @@ def _new_recall(distinct: Sequence[str], r: TextCut, asked: Collection[str], rec
     new = [t for t in distinct if t not in asked]
     if not new or len(new) == len(distinct):
         return recall
-    return sum(t in r.match_set or _present(t, r) for t in new) / len(new)
+    return sum(_present(t, r) for t in new) / len(new)
 
 
 def _pair_recall(answer: str, response: str) -> float:
@@ -399,10 +399,9 @@ class Calibration:
             if [cuts["4"], cuts["5"]] != sorted([cuts["4"], cuts["5"]]):
                 raise ValueError(f"offline judge calibration {cal.version}: {what}cut-points {cuts} are not "
                                  "increasing")
-        for name, cuts, keys in (("recall cut-points", cal.recall_cuts, ("2", "3")),):
-            values = [cuts[k] for k in keys]
-            if values != sorted(values):
-                raise ValueError(f"offline judge calibration {cal.version}: {name} {cuts} are not increasing")
+        if cal.recall_cuts["2"] > cal.recall_cuts["3"]:
+            raise ValueError(f"offline judge calibration {cal.version}: recall cut-points {cal.recall_cuts} are not "
+                             "increasing")
         if cal.recall_cuts["2"] <= 0:
             raise ValueError(f"offline judge calibration {cal.version}: recall cut-point 2 must be above 0 (a "
                              "response with no word of the answer is level 1)")
@@ -429,6 +428,10 @@ class Calibration:
         one; the main model otherwise."""
         if self.long is not None and is_long_answer(features):
             return self.long
+        return self._main
+
+    @functools.cached_property
+    def _main(self) -> AnswerModel:
         return AnswerModel(self.features, self.weights, self.bias, self.cuts)
 
     def probability(self, features: dict[str, float]) -> float:
