@@ -8,23 +8,28 @@
 The data (see :mod:`mlflow_ragjudge.public_data`) is cut in two by a fixed rule (:func:`half_split`, by question
 for NQ301 and by task for MTRAG). On the **fit half**:
 
-1. the correctness model: a logistic regression (L2, weight 1, intercept not penalised) of "a human accepts the
-   response" on :data:`~mlflow_ragjudge.offline.FEATURES`, over NQ301 (the majority's acceptable / not) and
-   MTRAG's model responses (mean completeness >= 3, "mostly yes" or better). A row's features are those of
-   its best acceptable answer under the model, so the fit alternates between choosing each row's best answer
-   and refitting (three rounds, starting from the answer with the highest word recall);
-2. cut-point 4 (levels 4-5 = acceptable): the probability that maximises agreement with the NQ301 majority;
-3. cut-point 5 on the probability, and the recall cut-points 3 and 2 below cut-point 4 (how much of the best
-   answer's content the response contains: some -> 2, more -> 3, none -> 1): the ones that minimise the mean
-   squared difference between the level and a target level -- MTRAG's mean completeness put on the six-level
-   scale (1 -> 1, 2 -> 2.33, 3 -> 3.67, 4 -> 5); for NQ301, 5 for an accepted answer and 1 for a rejected one --
-   each data set weighing the same;
+1. the correctness models: logistic regressions (L2, weight 1, intercept not penalised) of "a human accepts the
+   response", over NQ301 (the majority's acceptable / not) and MTRAG's model responses (mean completeness >= 3,
+   "mostly yes" or better) -- one on the pairs of a response and a **short** acceptable answer (:data:`USED`),
+   one on the pairs with a **long** one (more than ``SHORT_ANSWER`` distinct content words, :data:`LONG_USED`;
+   :attr:`~mlflow_ragjudge.offline.Calibration.long`), or one for both when either has under
+   :data:`MIN_LONG_ROWS` rows. A row's features are those of its best acceptable answer under the model, so each
+   fit alternates between choosing each row's best answer and refitting (three rounds, starting from the answer
+   with the highest word recall);
+2. cut-point 4 of each model (levels 4-5 = acceptable): the probability that maximises Cohen's kappa with the
+   human verdicts on the fit rows whose best answer that model judges;
+3. cut-point 5 of each model on the probability, and the shared recall cut-points 3 and 2 below cut-point 4 (how
+   much of the best answer's content the response contains: some -> 2, more -> 3, none -> 1): the ones that
+   minimise the mean squared difference between the level and a target level -- MTRAG's mean completeness put on
+   the six-level scale (1 -> 1, 2 -> 2.33, 3 -> 3.67, 4 -> 5); for NQ301, 5 for an accepted answer and 1 for a
+   rejected one -- each data set weighing the same;
 4. the support threshold (faithfulness, context recall and precision): the share of a sentence's content words
    that must occur in the passages for it to count as supported, chosen to maximise the Spearman correlation
    of the supported share with MTRAG's mean human faithfulness.
 
-The report measures the shipped calibration on the **held-out half**, beside the recorded judges on the same
-rows, and shows how much the figures move when the halves are drawn at random (refitted each time).
+The report measures the shipped calibration on the **held-out half**, against the lexical baselines on every set
+(:mod:`~mlflow_ragjudge.offline_table`) and beside the recorded judges on the same rows, and shows how much the
+figures move when the halves are drawn at random (refitted each time).
 """
 
 from __future__ import annotations
