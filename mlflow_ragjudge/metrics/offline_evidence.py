@@ -13,8 +13,9 @@ sees that a fluent sentence built from the passages' words says something they d
 How each metric is scored (the same rules as the LLM judges' definitions where a word count can follow them):
 
 * **correctness** (six levels) -- for every acceptable answer of the reference, features of the whole
-  response against that answer (:func:`answer_features`); a logistic model turns them into the probability
-  that a human accepts the response, and the best acceptable answer wins. Fitted cut-points on that
+  response against that answer (:func:`answer_features`); a logistic model -- one for short answers, one for
+  long ones (:attr:`Calibration.long`) -- turns them into the probability that a human accepts the response,
+  and the best acceptable answer wins. Fitted cut-points on that
   probability give levels 5 and 4 (accepted); below them, fitted cut-points on how much of the answer's
   content the response contains give 3, 2 or 1 (none of it: wrong outright). Two hard rules hold over the
   model: a response that contains none of any acceptable answer (:func:`answer_found`) is never 4 or 5, and a
