@@ -82,8 +82,15 @@ def test_the_table_reads_each_half_as_the_split_says():
     # the "other set only" judge is fitted on every row of the other set and none of this one's
     assert {"nq_fit": set(), "m_fit": set(m["task_id"]), "regimes": False} in calls
     assert {"nq_fit": set(nq["question_id"]), "m_fit": set(), "regimes": False} in calls
+    # across response styles: fitted on one style's fit-half rows, measured on the other style's held-out rows
+    keeps = [c["nq_keep"] for c in calls if "nq_keep" in c]
+    assert len(keeps) == 2 and (keeps[0] == ~keeps[1]).all()
+    short = nq["answer"].str.split().str.len() <= 5
+    styles = t["styles"]
+    assert styles["extractive -> generated"]["rows"] == int((~short & nq["question_id"].isin(held_q)).sum())
+    assert styles["generated -> extractive"]["rows"] == int((short & nq["question_id"].isin(held_q)).sum())
     text = format_table(t)
-    assert "| MTRAG | " in text and "margin" in text
+    assert "| MTRAG | " in text and "margin" in text and "| extractive -> generated |" in text
 
 
 def test_random_halves_refit_each_time():
@@ -91,7 +98,7 @@ def test_random_halves_refit_each_time():
     calls: list[dict] = []
     fitter = _recording_fitter(calls)
     t = agreement_table(nq, m, fitter, "salt", calibration=Calibration.shipped(), splits=3, seed=1)
-    refits = [c for c in calls if "regimes" not in c]
+    refits = [c for c in calls if "regimes" not in c and "nq_keep" not in c]
     assert len(refits) == 3 and len({frozenset(c["nq_fit"]) for c in refits}) == 3
     assert all(len(c["nq_fit"]) == 20 and len(c["m_fit"]) == 15 for c in refits)
     assert t["random"]["splits"] == 3 and "| NQ301 | " in format_table(t).split("random halves")[1]

@@ -245,10 +245,11 @@ MIN_LONG_ROWS = 40
 def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] | None = None,
                     m_fit: set[str] | None = None, features: Sequence[str] = USED,
                     long_features: Sequence[str] = LONG_USED, regimes: bool = True, mtrag_weight: float = 1.0,
-                    _cache: dict[str, Any] | None = None) -> Calibration:
+                    nq_keep: np.ndarray | None = None, _cache: dict[str, Any] | None = None) -> Calibration:
     """Fit a calibration on the fit halves (default: the fixed :func:`half_split` with :data:`SPLIT_SALT`; an
-    empty set leaves that data set out). With ``regimes``, short and long acceptable answers get a model each
-    (:attr:`Calibration.long`); without, one model for both (calibration 1's way)."""
+    empty set leaves that data set out; ``nq_keep``, a boolean mask over ``nq``'s rows, keeps only those of the fit
+    half). With ``regimes``, short and long acceptable answers get a model each (:attr:`Calibration.long`);
+    without, one model for both (calibration 1's way)."""
     nq_fit = nq_fit if nq_fit is not None else half_split(nq["question_id"], SPLIT_SALT)
     m_fit = m_fit if m_fit is not None else half_split(mtrag["task_id"], SPLIT_SALT)
     cache = _cache if _cache is not None else {}
@@ -258,6 +259,8 @@ def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] |
         cache["m_rows"] = _mtrag_rows(mtrag)
     nq_rows, m_rows = cache["nq_rows"], cache["m_rows"]
     nmask, mmask = _masks(nq, mtrag, nq_fit, m_fit)
+    if nq_keep is not None:
+        nmask = nmask & nq_keep
     y_nq = nq["human"].to_numpy(dtype=float)
     y_m = (mtrag["completeness"].to_numpy() >= 3.0).astype(float)
     rows = [r for r, keep in zip(nq_rows, nmask) if keep] + [r for r, keep in zip(m_rows, mmask) if keep]

@@ -20,6 +20,10 @@ calibration was not fitted on:
 * **containment**: some acceptable answer, normalised, occurs in the normalised response (lexical matching as
   OpenQA evaluation does it).
 
+NQ301 is also measured **across response styles**: fitted on the fit half's extractive responses only and measured
+on the held-out generated ones, and the reverse (:func:`_across_styles`): one public set holds both, and a
+judge fitted on one style that holds on the other generalises past the answers it saw.
+
 Each is scored against the humans by agreement and Cohen's kappa on the same rows; the margin is the judge's
 kappa minus the best baseline's. With ``splits``, the halves are also drawn at random that many times (the
 calibration and the token-recall threshold refitted on each), and the judge's kappa and margin summarised.
@@ -159,6 +163,7 @@ def agreement_table(nq: pd.DataFrame, m: pd.DataFrame, fitter: Callable[..., Cal
                 for s in sets}
     fixed = {s.key: half_split(s.split_key, split_salt) for s in sets}
     out: dict[str, Any] = {"fixed": _one_split(sets, fixed, fitter, calibration, True, features),
+                           "styles": _across_styles(sets[0], fixed, fitter, features["nq301"]),
                            "split_salt": split_salt}
     if splits:
         rng = np.random.default_rng(seed)
@@ -174,6 +179,29 @@ def agreement_table(nq: pd.DataFrame, m: pd.DataFrame, fitter: Callable[..., Cal
                    "best_baseline_kappa": _summary([r[name]["scores"][r[name]["best_baseline"]]["kappa"]
                                                     for r in runs]),
                    "margin": _summary([r[name]["margin"] for r in runs])} for name in runs[0]}}
+    return out
+
+
+def _across_styles(s: _Set, fit: dict[str, set[str]], fitter: Callable[..., Calibration],
+                   features: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """NQ301 fitted on one style of response and measured on the other: the calibration fitted on the fit half's
+    extractive (or generated) responses only, with MTRAG's fit half as usual, and token recall's threshold fitted
+    on those same rows; measured on the held-out half's responses of the other style."""
+    short = np.array([len(r.split()) <= SHORT_RESPONSE for r in s.response])
+    fit_rows = s.split_key.isin(fit[s.key]).to_numpy()
+    out = {}
+    for name, train in (("extractive -> generated", short), ("generated -> extractive", ~short)):
+        judge = OfflineJudge(fitter(nq_fit=fit["nq301"], m_fit=fit["mtrag"], nq_keep=train))
+        threshold = _recall_threshold(features["recall"][fit_rows & train], s.truth[fit_rows & train])
+        held = ~fit_rows & ~train
+        truth = list(s.truth[held])
+        scores = {"offline judge": _kappa(list(_judged(judge, s, held)), truth),
+                  "exact match": _kappa(list(features["exact"][held]), truth),
+                  "token recall": _kappa(list(features["recall"][held] >= threshold), truth),
+                  "containment": _kappa(list(features["contained"][held]), truth)}
+        best = max(BASELINES, key=lambda b: scores[b]["kappa"])
+        out[name] = {"rows": int(held.sum()), "scores": scores, "token_recall_threshold": threshold,
+                     "best_baseline": best, "margin": scores["offline judge"]["kappa"] - scores[best]["kappa"]}
     return out
 
 
@@ -196,6 +224,15 @@ def format_table(t: dict[str, Any]) -> str:
     lines += ["", "margin: the offline judge's kappa minus the best baseline's. Token recall's threshold is fitted on "
               f"the fit half of the same set (NQ301: {first['token_recall_threshold']:.2f}; MTRAG: "
               f"{t['fixed']['MTRAG']['token_recall_threshold']:.2f})."]
+    if "styles" in t:
+        lines += ["", "NQ301 across response styles (fixed halves): fitted on the fit half's responses of one style "
+                  "only (token recall's threshold too), measured on the held-out responses of the other; kappa", "",
+                  "| fitted on -> measured on | rows | offline judge | " + " | ".join(BASELINES) + " | margin |",
+                  "|---|---|---|" + "---|" * len(BASELINES) + "---|"]
+        for name, r in t["styles"].items():
+            lines.append(f"| {name} | {r['rows']} | " + " | ".join(
+                f"{r['scores'][k]['kappa']:.3f}" for k in ("offline judge", *BASELINES))
+                + f" | {r['margin']:+.3f} (vs {r['best_baseline']}) |")
     if "random" in t:
         r = t["random"]
         lines += ["", f"Refitted on {r['splits']} random halves (seed {r['seed']}): the judge's kappa and its margin "
