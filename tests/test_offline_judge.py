@@ -401,6 +401,9 @@ def test_a_number_or_formula_that_disagrees_counts_against_the_answer():
     ("长城有多长？", "两万一千公里", "长城长21000公里。", "长城长两万公里左右。", "长城很长很长。"),
     ("東京タワーの高さは？", "333メートル", "高さは三百三十三メートルです。", "高さは三百メートルを超えます。",
      "東京タワーはとても高いです。"),
+    # Korean: syllables are tokens, as kana and ideographs are
+    ("한국의 수도는 어디입니까?", "서울특별시", "대한민국의 수도는 서울특별시입니다.", "수도는 서울입니다.",
+     "한국의 수도는 부산입니다."),
 ])
 def test_japanese_and_chinese_answers_order_right_partial_wrong(question, reference, right, partial, wrong):
     judge = OfflineJudge()
