@@ -383,6 +383,18 @@ def test_a_number_or_formula_that_disagrees_counts_against_the_answer():
                                    ["July 1969"])
     assert right_year.value >= 4 and wrong_year.value <= 3 < right_year.value
     assert "the response gives 1970, the reference does not" in wrong_year.rationale
+    # a date with a month is wrong when any of its parts is; more detail is not a conflict
+    q = "When did Apollo 11 land on the Moon?"
+    for wrong in ("Apollo 11 landed on June 20, 1969.", "July 21, 1969", "July 1970"):
+        res = judge.correctness(q, wrong, ["July 20, 1969"])
+        assert res.value <= 3 and "the reference does not" in res.rationale, (wrong, res.rationale)
+    assert "month 6" in judge.correctness(q, "June 20, 1969", ["July 20, 1969"]).rationale
+    for right in ("Apollo 11 landed on July 20, 1969.", "On July 20, 1969 at 20:17 UTC.",
+                  "It may have been July 20, 1969."):
+        assert judge.correctness(q, right, ["July 20, 1969"]).value >= 4, right
+    # without a month, a number of the answer given is enough: an approximation is not a conflict
+    assert "the reference does not" not in judge.correctness(
+        "When did the atmosphere change?", "About 2.4 billion years ago.", ["around 2.45 billion years ago"]).rationale
     # a long reference's numbers are details among many: the rule is for answers that are a number
     long_ref = ("The treaty was signed in 1648 after thirty years of war, ending the conflict between the Catholic "
                 "and Protestant states of the Holy Roman Empire.")

@@ -274,7 +274,7 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
                  + (", as a phrase" if f["phrase"] else "")
                  + ("; a number of the reference is missing" if f["number_missing"] else "")
                  + ("; the response gives other numbers" if f["number_conflict"] else "")
-                 + (f"; the response gives {conflict}, the reference does not" if conflict else "")
+                 + (f"; the response gives {_shown_code(conflict)}, the reference does not" if conflict else "")
                  + ("; none of any acceptable answer is in the response (beyond the question's own words), so not "
                     "a passing level" if not found else "")
                  + f"; {f['support']:.0%} of the response is backed by the reference, contexts or question"
@@ -283,6 +283,11 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
     return JudgeResult.scored(level, rationale, details=ev.details(
         level=level, probability=round(p, 4), features=shown, matched_reference=references[i],
         matched_reference_index=i))
+
+
+def _shown_code(code: str) -> str:
+    """A conflicting number or date part as the justification shows it (``month:6`` -> ``month 6``)."""
+    return code.replace("month:", "month ")
 
 
 #: correctness's own settings (given in the evaluator config with the run's)

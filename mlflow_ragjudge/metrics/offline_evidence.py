@@ -287,10 +287,23 @@ def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
     return set(zip(tokens, tokens[1:]))
 
 
-def _codes(tokens: Iterable[str]) -> list[str]:
-    """Numbers, years, and codes with digits (chemical formulas ``h2o``, ``co2``; model numbers). (A word of
-    letters only -- most -- is passed over in C: no letter is a digit.)"""
-    return [t for t in tokens if not t.isalpha() and any(c.isdigit() for c in t)]
+#: month names as a date's part (``month:7`` for ``July`` and ``Jul``)
+MONTHS = {name: f"month:{i}" for i, names in enumerate((
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+    ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"), ("november", "nov"),
+    ("december", "dec")), start=1) for name in names}
+#: the month names read in a response ("may" is also the verb: read in an answer only)
+RESPONSE_MONTHS = {k: v for k, v in MONTHS.items() if k != "may"}
+
+
+def _codes(tokens: Iterable[str], months: dict[str, str] | None = None) -> list[str]:
+    """Numbers, years, and codes with digits (chemical formulas ``h2o``, ``co2``; model numbers), and with
+    ``months``, month names as ``month:N``. (A word of letters only -- most -- is passed over in C: no letter is a
+    digit.)"""
+    if months is None:
+        return [t for t in tokens if not t.isalpha() and any(c.isdigit() for c in t)]
+    return [months[t] if t in months else t for t in tokens
+            if t in months or (not t.isalpha() and any(c.isdigit() for c in t))]
 
 
 #: content words of an answer short enough that its number, date or formula is the answer (the conflict rule)
@@ -300,19 +313,26 @@ SHORT_ANSWER = 6
 def code_conflict(question: str, response: str, answer: str) -> str | None:
     """A number, date or formula of the response that disagrees with a short answer's (at most
     :data:`SHORT_ANSWER` content words, where the number is the answer): the answer has some, the
-    response gives others (not taken from the question) and none of the answer's. Returns the first such token of
-    the response, or None (``CO2`` for the answer ``H2O``; ``1970`` for ``1969``)."""
+    response gives others (not taken from the question) and none of the answer's -- or, for a date with a month
+    name, not all of its parts (``June 20, 1969`` or ``July 21, 1969`` for ``July 20, 1969``). Returns the first
+    such token of the response (a month as ``month:N``), or None (``CO2`` for the answer ``H2O``; ``1970`` for
+    ``1969``)."""
     tokens = _cut(answer)
     if len(tokens.content) > SHORT_ANSWER:
         return None  # a long answer's numbers are details of many; the rule is for answers that are a number
     cjk = has_cjk(answer) or has_cjk(response)  # numbers may be written in numerals there: 两万一千 = 21000
-    wanted = set(_codes(tokens.match)) | (set(cjk_numbers(answer)) if cjk else set())
+    wanted = set(_codes(tokens.match, months=MONTHS)) | (set(cjk_numbers(answer)) if cjk else set())
     if not wanted:
         return None
-    said = [*_cut(response).match, *(cjk_numbers(response) if cjk else ())]
-    asked = {*_cut(question).match_set, *(cjk_numbers(question) if cjk else ())}
-    given = [t for t in _codes(said) if t not in asked]
-    if not given or any(t in wanted for t in said):
+    said = _codes([*_cut(response).match, *(cjk_numbers(response) if cjk else ())], months=RESPONSE_MONTHS)
+    asked = {*_codes(_cut(question).match, months=MONTHS), *(cjk_numbers(question) if cjk else ())}
+    given = [t for t in said if t not in asked and t not in wanted]
+    if not given:
+        return None
+    # a date with a month is wrong when any of its parts is (June 20 or July 21 for July 20, 1969); otherwise the
+    # response must give none of the answer's numbers (2.4 for 2.45 billion years is an approximation, not a conflict)
+    date = any(t.startswith("month:") for t in wanted)
+    if (wanted <= set(said)) if date else any(t in wanted for t in said):
         return None
     return given[0]
 
