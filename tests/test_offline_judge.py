@@ -392,6 +392,17 @@ def test_a_number_or_formula_that_disagrees_counts_against_the_answer():
     for right in ("Apollo 11 landed on July 20, 1969.", "On July 20, 1969 at 20:17 UTC.",
                   "It may have been July 20, 1969."):
         assert judge.correctness(q, right, ["July 20, 1969"]).value >= 4, right
+    # a quantity in another unit of the same kind is another quantity
+    for question, wrong, right, ref in (("How tall is the tower?", "The tower is 330 feet tall.",
+                                         "The tower is 330 metres tall.", "330 metres"),
+                                        ("How long does it take?", "It takes 3 minutes.", "It takes 3 hours.",
+                                         "3 hours")):
+        res = judge.correctness(question, wrong, [ref])
+        assert res.value <= 3 and "the reference does not" in res.rationale, (wrong, res.rationale)
+        assert judge.correctness(question, right, [ref]).value >= 4, right
+    # the answer's own unit given too (a conversion beside it) is no conflict
+    assert "the reference does not" not in judge.correctness(
+        "How tall is the tower?", "It is 330 m (1,083 ft) tall.", ["330 metres"]).rationale
     # without a month, a number of the answer given is enough: an approximation is not a conflict
     assert "the reference does not" not in judge.correctness(
         "When did the atmosphere change?", "About 2.4 billion years ago.", ["around 2.45 billion years ago"]).rationale

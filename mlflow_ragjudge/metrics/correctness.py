@@ -27,7 +27,14 @@ from ..llm.client import JudgeClient
 from ..llm.parsing import parse_score_reply
 from ..llm.prompts import Prompt, fence_items, load_prompt, reference_text
 from .contexts import prepare_judge_contexts
-from .offline_evidence import LEVEL_WORDS, OfflineEvidence, answer_features, answer_found, code_conflict
+from .offline_evidence import (
+    LEVEL_WORDS,
+    OfflineEvidence,
+    answer_features,
+    answer_found,
+    code_conflict,
+    unit_conflict,
+)
 from .spec import MetricSpec, Option
 from .statements import estimate_messages
 
@@ -263,7 +270,7 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
     # acceptable answer, and a number or formula that disagrees with the reference's counts against it
     # (answer_found reads the features that do not depend on the contexts: the ones computed above serve)
     found = any(g is not None and answer_found(g, response, r) for g, r in zip(features, references))
-    conflict = code_conflict(question, response, references[i])
+    conflict = code_conflict(question, response, references[i]) or unit_conflict(response, references[i])
     if not found:
         level = min(level, ev.calibration.level(0.0, f["recall"], f))
     if conflict:

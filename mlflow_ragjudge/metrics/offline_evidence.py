@@ -83,6 +83,7 @@ __all__ = [
     "answer_features",
     "answer_found",
     "code_conflict",
+    "unit_conflict",
     "is_long_answer",
     "AnswerModel",
     "FEATURES",
@@ -335,6 +336,45 @@ def code_conflict(question: str, response: str, answer: str) -> str | None:
     if (wanted <= set(said)) if date else any(t in wanted for t in said):
         return None
     return given[0]
+
+
+#: units as the match tokens spell them (lowercase, plural stripped), by kind: a number of the answer given in
+#: another unit of the same kind is another quantity (330 feet for 330 metres)
+_UNIT_SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "length": {"m": ("m", "metre", "meter"), "km": ("km", "kilometre", "kilometer"), "cm": ("cm", "centimetre",
+               "centimeter"), "mm": ("mm", "millimetre", "millimeter"), "mi": ("mile",), "ft": ("ft", "feet", "foot"),
+               "in": ("inche", "inch"), "yd": ("yard", "yd")},
+    "mass": {"kg": ("kg", "kilogram"), "g": ("gram",), "lb": ("lb", "lbs"), "t": ("tonne", "ton"),
+             "oz": ("ounce", "oz")},
+    "temperature": {"°c": ("celsius", "centigrade"), "°f": ("fahrenheit",), "k": ("kelvin",)},
+    "time": {"s": ("second",), "min": ("minute",), "h": ("hour",), "d": ("day",), "wk": ("week",), "yr": ("year",)},
+    "money": {"$": ("dollar", "usd"), "€": ("euro", "eur"), "¥": ("yen",)},
+}
+UNITS = {unit: (kind, name) for kind, names in _UNIT_SPELLINGS.items() for name, spellings in names.items()
+         for unit in spellings}
+
+
+def _quantities(tokens: Sequence[str]) -> set[tuple[str, str, str]]:
+    """(number, kind, unit) for each number directly followed by a unit (:data:`UNITS`)."""
+    return {(t, *UNITS[u]) for t, u in zip(tokens, tokens[1:]) if u in UNITS and any(c.isdigit() for c in t)}
+
+
+def unit_conflict(response: str, answer: str) -> str | None:
+    """A quantity of a short answer given in another unit of the same kind (``330 feet`` for ``330 metres``) with
+    the answer's own nowhere in the response; returns it (``330 ft``), or None."""
+    tokens = _cut(answer)
+    if len(tokens.content) > SHORT_ANSWER:
+        return None
+    wanted = _quantities(tokens.match)
+    if not wanted:
+        return None
+    said = _quantities(_cut(response).match)
+    if wanted & said:
+        return None
+    for number, kind, unit in said:
+        if any(number == n and kind == k for n, k, _ in wanted):
+            return f"{number} {unit}"
+    return None
 
 
 # --------------------------------------------------------------------------- calibration
