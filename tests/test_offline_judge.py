@@ -403,6 +403,21 @@ def test_a_number_or_formula_that_disagrees_counts_against_the_answer():
     # the answer's own unit given too (a conversion beside it) is no conflict
     assert "the reference does not" not in judge.correctness(
         "How tall is the tower?", "It is 330 m (1,083 ft) tall.", ["330 metres"]).rationale
+    # another name sharing a word with the answer's (NQ301 rows the humans rejected, and a made-up one)
+    for question, wrong, ref in (("Which heiress starred in The Simple Life?", "Nicky Hilton starred in it.",
+                                  "Paris Hilton"),
+                                 ("who has the most rushing yards in a super bowl", "Emmitt Smith", "Timmy Smith"),
+                                 ("what mlb teams did deion sanders play for", "Atlanta Falcons", "Atlanta Braves")):
+        res = judge.correctness(question, wrong, [ref])
+        assert res.value <= 3 and "the reference does not" in res.rationale, (wrong, res.rationale)
+    # a spelling of the same name, a middle name, a title are not another name
+    for question, right, ref in (("who is the lead singer of depeche mode", "Dave Gahan is the lead singer.",
+                                  "David Gahan"),
+                                 ("Which heiress starred in The Simple Life?", "Paris Whitney Hilton did.",
+                                  "Paris Hilton"),
+                                 ("who won the silver medal in womens figure skating", "Yevgenia Medvedeva",
+                                  "Evgenia Medvedeva")):
+        assert "the reference does not" not in judge.correctness(question, right, [ref]).rationale, right
     # without a month, a number of the answer given is enough: an approximation is not a conflict
     assert "the reference does not" not in judge.correctness(
         "When did the atmosphere change?", "About 2.4 billion years ago.", ["around 2.45 billion years ago"]).rationale

@@ -33,6 +33,7 @@ from .offline_evidence import (
     answer_features,
     answer_found,
     code_conflict,
+    name_conflict,
     unit_conflict,
 )
 from .spec import MetricSpec, Option
@@ -270,7 +271,8 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
     # acceptable answer, and a number or formula that disagrees with the reference's counts against it
     # (answer_found reads the features that do not depend on the contexts: the ones computed above serve)
     found = any(g is not None and answer_found(g, response, r) for g, r in zip(features, references))
-    conflict = code_conflict(question, response, references[i]) or unit_conflict(response, references[i])
+    conflict = (code_conflict(question, response, references[i]) or unit_conflict(response, references[i])
+                or name_conflict(question, response, references[i]))
     if not found:
         level = min(level, ev.calibration.level(0.0, f["recall"], f))
     if conflict:

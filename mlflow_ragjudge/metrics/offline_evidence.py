@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -84,6 +85,7 @@ __all__ = [
     "answer_found",
     "code_conflict",
     "unit_conflict",
+    "name_conflict",
     "is_long_answer",
     "AnswerModel",
     "FEATURES",
@@ -336,6 +338,51 @@ def code_conflict(question: str, response: str, answer: str) -> str | None:
     if (wanted <= set(said)) if date else any(t in wanted for t in said):
         return None
     return given[0]
+
+
+def name_conflict(question: str, response: str, answer: str) -> str | None:
+    """A name of the response that shares a word with a short answer's name but is another name: the response
+    has some of the answer's words that the question does not already say and misses others, and in a run of
+    capitalised words a found word stands beside a word that is neither the answer's nor the question's, nor a
+    title (:data:`TITLES`), nor a spelling of a missing word (:func:`_variant`): ``Nicky Hilton`` for ``Paris
+    Hilton``, ``Emmitt Smith`` for ``Timmy Smith``. Returns that word, or None."""
+    a = _cut(answer)
+    if len(a.content) > SHORT_ANSWER:
+        return None
+    asked = _cut(question).match_set
+    new = [t for t in a.distinct if t not in asked]
+    r = _cut(response)
+    found = {t for t in new if t in r.match_set}
+    if not found or len(found) == len(new):
+        return None
+    answered = a.distinct_set
+    missing = [t for t in new if t not in found]
+    for run in _CAPITALISED_RUN.finditer(response):
+        words = run.group(0).split()
+        tokens = [match_tokens(w) for w in words]
+        for i, ts in enumerate(tokens):
+            if not any(t in found for t in ts):
+                continue
+            for j in (i - 1, i + 1):  # the found word's neighbours in the name
+                if 0 <= j < len(words) and tokens[j] and all(
+                        t not in answered and t not in asked and t not in STOPWORDS and t not in TITLES
+                        and not any(_variant(t, m) for m in missing) for t in tokens[j]):
+                    return words[j]
+    return None
+
+
+#: words that stand before a name without being one (a title, a rank, a kind of place)
+TITLES = frozenset("queen king prince princess sir lady lord dr doctor mr mrs ms president saint st pope emperor "
+                   "general captain mount mounts lake river cape fort port".split())
+
+
+def _variant(word: str, other: str) -> bool:
+    """Whether two words may be spellings of one name: one holds the other, or they share their first three
+    letters (``dave`` / ``david``, ``yevgenia`` / ``evgenia``, ``abidali`` / ``abid``)."""
+    return (len(word) >= 3 and len(other) >= 3 and (word in other or other in word)) or word[:3] == other[:3]
+
+
+_CAPITALISED_RUN = re.compile(r"\b[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)+")
 
 
 #: units as the match tokens spell them (lowercase, plural stripped), by kind: a number of the answer given in

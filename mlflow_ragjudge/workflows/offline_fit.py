@@ -81,7 +81,7 @@ def _mtrag_rows(m: pd.DataFrame) -> list[list[dict[str, float] | None]]:
 USED = ("recall", "phrase", "char_recall", "number_missing", "number_conflict", "support", "response_length",
         "new_recall")
 #: the features of the long-answer model (all of them: chosen over USED by the mean held-out kappa on MTRAG over 20
-#: random halves, 0.421 against 0.409; docs/offline-judge.md)
+#: random halves when chosen, 0.421 against 0.409; docs/offline-judge.md)
 LONG_USED = FEATURES
 
 
