@@ -151,10 +151,13 @@ def test_numerals_as_digits():
     ("Is it ok to run it twice? No, it is not.", None),
     ("I went to the store and bought milk, eggs and bread.", None),
     ("Kokia yra Lietuvos sostinė? Lietuvos sostinė yra Vilnius, didžiausias šalies miestas.", UNIDENTIFIED_LANGUAGE),
-    ("RUNSTATS collects statistics; REORG reclaims space.", None),  # too short to tell: no verdict
+    ("Kokia Lietuvos sostinė? Vilnius.", UNIDENTIFIED_LANGUAGE),
+    ("RUNSTATS collects statistics; REORG reclaims space.", UNIDENTIFIED_LANGUAGE),  # no English function word
+    ("What does RUNSTATS do? It collects statistics.", None),
+    ("Vilnius", None), ("Paris, France", None),  # too short to tell: no verdict
     ("What is the capital of Spain?", None),
     ("The Musée de la Ville is in Paris.", None),
-    ("La La Land won six Oscars.", None),
+    ("Which film won six Oscars? La La Land won six Oscars.", None),  # a row: the question's "which"
     ("Der Spiegel reported it in 1990.", None),
     ("El Niño is a climate pattern that affects the Pacific.", None),
     ("How do I create an index in Db2? Use the CREATE INDEX statement on the table.", None),
