@@ -17,6 +17,14 @@ from mlflow_ragjudge.llm.backends.openai import OpenAIBackend
 from mlflow_ragjudge.llm.client import JudgeClient, ProviderGate
 
 
+def _gated_openai_client(fake_llm) -> JudgeClient:
+    """A client of the fake server through the OpenAI SDK, no cache, with a gate of its own (none shared)."""
+    client = JudgeClient(OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789"),
+                         cache=False)
+    client.gate = ProviderGate()
+    return client
+
+
 def _calls(client: JudgeClient, n: int, threads: int = 24) -> list:
     results: list = []
     lock = threading.Lock()
@@ -88,9 +96,7 @@ def test_without_headers_the_window_learned_from_the_first_429_is_kept(fake_llm)
     fake_llm.rate_limit_per_minute, fake_llm.rate_limit_window = 20, 1.5
     fake_llm.rate_limit_headers = False
     fake_llm.latency = 0.02
-    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789")
-    client = JudgeClient(backend, cache=False)
-    client.gate = ProviderGate()
+    client = _gated_openai_client(fake_llm)
     results = _calls(client, 90)
     assert len(results) == 90 and all(r.ok for r in results)
     gate = client.gate
@@ -153,9 +159,7 @@ def test_a_bucket_that_refills_by_the_moment_teaches_a_pace(fake_llm):
 
     fake_llm.set_handler(handler)
     fake_llm.latency = 0.01
-    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789")
-    client = JudgeClient(backend, cache=False)
-    client.gate = ProviderGate()
+    client = _gated_openai_client(fake_llm)
     results = _calls(client, 150)
     assert len(results) == 150 and all(r.ok for r in results)
     assert client.gate.learned_rate is not None and client.gate.learned_window is None
@@ -243,9 +247,7 @@ def test_slow_start_stops_where_more_in_flight_buys_nothing(fake_llm):
         return "ok"
 
     fake_llm.set_handler(busy)
-    backend = OpenAIBackend("m", base_url=fake_llm.openai_base_url, api_key="sk-test-0123456789")
-    client = JudgeClient(backend, cache=False)
-    client.gate = ProviderGate()
+    client = _gated_openai_client(fake_llm)
     results = _calls(client, 600, threads=128)
     assert len(results) == 600 and all(r.ok for r in results)
     assert client.gate.plateaus == 1
