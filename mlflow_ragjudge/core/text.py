@@ -301,8 +301,11 @@ _BOUNDARY_RE = re.compile(f"[.!?…。！？．｡](?:(?<=[.!?…])[.!?…]*|[�
 # or the line's end follows it (one inside a token, "3.5", "e.g.", is never a boundary, and is left inside its piece,
 # so the word before a later candidate is still whole) -- each as four items: the candidate; the rest of a Western run
 # after its first character (None for a CJK one); the first character after the whitespace that follows it (None at
-# the line's end); and the text up to the next candidate. (The same single class first: the engine skips in C.)
-_PIECES_RE = re.compile(f"([.!?…。！？．｡](?:(?<=[.!?…])([.!?…]*)[{re.escape(_CLOSERS)}]*(?=\\s+(\\S)|\\s*\\Z)"
+# the line's end); and the text up to the next candidate. (The same single class first: the engine skips in C.) A
+# Western run is a candidate at its first character only, and is read once (possessively): tried again from each of
+# its characters, a run of n "!" not followed by whitespace ("Sorry!!!...!x") cost n**2 steps -- 64 KB took minutes.
+_PIECES_RE = re.compile(f"([.!?…。！？．｡](?:(?<=[.!?…])(?<![.!?…][.!?…])([.!?…]*+)[{re.escape(_CLOSERS)}]*+"
+                        f"(?=\\s+(\\S)|\\s*\\Z)"
                         f"|(?<=[。！？．｡])[。！？．｡]*[{re.escape(_CLOSERS)}]*))")
 _OPENERS = frozenset("\"'“‘([{「『（【〔《〈")
 _DOTTED_ACRONYM_RE = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
