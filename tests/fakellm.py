@@ -10,6 +10,8 @@ The official ``openai`` and ``anthropic`` SDKs work against it unmodified::
 Endpoints (the ``/v1`` prefix is optional):
 
 * ``POST /v1/chat/completions``      -> ``api="openai_chat"`` (JSON or SSE when ``stream=true``)
+* ``POST /v1/responses``             -> ``api="openai_responses"`` (the Responses API; JSON only: a request
+  with ``stream=true`` gets a 400)
 * ``POST /v1/embeddings``            -> ``api="openai_embeddings"`` (float or base64 encoding)
 * ``POST /v1/messages``              -> ``api="anthropic_messages"`` (JSON or SSE when ``stream=true``)
 * ``POST /v1/messages/count_tokens`` -> ``api="anthropic_count_tokens"``
@@ -66,6 +68,7 @@ __all__ = [
 DEFAULT_EMBEDDING_DIM = 32
 
 OPENAI_CHAT = "openai_chat"
+OPENAI_RESPONSES = "openai_responses"
 OPENAI_EMBEDDINGS = "openai_embeddings"
 ANTHROPIC_MESSAGES = "anthropic_messages"
 ANTHROPIC_COUNT_TOKENS = "anthropic_count_tokens"
@@ -165,6 +168,37 @@ def _text_of(content: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def _responses_messages(instructions: Any, items: Any) -> list[dict[str, str]]:
+    """A Responses API request's ``instructions`` + ``input`` as ``[{"role", "content"}]`` messages.
+
+    ``input`` is a string (one user turn) or a list of items: messages (``{"role", "content"}``, with or
+    without ``"type": "message"``; content a string or ``input_text``/``output_text`` parts), function
+    calls (rendered as ``name(arguments)`` by the assistant) and their outputs (a ``"tool"`` message).
+    """
+    out: list[dict[str, str]] = []
+    if instructions is not None:
+        out.append({"role": "system", "content": _text_of(instructions)})
+    if items is None:
+        return out
+    if not isinstance(items, list):
+        items = [items]
+    for item in items:
+        if isinstance(item, str):
+            out.append({"role": "user", "content": item})
+            continue
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "message" or "role" in item:
+            out.append({"role": str(item.get("role", "user")), "content": _text_of(item.get("content"))})
+        elif kind == "function_call":
+            out.append({"role": "assistant", "content": f"{item.get('name', '')}({item.get('arguments', '')})"})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            out.append({"role": "tool", "content": output if isinstance(output, str) else _text_of(output)})
+    return out
+
+
 def _count_words(text: str) -> int:
     return len(text.split())
 
@@ -174,8 +208,8 @@ class Request:
     """One HTTP request received by the fake server."""
 
     api: str
-    """``"openai_chat"``, ``"openai_embeddings"``, ``"anthropic_messages"``, ``"anthropic_count_tokens"``
-    or ``"unknown"``."""
+    """``"openai_chat"``, ``"openai_responses"``, ``"openai_embeddings"``, ``"anthropic_messages"``,
+    ``"anthropic_count_tokens"`` or ``"unknown"``."""
     path: str
     """URL path without the query string, e.g. ``/v1/chat/completions``."""
     headers: dict[str, str]
@@ -199,21 +233,24 @@ class Request:
 
     @property
     def system(self) -> str | None:
-        """System prompt text: Anthropic ``system`` or the OpenAI system/developer messages joined."""
+        """System prompt text: Anthropic ``system``, or the OpenAI system/developer messages joined (for
+        the Responses API, ``instructions`` first)."""
         if self.api.startswith("anthropic"):
             system = self._get("system")
             return None if system is None else _text_of(system)
-        texts = [_text_of(m.get("content")) for m in self._get("messages") or []
-                 if isinstance(m, dict) and m.get("role") in ("system", "developer")]
+        texts = [m["content"] for m in self.messages if m["role"] in ("system", "developer")]
         return "\n".join(texts) if texts else None
 
     @property
     def messages(self) -> list[dict[str, str]]:
-        """``[{"role", "content"}]`` with string contents, for both APIs.
+        """``[{"role", "content"}]`` with string contents, for all three APIs.
 
-        Anthropic's ``system`` comes first as a ``"system"`` message. Tool calls/uses are rendered as
-        their JSON arguments, images as ``[image]``.
+        Anthropic's ``system`` comes first as a ``"system"`` message, and so do the Responses API's
+        ``instructions``; a Responses ``input`` string is one ``"user"`` message. Tool calls/uses are
+        rendered as their JSON arguments, images as ``[image]``.
         """
+        if self.api == OPENAI_RESPONSES:
+            return _responses_messages(self._get("instructions"), self._get("input"))
         out: list[dict[str, str]] = []
         if self.api.startswith("anthropic"):
             system = self._get("system")
@@ -244,7 +281,11 @@ class Request:
 
     @property
     def response_format(self) -> dict[str, Any] | None:
-        """OpenAI ``response_format`` (e.g. ``{"type": "json_schema", "json_schema": {...}}``)."""
+        """OpenAI ``response_format`` (e.g. ``{"type": "json_schema", "json_schema": {...}}``); for the
+        Responses API its ``text.format`` (e.g. ``{"type": "json_schema", "name": ..., "schema": {...}}``)."""
+        if self.api == OPENAI_RESPONSES:
+            text = self._get("text")
+            return text.get("format") if isinstance(text, dict) else None
         return self._get("response_format")
 
     @property
@@ -269,6 +310,8 @@ class Request:
         """
         fmt = self.response_format
         if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+            if self.api == OPENAI_RESPONSES:
+                return fmt.get("schema")
             return (fmt.get("json_schema") or {}).get("schema")
         cfg = self.output_config
         if isinstance(cfg, dict) and isinstance(cfg.get("format"), dict):
@@ -277,7 +320,7 @@ class Request:
         if tool is not None:
             if "function" in tool:
                 return tool["function"].get("parameters")
-            return tool.get("input_schema")
+            return tool.get("input_schema", tool.get("parameters"))  # Anthropic; Responses API
         return None
 
     @property
@@ -290,7 +333,7 @@ class Request:
 
     @property
     def input(self) -> Any:
-        """Embeddings ``input`` (str, list of str, or token lists)."""
+        """Embeddings ``input`` (str, list of str, or token lists); the Responses API's ``input`` too."""
         return self._get("input")
 
     @property
@@ -304,8 +347,11 @@ class Request:
 
     @property
     def max_tokens(self) -> int | None:
-        value = self._get("max_tokens")
-        return self._get("max_completion_tokens") if value is None else value
+        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+            value = self._get(key)
+            if value is not None:
+                return value
+        return None
 
     @property
     def stream(self) -> bool:
@@ -882,11 +928,17 @@ class FakeLLMServer:
         if reply.is_error:
             status = reply.status if reply.status >= 400 else 500
             return status, headers, _error_body(api, request, reply), False
-        if api == OPENAI_CHAT:
+        if api == OPENAI_RESPONSES:
+            if request.stream:
+                msg = "fakellm serves the Responses API without streaming: send stream=false."
+                reply = Reply.error(400, msg, param="stream")
+                return 400, headers, _error_body(api, request, reply), False
+            payload: Any = _openai_response(request, reply)
+        elif api == OPENAI_CHAT:
             if request.stream:
                 headers.setdefault("content-type", "text/event-stream; charset=utf-8")
                 return reply.status, headers, _openai_stream(request, reply), False
-            payload: Any = _openai_chat(request, reply)
+            payload = _openai_chat(request, reply)
         elif api == OPENAI_EMBEDDINGS:
             payload = _openai_embeddings(request, reply, self.embedding_dim)
         elif api == ANTHROPIC_MESSAGES:
@@ -917,6 +969,7 @@ def _route(path: str) -> str:
         path = path[3:]
     return {
         "/chat/completions": OPENAI_CHAT,
+        "/responses": OPENAI_RESPONSES,
         "/embeddings": OPENAI_EMBEDDINGS,
         "/messages": ANTHROPIC_MESSAGES,
         "/messages/count_tokens": ANTHROPIC_COUNT_TOKENS,
@@ -1016,6 +1069,65 @@ def _openai_chat(request: Request, reply: Reply) -> dict[str, Any]:
         },
         "service_tier": "default",
         "system_fingerprint": "fp_fakellm",
+    }
+
+
+def _openai_response(request: Request, reply: Reply) -> dict[str, Any]:
+    """A ``Response`` object of the Responses API: one output item, a message (or a function call)."""
+    text, tool = _output(request, reply)
+    item: dict[str, Any]
+    if tool is not None:
+        name = reply.tool_name or _tool_name(tool)
+        item = {"id": _new_id("fc_"), "type": "function_call", "status": "completed",
+                "call_id": _new_id("call_"), "name": name, "arguments": text}
+    else:
+        part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        if reply.refusal is not None and reply.text is None and reply.json is None:
+            part = {"type": "refusal", "refusal": reply.refusal}
+        item = {"id": _new_id("msg_"), "type": "message", "status": "completed", "role": "assistant",
+                "content": [part]}
+    finish = reply.finish_reason or _STOP_TO_FINISH.get(reply.stop_reason or "", reply.stop_reason)
+    incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(finish or "")
+    if incomplete is not None:
+        item["status"] = "incomplete"
+    prompt, completion = _usage_counts(request, reply, text)
+    body = request.body
+    now = int(time.time())
+    fmt = request.response_format
+    return {
+        "id": _new_id("resp_"),
+        "object": "response",
+        "created_at": now,
+        "status": "incomplete" if incomplete is not None else "completed",
+        "completed_at": None if incomplete is not None else now,
+        "background": False,
+        "error": None,
+        "incomplete_details": {"reason": incomplete} if incomplete is not None else None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "max_tool_calls": body.get("max_tool_calls"),
+        "model": request.model or "fake-model",
+        "output": [item],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": {"effort": None, "summary": None},
+        "service_tier": "default",
+        "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "text": {"format": fmt if isinstance(fmt, dict) else {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "truncation": body.get("truncation", "disabled"),
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        },
+        "user": body.get("user"),
+        "metadata": body.get("metadata") or {},
     }
 
 

@@ -231,6 +231,99 @@ def test_anthropic_json_without_tools_is_text(server: FakeLLMServer, ant: anthro
     assert server.last_request.json_schema is not None
 
 
+# ---------------------------------------------------------------------------------------- responses API
+
+
+def _respond(client: openai.OpenAI, **kwargs: Any) -> Any:
+    kwargs.setdefault("model", "gpt-test")
+    kwargs.setdefault("input", "What is the capital of France?")
+    return client.responses.create(**kwargs)
+
+
+def test_openai_responses_text_and_usage(server: FakeLLMServer, oai: openai.OpenAI) -> None:
+    server.set_handler(lambda req: f"echo: {req.last_user_text}")
+    resp = _respond(oai, instructions="You are a judge.", max_output_tokens=50, temperature=0.2)
+    assert resp.object == "response"
+    assert resp.id.startswith("resp_")
+    assert resp.status == "completed"
+    assert resp.model == "gpt-test"
+    assert resp.instructions == "You are a judge."
+    assert resp.output_text == "echo: What is the capital of France?"
+    [item] = resp.output
+    assert item.type == "message" and item.role == "assistant" and item.status == "completed"
+    assert [(part.type, part.annotations) for part in item.content] == [("output_text", [])]
+    assert resp.usage is not None
+    assert (resp.usage.input_tokens, resp.usage.output_tokens, resp.usage.total_tokens) == (10, 7, 17)
+    assert resp._request_id == server.last_request.id
+    req = server.last_request
+    assert req.api == "openai_responses" and req.path == "/v1/responses"
+    assert req.messages == [{"role": "system", "content": "You are a judge."},
+                            {"role": "user", "content": "What is the capital of France?"}]
+    assert req.system == "You are a judge."
+    assert req.prompt_text == "You are a judge.\nWhat is the capital of France?"
+    assert (req.max_tokens, req.temperature) == (50, 0.2)
+    assert server.requests_for("openai_responses") == [req]
+
+
+def test_openai_responses_input_items(server: FakeLLMServer, oai: openai.OpenAI) -> None:
+    resp = _respond(oai, input=[
+        {"role": "developer", "content": "Be strict."},
+        {"role": "user", "content": "q1"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a1"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "part one"},
+                                     {"type": "input_text", "text": "part two"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"q": "x"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "found"},
+    ])
+    assert resp.output_text == "ok"
+    req = server.last_request
+    assert req.messages == [{"role": "developer", "content": "Be strict."}, {"role": "user", "content": "q1"},
+                            {"role": "assistant", "content": "a1"},
+                            {"role": "user", "content": "part one\npart two"},
+                            {"role": "assistant", "content": 'lookup({"q": "x"})'},
+                            {"role": "tool", "content": "found"}]
+    assert req.system == "Be strict."
+    assert req.last_user_text == "part one\npart two"
+
+
+def test_openai_responses_structured_output(server: FakeLLMServer, oai: openai.OpenAI) -> None:
+    server.set_handler(lambda req: {"score": 4, "reason": "mostly right"})
+    fmt = {"type": "json_schema", "name": "verdict", "schema": VERDICT_SCHEMA, "strict": True}
+    resp = _respond(oai, text={"format": fmt})
+    assert json.loads(resp.output_text) == {"score": 4, "reason": "mostly right"}
+    assert server.last_request.response_format == fmt
+    assert server.last_request.json_schema == VERDICT_SCHEMA
+    assert server.last_request.wants_json
+    parsed = oai.responses.parse(model="gpt-test", input="Grade it.", text_format=Verdict)
+    assert parsed.output_parsed == Verdict(score=4, reason="mostly right")
+    tool = {"type": "function", "name": "submit", "parameters": VERDICT_SCHEMA, "strict": True}
+    resp = _respond(oai, tools=[tool], tool_choice={"type": "function", "name": "submit"})
+    [call] = resp.output
+    assert call.type == "function_call" and call.name == "submit"
+    assert json.loads(call.arguments) == {"score": 4, "reason": "mostly right"}
+    assert server.last_request.json_schema == VERDICT_SCHEMA
+
+
+def test_openai_responses_refusal_incomplete_and_errors(server: FakeLLMServer, oai: openai.OpenAI) -> None:
+    server.script(Reply(refusal="I can't help with that."), Reply(text="cut", finish_reason="length"),
+                  Reply.error(429, "slow down", retry_after=7))
+    resp = _respond(oai)
+    assert [part.type for part in resp.output[0].content] == ["refusal"]
+    assert resp.output_text == ""
+    resp = _respond(oai)
+    assert resp.status == "incomplete"
+    assert resp.incomplete_details is not None and resp.incomplete_details.reason == "max_output_tokens"
+    assert resp.output_text == "cut"
+    with pytest.raises(openai.RateLimitError) as info:
+        _respond(oai)
+    assert info.value.body == {"message": "slow down", "type": "requests", "param": None,
+                               "code": "rate_limit_exceeded"}
+    assert info.value.response.headers["retry-after"] == "7"
+    with pytest.raises(openai.BadRequestError, match="without streaming") as bad:
+        _respond(oai, stream=True)
+    assert cast(dict[str, Any], bad.value.body)["param"] == "stream"
+
+
 # ------------------------------------------------------------------------------------------ embeddings
 
 
