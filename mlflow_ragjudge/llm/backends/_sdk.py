@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import email.utils
+import importlib
 import json
 import re
 import time
@@ -152,6 +153,27 @@ def http_client(sdk: Any) -> Any:
     environment) with the wire watch's hooks (:class:`~.base.WireWatch`): run on the sending thread just before a
     request leaves, and as soon as a reply's status and headers arrive."""
     return sdk.DefaultHttpxClient(event_hooks={"request": [_before_wire], "response": [_on_reply]})
+
+
+def _response_class(sdk: Any) -> Any:
+    """The ``Response`` class of the HTTP library the SDK is built on (``httpx``; ``httpx2`` in the newest SDKs)."""
+    for base in sdk.DefaultHttpxClient.__mro__[1:]:
+        if base.__name__ == "Client":
+            return importlib.import_module(base.__module__.split(".")[0]).Response
+    raise TypeError(f"{sdk.__name__}.DefaultHttpxClient is not an HTTP client class")  # pragma: no cover
+
+
+def post(client: Any, sdk: Any, path: str, body: dict[str, Any], *, timeout: float) -> Any:
+    """POST a JSON ``body`` to ``path`` through the SDK client's own request layer -- its base URL, auth, headers,
+    timeout, connection pool and error types -- and return the HTTP response (``.json()``, ``.text``, ``.headers``).
+
+    Not through the resource methods (``client.chat.completions.create``, ``client.messages.create``): those are what
+    tracing integrations patch -- MLflow's ``openai`` and ``anthropic`` autologging, which ``mlflow.genai.evaluate``
+    also switches on for the length of an evaluation -- and a judge's own request must never become a trace or a
+    span in the user's experiment. ``client.post`` is the SDKs' documented way to call an endpoint directly; with
+    the HTTP library's ``Response`` as ``cast_to`` it hands back the response itself, so that the reply is read here
+    as plain JSON, the same way for a synchronous reply and a batch result line."""
+    return client.post(path, cast_to=_response_class(sdk), body=body, options={"timeout": timeout})
 
 
 def missing_sdk(package: str) -> ImportError:

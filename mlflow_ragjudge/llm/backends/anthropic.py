@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.json_text import MAX_JSON_DEPTH, value_depth
-from ._sdk import classify, http_client, missing_sdk, parse_rate_headers
+from ._sdk import classify, http_client, missing_sdk, parse_rate_headers, post
 from .base import (
     Backend,
     BackendError,
@@ -49,7 +49,6 @@ class AnthropicBackend(Backend):
         self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
         self._client: Any = None
         self._client_lock = threading.Lock()
-        self._takes_temperature: bool | None = None
 
     @property
     def base_url(self) -> str | None:
@@ -91,14 +90,6 @@ class AnthropicBackend(Backend):
                                                    http_client=http_client(anthropic))
         return self._client
 
-    def _sdk_takes_temperature(self) -> bool:
-        if self._takes_temperature is None:
-            import inspect
-
-            params = inspect.signature(self._get_client().messages.create).parameters
-            self._takes_temperature = "temperature" in params
-        return self._takes_temperature
-
     def _params(self, request: ChatRequest) -> dict[str, Any]:
         """The Messages API body for a request: what :meth:`chat` sends and what a batch line carries."""
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
@@ -123,21 +114,20 @@ class AnthropicBackend(Backend):
 
     def chat(self, request: ChatRequest, *, timeout: float) -> ChatResponse:
         anthropic = self._sdk()
-        kwargs = self._params(request)
-        kwargs["timeout"] = timeout
-        # Newer SDKs dropped `temperature` from the signature; the API still reads it from the body.
-        if not self._sdk_takes_temperature():
-            kwargs["extra_body"] = {"temperature": kwargs.pop("temperature")}
         try:
-            raw = self._get_client().messages.with_raw_response.create(**kwargs)
+            # through the SDK's request layer, not messages.create: never traced by autologging (_sdk.post)
+            raw = post(self._get_client(), anthropic, "/v1/messages", self._params(request), timeout=timeout)
+            text = raw.text
         except Exception as exc:
             raise classify(exc, anthropic) from exc
         try:
-            msg = raw.parse()
-        except RecursionError:  # a tool input nested too deep for the SDK's decoder: served, so kept
-            return self._unreadable(raw.text(), request)
-        except Exception as exc:
-            raise classify(exc, anthropic) from exc
+            msg = json.loads(text)
+        except RecursionError:  # a tool input nested too deep for Python's decoder: served, so kept
+            return self._unreadable(text, request)
+        except ValueError as exc:
+            raise BackendError(ErrorKind.TRANSIENT, f"unreadable response body: {exc}") from exc
+        if not isinstance(msg, dict):
+            raise BackendError(ErrorKind.TRANSIENT, "unreadable response body: not a JSON object")
         response = self._response(msg, request)
         response.rate = parse_rate_headers(raw.headers)
         return response
@@ -151,35 +141,39 @@ class AnthropicBackend(Backend):
         return ChatResponse(text=body, input_tokens=tokens["input_tokens"], output_tokens=tokens["output_tokens"],
                             model=self.model, structured_mode="tool_use" if request.json_schema is not None else "text")
 
-    def _response(self, msg: Any, request: ChatRequest) -> ChatResponse:
+    def _response(self, msg: dict[str, Any], request: ChatRequest) -> ChatResponse:
+        """A message's JSON (a reply, or a batch result line's message) as a :class:`ChatResponse`."""
         schema = request.json_schema
         texts: list[str] = []
         data: dict[str, Any] | None = None
-        for block in getattr(msg, "content", None) or []:
-            btype = getattr(block, "type", None)
-            if btype == "text":
-                texts.append(block.text)
-            elif btype == "tool_use" and schema is not None and getattr(block, "name", None) == schema.name:
-                inp = getattr(block, "input", None)
+        content = msg.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            btype = block.get("type")
+            if btype == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            elif btype == "tool_use" and schema is not None and block.get("name") == schema.name:
+                inp = block.get("input")
                 data = dict(inp) if isinstance(inp, dict) else None
         if data is not None and value_depth(data) > MAX_JSON_DEPTH:
-            # decoded by the SDK, but too deep for every recursive walk after it (redaction, the transcript, the
-            # cache): its text, cut at the limit, goes to the parser, which reports it as unreadable
+            # decoded, but too deep for every recursive walk after it (redaction, the transcript, the cache): its
+            # text, cut at the limit, goes to the parser, which reports it as unreadable
             text, data = _deep_text(data), None
         else:
             text = json.dumps(data, ensure_ascii=False) if data is not None else "".join(texts)
-        stop_reason = getattr(msg, "stop_reason", None)
+        stop_reason = msg.get("stop_reason")
         if stop_reason == "refusal":
             raise BackendError(ErrorKind.REFUSED, text or "the model refused to answer")
-        usage = getattr(msg, "usage", None)
-        if usage is None:
+        usage = msg.get("usage")
+        if not isinstance(usage, dict):
             raise BackendError(ErrorKind.TRANSIENT, "reply has no usage block")
         return ChatResponse(
             text=text,
             data=data,
-            input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
-            output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
-            model=getattr(msg, "model", "") or self.model,
+            input_tokens=_count(usage.get("input_tokens")),
+            output_tokens=_count(usage.get("output_tokens")),
+            model=str(msg.get("model") or "") or self.model,
             finish_reason=stop_reason,
             structured_mode="tool_use" if schema is not None else "text",
         )
@@ -234,9 +228,7 @@ class AnthropicBackend(Backend):
             raise classify(exc, anthropic) from exc
 
     def batch_response(self, request: ChatRequest, mode: str, body: dict[str, Any]) -> ChatResponse:
-        from anthropic.types import Message
-
-        return self._response(Message.model_validate(body), request)
+        return self._response(body, request)
 
     def batch_error(self, outcome: dict[str, Any], mode: str) -> BackendError:
         status, code = outcome.get("status"), str(outcome.get("code") or "")
@@ -315,3 +307,10 @@ def _deep_text(value: Any) -> str:
         else:
             out.append(json.dumps(v, ensure_ascii=False))
     return "".join(out)
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
