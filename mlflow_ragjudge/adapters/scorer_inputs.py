@@ -5,39 +5,16 @@ the same :class:`~mlflow_ragjudge.core.types.Row` the evaluator reads from a Dat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
-
-from mlflow.genai.utils.trace_utils import extract_retrieval_context_from_trace
 
 from ..core.types import Row
 from ..engine.inputs import Repairs, as_flag, as_list, as_references, passages, set_references
+from .trace_fields import answer_of, question_of, retrieved, root_span, where_answer, where_question
 
-__all__ = ["question_of", "answer_of", "reference_of", "references_of", "trace_documents", "row_from_mlflow",
-           "missing_fields", "SCORER_SOURCES"]
+__all__ = ["question_of", "answer_of", "reference_of", "references_of", "row_from_mlflow", "read_scorer_args",
+           "ScorerRow", "missing_fields", "SCORER_SOURCES"]
 
-
-def question_of(inputs: Any) -> str | None:
-    if isinstance(inputs, str):
-        return inputs
-    if isinstance(inputs, dict):
-        for key in ("question", "query", "input", "inputs", "request"):
-            v = inputs.get(key)
-            if isinstance(v, str):
-                return v
-        if len(inputs) == 1:
-            v = next(iter(inputs.values()))
-            return v if isinstance(v, str) else None
-    return None
-
-def answer_of(outputs: Any) -> str | None:
-    if isinstance(outputs, str):
-        return outputs
-    if isinstance(outputs, dict):
-        for key in ("answer", "response", "output", "outputs"):
-            v = outputs.get(key)
-            if isinstance(v, str):
-                return v
-    return None
 
 def reference_of(expectations: dict[str, Any] | None) -> str | None:
     """The (first) reference answer of a scorer's expectations."""
@@ -56,24 +33,6 @@ def references_of(expectations: dict[str, Any] | None) -> list[str] | None:
             return as_references(list(v), f"expectations['{key}']", 0, required=False)
     return None
 
-def trace_documents(trace: Any) -> list[dict[str, Any]]:
-    """Documents of the trace's top-level RETRIEVER spans: ``{"text", "id"}``."""
-    if trace is None:
-        return []
-    docs: list[dict[str, Any]] = []
-    for chunks in extract_retrieval_context_from_trace(trace).values():
-        for c in chunks:
-            if isinstance(c, dict):
-                meta = c.get("metadata") or {}
-                docs.append({
-                    "text": c.get("content") or c.get("page_content") or c.get("text") or "",
-                    "id": c.get("doc_uri") or c.get("id") or meta.get("doc_uri") or meta.get("id")
-                    or meta.get("doc_id") or meta.get("chunk_id"),
-                })
-            elif isinstance(c, str):
-                docs.append({"text": c, "id": None})
-    return docs
-
 #: where a scorer reads each field, for its error messages
 SCORER_SOURCES = {
     "question": "inputs['question']",
@@ -88,29 +47,71 @@ SCORER_SOURCES = {
     "answerable": "expectations['answerable']",
 }
 
-def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,
-                    trace: Any = None, *, relevance_threshold: float = 1) -> Row:
-    """A scorer's arguments as a :class:`Row`, with the evaluator's cell checks (an :class:`InputError`
-    names the field and the fix)."""
+@dataclass
+class ScorerRow:
+    """A scorer's arguments read as a :class:`Row`, with where each field came from (``sources``: field -> place,
+    e.g. ``{"question": "inputs", "answer": "trace root span outputs", "contexts": "RETRIEVER spans: retrieve (3
+    documents)"}``) and, for a field that could not be found, what was looked for (``looked``)."""
+
+    row: Row
+    sources: dict[str, str] = field(default_factory=dict)
+    looked: dict[str, str] = field(default_factory=dict)
+
+
+def read_scorer_args(inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,
+                     trace: Any = None, *, relevance_threshold: float = 1,
+                     retriever_spans: str | Sequence[str] = "all") -> ScorerRow:
+    """A scorer's arguments as a :class:`Row`, with the evaluator's cell checks (an :class:`InputError` names the
+    field and the fix). The question and answer come from ``inputs`` / ``outputs`` in any shape an app logs
+    (:mod:`~mlflow_ragjudge.adapters.trace_fields`), else from the trace's root span; the contexts from
+    ``outputs["contexts"]``, else the trace's RETRIEVER spans (``retriever_spans`` picks them)."""
     repairs = Repairs()
     exp = expectations or {}
     out = outputs if isinstance(outputs, dict) else {}
-    docs = trace_documents(trace) if trace is not None else []
+    found = ScorerRow(Row(index=0, relevance_threshold=relevance_threshold))
+    row = found.row
+    root = root_span(trace) if trace is not None else None
+
+    question = question_of(inputs)
+    if question is not None:
+        found.sources["question"] = "inputs"
+    elif root is not None and (question := question_of(root.inputs)) is not None:
+        found.sources["question"] = "the trace's root span inputs"
+    else:
+        found.looked["question"] = where_question(inputs)
+    answer = answer_of(outputs)
+    if answer is not None:
+        found.sources["answer"] = "outputs"
+    elif root is not None and (answer := answer_of(root.outputs)) is not None:
+        found.sources["answer"] = "the trace's root span outputs"
+    else:
+        found.looked["answer"] = where_answer(outputs)
+
+    docs = retrieved(trace, retriever_spans) if trace is not None else None
     contexts: Any = out.get("contexts")
-    if contexts is None and docs:
-        contexts = [d["text"] for d in docs]
-    retrieved: Any = out.get("retrieved_doc_ids")
-    if retrieved is None and docs:
-        retrieved = [d["id"] for d in docs if d["id"] is not None] or None
-    row = Row(index=0, relevance_threshold=relevance_threshold)
-    row.question = repairs.text(question_of(inputs), "inputs", 0)
-    row.answer = repairs.text(answer_of(outputs), "outputs", 0)
+    if contexts is not None:
+        found.sources["contexts"] = "outputs['contexts']"
+    elif docs is not None and docs.documents:
+        contexts = [d.text for d in docs.documents]
+        found.sources["contexts"] = "RETRIEVER spans: " + docs.describe()
+    elif docs is not None and docs.available:
+        found.looked["contexts"] = (f"the trace's RETRIEVER spans {docs.available} do not match "
+                                    f"retriever_spans={retriever_spans!r}" if not docs.spans else
+                                    f"the trace's RETRIEVER spans ({docs.describe()}) hold no document text")
+    retrieved_ids: Any = out.get("retrieved_doc_ids")
+    if retrieved_ids is None and docs is not None and docs.documents:
+        retrieved_ids = [d.id for d in docs.documents if d.id is not None] or None
+        if retrieved_ids is not None:
+            found.sources["retrieved_doc_ids"] = "RETRIEVER spans: " + docs.describe()
+
+    row.question = repairs.text(question, "inputs", 0)
+    row.answer = repairs.text(answer, "outputs", 0)
     set_references(row, references_of(exp), "expectations", repairs)
     row.contexts = passages(contexts, "outputs['contexts']", 0, repairs)
     row.reference_contexts = passages(exp.get("reference_contexts"), "expectations['reference_contexts']", 0, repairs)
     row.evidence_contexts = passages(exp.get("evidence_contexts"), "expectations['evidence_contexts']", 0, repairs)
     row.gold_documents = passages(exp.get("gold_documents"), "expectations['gold_documents']", 0, repairs)
-    row.retrieved_doc_ids = as_list(retrieved, "outputs['retrieved_doc_ids']", 0)
+    row.retrieved_doc_ids = as_list(retrieved_ids, "outputs['retrieved_doc_ids']", 0)
     relevant = exp.get("relevant_doc_ids", exp.get("expected_document_ids"))
     row.relevant_doc_ids = as_list(relevant, "expectations['relevant_doc_ids']", 0, mapping_ok=True)
     row.citations = as_list(out.get("citations"), "outputs['citations']", 0)
@@ -118,8 +119,17 @@ def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[
         row.raw_output = repairs.text(out["raw_output"], "outputs['raw_output']", 0)
     if exp.get("answerable") is not None:
         row.answerable = as_flag(exp.get("answerable"), "expectations['answerable']", 0)
-    return row
+    return found
 
-def missing_fields(row: Row, needed: Sequence[str]) -> list[str]:
-    """The fields of ``needed`` that a scorer's row lacks, described with where they come from."""
-    return [f"{c} ({SCORER_SOURCES.get(c, c)})" for c in needed if getattr(row, c, None) is None]
+
+def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,
+                    trace: Any = None, *, relevance_threshold: float = 1) -> Row:
+    """:func:`read_scorer_args`'s row alone."""
+    return read_scorer_args(inputs, outputs, expectations, trace, relevance_threshold=relevance_threshold).row
+
+
+def missing_fields(row: Row, needed: Sequence[str], looked: dict[str, str] | None = None) -> list[str]:
+    """The fields of ``needed`` that a scorer's row lacks, each with what was looked for (``looked``, from
+    :class:`ScorerRow`) or where it comes from."""
+    looked = looked or {}
+    return [looked.get(c) or f"{c} ({SCORER_SOURCES.get(c, c)})" for c in needed if getattr(row, c, None) is None]
