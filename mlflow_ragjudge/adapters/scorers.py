@@ -10,19 +10,33 @@ Each scorer returns ``Feedback`` per row: the value and rationale for a scored r
 abstention, so it never counts as a number; an ``error`` whose code is the failure
 reason (``parse_error``, ``timeout`` ...) for a failure.
 
-Where the data comes from:
+Where the data comes from (:mod:`~mlflow_ragjudge.adapters.trace_fields` reads the shapes apps log):
 
-* question: ``inputs["question"]`` (or ``query``/``input``/``inputs`` as a string);
-* response: ``outputs`` as a string, or ``outputs["answer"]``/``["response"]``;
+* question: ``inputs`` -- ``{"question": ...}`` and the like, the last user turn of a chat's ``messages`` (OpenAI,
+  Anthropic, LangChain), the Responses API's ``input``, a LlamaIndex query, a traced function's text argument --
+  else the trace's root span inputs;
+* response: ``outputs`` -- a string, a chat completion, an Anthropic message, the Responses API's output, a
+  LangChain message or generation, ``{"answer": ...}`` and the like -- else the trace's root span outputs;
 * reference: ``expectations["expected_response"]`` or ``["reference"]``;
-* contexts: ``outputs["contexts"]``, else the trace's top-level RETRIEVER spans;
+* contexts: ``outputs["contexts"]``, else the documents of the trace's RETRIEVER spans, wherever they are
+  (``retriever_spans`` picks among several);
 * E3 contexts: ``expectations["reference_contexts"]`` or a ``retriever`` callable.
+
+Where each field was found is in the Feedback's metadata (``question_from``, ``answer_from``, ``contexts_from``).
+
+**Names.** A scorer's results are named after its metric (``correctness``), or ``<metric>_offline`` on the offline
+judge; ``name=`` sets another. MLflow merges the results of scorers that share a name, so two scorers of one name in
+one ``mlflow.genai.evaluate`` (two judges of one metric) are refused: their rows fail with ``duplicate_name`` and a
+message that says to give each a ``name=``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceType, Feedback
@@ -31,7 +45,7 @@ from pydantic import PrivateAttr
 
 from ..core.constants import LOGICAL_COLUMNS, is_offline_judge
 from ..core.errors import EmbeddingsUnavailable, InputError
-from ..core.types import JudgeResult, Row, Status
+from ..core.types import JudgeResult, Status
 from ..engine.config import RagJudgeConfig
 from ..engine.schedule import by_output, prepare_metrics, score_row
 from ..llm.client import JudgeClient
@@ -41,7 +55,8 @@ from ..metrics.contexts import e3_query, passages_from_retriever
 from ..metrics.multiturn import MultiTurnRunner
 from ..metrics.offline import resolve_offline
 from ..metrics.spec import MetricSpec, RunContext, get_metric
-from .scorer_inputs import answer_of, missing_fields, question_of, reference_of, references_of, row_from_mlflow
+from .scorer_inputs import ScorerRow, missing_fields, read_scorer_args, references_of
+from .trace_fields import answer_of, question_of
 
 __all__ = [
     "AnswerRelevancy",
@@ -58,6 +73,7 @@ __all__ = [
 ]
 
 FRAMEWORK = "mlflow-ragjudge"
+_log = logging.getLogger(__name__)
 
 
 def to_feedback(name: str, result: JudgeResult, source_id: str, extra: dict[str, Any] | None = None) -> Feedback:
@@ -99,8 +115,71 @@ def _flat(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)) for k, v in meta.items()}
 
 
-# kept for callers of the earlier private helpers
-_question, _answer, _reference = question_of, answer_of, reference_of
+def default_name(metric: str, judge: Any) -> str:
+    """A scorer's default name: the metric's, with ``_offline`` on the offline judge (its numbers are labelled as
+    offline estimates wherever they appear, and an LLM judge's scorer of the same metric keeps its own name)."""
+    return f"{metric}_offline" if is_offline_judge(judge) else metric
+
+
+def _evaluation_run() -> str | None:
+    """The run of the ``mlflow.genai.evaluate`` call this scorer runs in (MLflow's evaluation context, set in its
+    scorer threads), or None outside one."""
+    try:
+        from mlflow.genai.evaluation import context
+
+        return context.get_context().get_mlflow_run_id()
+    except Exception:  # another MLflow, or no evaluation
+        return None
+
+
+class _Names:
+    """Which scorers are at work under each name in each evaluation run. MLflow merges the Feedbacks of scorers that
+    share a name into one metric, so two scorers at work under one name in one run (two judges of one metric) are a
+    conflict: both are refused with the fix. MLflow calls every scorer on each row at the same time, so in an
+    evaluation both are at work together all along; a scorer counts as at work while a call is in flight and for
+    :attr:`WINDOW` seconds after (MLflow's evaluation context keeps the last run's id after the evaluation ends, and
+    a scorer called on its own later must not meet the ones of that run). Checked when a call starts and when it
+    ends, so a call that was judging while the other scorer started fails too."""
+
+    WINDOW = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (run, name) -> scorer id -> [calls in flight, when the last one ended, its judge]
+        self._work: dict[tuple[str, str], dict[int, list[Any]]] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    def check(self, run: str | None, name: str, scorer: int, judge: str, delta: int) -> str | None:
+        """Count a call of ``scorer`` starting (``delta`` 1) or ending (-1); the refusal when another scorer of the
+        same name is at work in the same run."""
+        if run is None:
+            return None
+        now = time.monotonic()
+        key = (run, name)
+        with self._lock:
+            if len(self._work) > 1000:  # runs long finished
+                self._work = {k: v for k, v in self._work.items()
+                              if any(w[0] > 0 or now - w[1] < self.WINDOW for w in v.values())}
+            work = self._work.setdefault(key, {})
+            mine = work.setdefault(scorer, [0, now, judge])
+            mine[0] += delta
+            if delta < 0:
+                mine[1] = now
+            others = [w[2] for s, w in work.items() if s != scorer and (w[0] > 0 or now - w[1] < self.WINDOW)]
+            if not others:
+                return None
+            judges = sorted({judge, *others})
+            warn = key not in self._warned
+            self._warned.add(key)
+        if warn:
+            _log.warning("two scorers named %r in one evaluation (judges: %s): MLflow would merge their results, "
+                         "so both are refused; give each its own name=", name, ", ".join(judges))
+        return (f"two scorers are named {name!r} in this evaluation (judges: {', '.join(judges)}); MLflow merges the "
+                "results of scorers that share a name into one metric, so both are refused. Give each its own name, "
+                f"e.g. name='{name}_a' and name='{name}_b'")
+
+
+_NAMES = _Names()
 
 
 class MetricScorer(Scorer):
@@ -118,7 +197,10 @@ class MetricScorer(Scorer):
         metric: the registered metric's name.
         judge: judge URI or Backend (for judged metrics), or ``offline:/lexical``.
         cache, max_concurrency: the judge client's settings.
-        name: the Feedback name for a single-output metric (default: the metric's).
+        name: the Feedback name for a single-output metric (default: the metric's, ``<metric>_offline`` on the
+            offline judge). Two scorers of one name in one evaluation are refused (module docstring).
+        retriever_spans: which RETRIEVER spans of a trace give the contexts when several ran: ``"all"`` (the
+            default: every top-level one, documents de-duplicated), ``"first"``, ``"last"``, or span names.
         **config: any evaluator setting (``language``, ``context_mode``, ``retriever``, ``embeddings`` ...).
     """
 
@@ -127,12 +209,17 @@ class MetricScorer(Scorer):
     _ctx: RunContext = PrivateAttr()
     _state: Any = PrivateAttr(default=None)
     _source: str = PrivateAttr(default="code")
+    _retriever_spans: str | Sequence[str] = PrivateAttr(default="all")
 
     def __init__(self, metric: str | None = None, judge: Any = None, *, cache: Any = True,
-                 max_concurrency: int | None = None, name: str | None = None, **config: Any) -> None:
+                 max_concurrency: int | None = None, name: str | None = None,
+                 retriever_spans: str | Sequence[str] = "all", **config: Any) -> None:
         metric = metric or type(self).__dict__.get("default_metric", "")
         spec = get_metric(metric)
-        super().__init__(name=name or metric, metric=metric)  # type: ignore[call-arg]  # our pydantic field
+        if not (isinstance(retriever_spans, str) or (isinstance(retriever_spans, Sequence)
+                                                     and all(isinstance(n, str) for n in retriever_spans))):
+            raise ValueError(f"retriever_spans must be 'all', 'first', 'last' or span names, got {retriever_spans!r}")
+        super().__init__(name=name or default_name(metric, judge), metric=metric)  # type: ignore[call-arg]
         cfg = RagJudgeConfig.from_dict({"judge": judge, **config})
         reason = spec.check(cfg) if spec.check is not None else None
         if reason:
@@ -154,27 +241,31 @@ class MetricScorer(Scorer):
             except EmbeddingsUnavailable as e:
                 raise ValueError(f"the {metric} scorer needs embeddings ({e.reason}); {embeddings_fix(judge)}") from e
         self._spec = spec
+        self._retriever_spans = retriever_spans
         self._ctx = RunContext(client, cfg, embed, metrics=(metric,))
         if spec.judged:  # a judge object per scorer; deterministic metrics are set up per row (they are cheap)
             self._state = spec.setup(self._ctx) if spec.setup is not None else None
 
-    def _row(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None, trace: Any) -> Row:
+    def _row(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None, trace: Any) -> ScorerRow:
         spec, cfg = self._spec, self._ctx.cfg
-        row = row_from_mlflow(inputs, outputs, expectations, trace, relevance_threshold=cfg.relevance_threshold)
+        found = read_scorer_args(inputs, outputs, expectations, trace, relevance_threshold=cfg.relevance_threshold,
+                                 retriever_spans=self._retriever_spans)
+        row = found.row
         alternatives = spec.requirements(cfg)
         if not any(all(getattr(row, c, None) is not None for c in alt) for alt in alternatives):
-            raise InputError("missing " + ", ".join(missing_fields(row, alternatives[0])))
+            raise InputError("missing " + "; ".join(missing_fields(row, alternatives[0], found.looked)))
         if spec.validate is not None:
             spec.validate([row], cfg)
-        return row
+        return found
 
-    def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
-               trace: Any) -> dict[str, JudgeResult]:
+    def _score_row(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
+                   trace: Any) -> tuple[dict[str, JudgeResult], dict[str, str]]:
         spec = self._spec
         try:
-            row = self._row(inputs, outputs, expectations, trace)
+            found = self._row(inputs, outputs, expectations, trace)
         except (InputError, ValueError) as e:
-            return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}
+            return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}, {}
+        row = found.row
         cfg = self._ctx.cfg
         # the row as a one-row run: its fields are the columns it has; the metric's prepare hook (the judge
         # contexts: the same context-mode and E3 rules as the evaluator) runs on it, then the engine's row path
@@ -183,12 +274,12 @@ class MetricScorer(Scorer):
         try:
             prepare_metrics([spec], one)
         except (InputError, ValueError) as e:
-            return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}
+            return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}, found.sources
         ctx = RunContext(self._ctx.client, cfg, self._ctx.embed, metrics=self._ctx.metrics,
                          context_mode=one.context_mode, rows=[row], columns=present, _shared=self._ctx._shared)
         state = self._state if spec.judged else (spec.setup(ctx) if spec.setup is not None else None)
         results = by_output(spec, [score_row(spec, state, row, ctx)])
-        return {name: res[0] for name, res in results.items()}
+        return {name: res[0] for name, res in results.items()}, found.sources
 
     def _single_names(self) -> list[str]:
         names = [o for o in self._spec.output_names if not o.endswith("_")]
@@ -196,16 +287,26 @@ class MetricScorer(Scorer):
 
     def __call__(self, *, inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,
                  trace: Any = None, **kwargs: Any) -> Feedback | list[Feedback]:
-        results = self._score(inputs, outputs, expectations, trace)
+        run = _evaluation_run() if trace is not None else None  # MLflow's evaluation always passes a trace
+        clash = _NAMES.check(run, self.name, id(self), self._source, 1)
+        try:
+            if clash is None:
+                results, sources = self._score_row(inputs, outputs, expectations, trace)
+        finally:
+            clash = _NAMES.check(run, self.name, id(self), self._source, -1) or clash  # another one started meanwhile
+        if clash is not None:
+            results, sources = {o: JudgeResult.failed("duplicate_name", clash) for o in self._single_names()}, {}
+        extra = {f"{k}_from": v for k, v in sources.items() if k in ("question", "answer", "contexts")}
         if list(results) == [self._spec.name] and self._spec.name in self._spec.output_names:
             # the metric's own single result: one Feedback under the scorer's name
             (res,) = results.values()
-            extra = {"context_mode": res.details["context_mode"]} if "context_mode" in res.details else None
+            if "context_mode" in res.details:
+                extra["context_mode"] = res.details["context_mode"]
             return to_feedback(self.name, res, self._source, extra)
         if not results:
             return [to_feedback(self._spec.name, JudgeResult.abstained(
-                "nothing_to_score", "the row has nothing this metric scores"), self._source)]
-        return [to_feedback(n, r, self._source) for n, r in results.items()]
+                "nothing_to_score", "the row has nothing this metric scores"), self._source, extra)]
+        return [to_feedback(n, r, self._source, extra) for n, r in results.items()]
 
 
 class Correctness(MetricScorer):
@@ -222,8 +323,10 @@ class Correctness(MetricScorer):
 
     def __init__(self, judge: Any, *, context_mode: str = "auto", retriever: Callable[[str], Any] | None = None,
                  language: str = "en", judge_output: str = "auto", max_context_chars: int = 12_000,
-                 cache: Any = True, max_concurrency: int | None = None, name: str = "correctness") -> None:
+                 cache: Any = True, max_concurrency: int | None = None, name: str | None = None,
+                 retriever_spans: str | Sequence[str] = "all") -> None:
         super().__init__("correctness", judge, cache=cache, max_concurrency=max_concurrency, name=name,
+                         retriever_spans=retriever_spans,
                          context_mode=context_mode, retriever=retriever, language=language,
                          judge_output=judge_output, max_context_chars=max_context_chars)
 
@@ -248,18 +351,20 @@ class RetrievalMetrics(MetricScorer):
     from ``expectations["relevant_doc_ids"]`` (or ``expected_document_ids``).
     """
 
-    def __init__(self, *, ks: Any = (1, 3, 5, 10), relevance_threshold: float = 1, name: str = "retrieval") -> None:
-        super().__init__("retrieval", name=name, k=list(ks), relevance_threshold=relevance_threshold)
+    def __init__(self, *, ks: Any = (1, 3, 5, 10), relevance_threshold: float = 1, name: str = "retrieval",
+                 retriever_spans: str | Sequence[str] = "all") -> None:
+        super().__init__("retrieval", name=name, k=list(ks), relevance_threshold=relevance_threshold,
+                         retriever_spans=retriever_spans)
 
     def _single_names(self) -> list[str]:
         return ["retrieval"]
 
-    def _score(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
-               trace: Any) -> dict[str, JudgeResult]:
+    def _score_row(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None,
+                   trace: Any) -> tuple[dict[str, JudgeResult], dict[str, str]]:
         exp = expectations or {}
         if not exp.get("relevant_doc_ids", exp.get("expected_document_ids")):
-            return {"retrieval": JudgeResult.abstained("no_gold_ids", "expectations has no relevant_doc_ids")}
-        return super()._score(inputs, outputs, expectations, trace)
+            return {"retrieval": JudgeResult.abstained("no_gold_ids", "expectations has no relevant_doc_ids")}, {}
+        return super()._score_row(inputs, outputs, expectations, trace)
 
 
 class _JudgedScorer(MetricScorer):
