@@ -104,8 +104,10 @@ def test_mlflow_evaluate_logs_metrics_table_transcripts_params(fake_llm, judge_u
                                     "correctness/status"]
     rows = {r[0]: dict(zip(table["columns"], r)) for r in table["data"]}
     assert rows["q-five"]["correctness/score"] == 5
-    assert rows["q-zero"]["correctness/score"] == 0 and rows["q-zero"]["correctness/status"] == "abstained:not_sure"
-    assert rows["q-fail"]["correctness/score"] is None
+    # an abstention has no score (NaN: nothing averages it as one); the paper's level 0 is in its own column
+    assert rows["q-zero"]["correctness/score"] is None and rows["q-zero"]["correctness/status"] == "abstained:not_sure"
+    assert rows["q-zero"]["correctness/level"] == 0 and rows["q-five"]["correctness/level"] == 5
+    assert rows["q-fail"]["correctness/score"] is None and rows["q-fail"]["correctness/level"] is None
     assert rows["q-fail"]["correctness/status"] == "failed:provider_error"
     assert "context length exceeded" in rows["q-fail"]["correctness/justification"]
     # transcripts: one record per judge call, prompt and raw reply kept, no secret anywhere

@@ -224,8 +224,9 @@ def test_evaluate_frame_runs_what_it_can_and_skips_the_rest_with_the_reason(fake
         assert out.metrics[f"{name}/error_rate"] == 0.0, name
         assert all("offline" in (j or "") or s.startswith("abstained")
                    for j, s in zip(out.table[f"{name}/justification"], out.table[f"{name}/status"]))
-    levels = out.table["correctness/score"].tolist()
-    assert levels[0] >= 4 and levels[1] <= 2 and levels[2] == 0.0  # level 0 shown as 0, left out of the mean
+    levels = out.table["correctness/level"].tolist()
+    assert levels[0] >= 4 and levels[1] <= 2 and levels[2] == 0  # level 0 in the level column, left out of the mean
+    assert math.isnan(out.table["correctness/score"].iloc[2])  # and no score
     assert out.metrics["correctness/abstain_rate"] == pytest.approx(1 / 3)
     assert out.params["ragjudge.judge"] == OFFLINE and out.params["ragjudge.judge.provider"] == "offline"
     assert out.params["ragjudge.offline.calibration"] == Calibration.shipped().version

@@ -304,14 +304,18 @@ def test_human_feedback_on_a_ragjudge_runs_traces_calibrates_it(tmp_tracking):
     queue = queue_for_review(run_id, ["correctness"], n=10, seed=1)  # the run's own traces, sampled for review
     queued = {i.item_id for i in review_queues.list_review_queue_items(queue.queue_id)}
     assert len(queued) == 10 and queued <= {t.info.trace_id for t in traces}
+    abstained = 0
     for t in traces[:34]:
         i = int(t.info.trace_metadata["ragjudge.row"])
         judge = out.table["correctness/score"].iloc[i]
+        abstained += int(out.table["correctness/status"].iloc[i].startswith("abstained"))
         label = 5.0 if judge >= 4 and i % 4 else 2.0  # a person who disagrees with the judge now and then
         mlflow.log_feedback(trace_id=t.info.trace_id, name="correctness", value=label,
                             source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="reviewer"))
     est = calibrate_traces(run_id, ["correctness"])["correctness"]
-    assert est.n_labelled == 34 and est.ci_low <= est.mean <= est.ci_high
+    # a row the judge abstained on has no judge score: left out and counted, as in the per-row table's calibration
+    assert abstained > 0 and est.n_labelled == 34 - abstained and est.n_excluded_labelled == abstained
+    assert est.ci_low <= est.mean <= est.ci_high
     assert MlflowClient().get_run(run_id).data.metrics["correctness/ppi_mean"] == pytest.approx(est.mean)
 
 

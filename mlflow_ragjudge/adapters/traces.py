@@ -144,13 +144,18 @@ def _source(name: str, res: JudgeResult, spec: Any, judge: str | None) -> Any:
 
 
 def feedback_for(name: str, value: Any, res: JudgeResult | None, spec: Any, judge: str | None,
-                 run_id: str, calls: Sequence[str]) -> Any:
+                 run_id: str, calls: Sequence[str], level: Any = None) -> Any:
     """The ``Feedback`` of one metric on one row: the per-row table's value, the rationale, the judge as source; a
-    failed row carries its reason as the assessment's error; an abstention has no value and says why."""
-    res = res or JudgeResult.scored(value)
+    failed row carries its reason as the assessment's error; an abstention has no value and says why (the six-level
+    judge's "not sure" keeps the paper's level 0 in the metadata, ``ragjudge.level``, as a scored row keeps its)."""
+    res = res or (JudgeResult.scored(value) if value is not None else JudgeResult.abstained("no_score"))
+    if res.status is not Status.SCORED:
+        value = None  # an abstention or a failure is never a number, whatever the table's cell holds
     meta = {"mlflow.assessment.sourceRunId": run_id, "ragjudge.status": res.status.value}
     if res.reason:
         meta["ragjudge.reason"] = str(res.reason)
+    if level is not None:
+        meta["ragjudge.level"] = str(int(level))
     if calls:
         meta["ragjudge.call_ids"] = ",".join(calls)[:1000]
     error = None
@@ -175,8 +180,9 @@ def _row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, An
         res_list = out.results.get(name)
         res = res_list[i] if res_list is not None and i < len(res_list) else None
         owner = spec.name if spec is not None else name
+        level = _plain(table[f"{name}/level"].iloc[i]) if f"{name}/level" in table.columns else None
         found.append(feedback_for(name, _plain(table[col].iloc[i]), res, spec, judge, run_id,
-                                  calls.get((owner, i), [])))
+                                  calls.get((owner, i), []), level))
     if "reference" in table.columns:
         ref = _plain(table["reference"].iloc[i])
         if ref is not None:

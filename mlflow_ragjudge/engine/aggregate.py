@@ -121,7 +121,7 @@ def run_metrics(specs: Sequence[MetricSpec], summaries: dict[str, dict[str, Outp
 
 
 def _on_levels(spec: MetricSpec, name: str) -> bool:
-    """Whether an output is on the six-level scale (its abstention "not sure" is shown as level 0 in the table)."""
+    """Whether an output is on the six-level scale (it gets a ``/level`` column: the paper's level, 0 = not sure)."""
     return spec.scale_of(name) == (1.0, 5.0) and bool(spec.levels)
 
 def _safe_cell(build: Callable[[dict[str, JudgeResult]], Any], res: dict[str, JudgeResult]) -> Any:
@@ -130,19 +130,26 @@ def _safe_cell(build: Callable[[dict[str, JudgeResult]], Any], res: dict[str, Ju
     except Exception:  # an extra column never costs the table
         return None
 
-def _cell(res: JudgeResult, level: bool = False) -> Any:
-    if res.status is Status.SCORED:
-        return res.value
-    if level and res.status is Status.ABSTAINED and res.details.get("level") == 0:
-        return 0.0
-    return None
-
-
-def _score_column(results: Sequence[JudgeResult], level: bool) -> list[Any]:
-    """An output's ``/score`` column: each scored value, and :func:`_cell` for the rest (the scored ones read here
-    without a call each: most of a run's results are scored)."""
+def _score_column(results: Sequence[JudgeResult]) -> list[Any]:
+    """An output's ``/score`` column: each scored value; no value (NaN in the table) for an abstention or a
+    failure, whose ``/status`` says which -- an abstention is not a score, and a 0 here would be averaged as one by
+    anything that reads the column (the run's means skip it)."""
     scored = Status.SCORED
-    return [r.value if r.status is scored else _cell(r, level) for r in results]
+    return [r.value if r.status is scored else None for r in results]
+
+
+def _level_column(results: Sequence[JudgeResult]) -> list[Any]:
+    """A six-level output's ``/level`` column: the paper's level -- 1..5 for a scored row, 0 where the judge said it
+    was not sure -- and no value for a failure or another abstention (no claims, nothing to judge)."""
+    out: list[Any] = []
+    for r in results:
+        if r.status is Status.SCORED:
+            out.append(r.value)
+        elif r.status is Status.ABSTAINED and r.details.get("level") == 0:
+            out.append(0)
+        else:
+            out.append(None)
+    return out
 
 
 #: a status as the ``/status`` column writes it
@@ -156,11 +163,12 @@ def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[
     ordered = sorted(specs, key=lambda s: not s.headline)  # the headline score right after the question
     for spec in ordered:
         for name, res in results[spec.name].items():
-            level = _on_levels(spec, name)
-            cols[f"{name}/score"] = _score_column(res, level)
+            cols[f"{name}/score"] = _score_column(res)
             if spec.judged:
                 cols[f"{name}/justification"] = [x.rationale for x in res]
                 cols[f"{name}/status"] = [_STATUS_TEXT[x.status] + (f":{x.reason}" if x.reason else "") for x in res]
+            if _on_levels(spec, name):
+                cols[f"{name}/level"] = _level_column(res)
     for spec in specs:
         for column, build in spec.columns.items():
             cols[column] = [None if ERROR_KEY in res else _safe_cell(build, res) for res in per_row[spec.name]]

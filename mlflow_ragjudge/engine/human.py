@@ -27,7 +27,9 @@ def meta_evaluation(table: pd.DataFrame, cfg: RagJudgeConfig) -> tuple[pd.DataFr
         return None, {}
 
     names = [c[: -len("/score")] for c in table.columns if c.endswith("/score")]
-    frame = pd.DataFrame({name: table[f"{name}/score"] for name in names})
+    # a six-level output by its level: the judge's "not sure" (0) is a value of the "all" subset, as in the paper
+    frame = pd.DataFrame({name: table[f"{name}/level" if f"{name}/level" in table.columns else f"{name}/score"]
+                          for name in names})
     humans = list(dict.fromkeys([*cfg.human_columns, *cfg.human_labels.values()]))
     for hc in humans:
         frame[hc] = table[hc]
