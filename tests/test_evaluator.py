@@ -124,6 +124,15 @@ def test_mlflow_evaluate_logs_metrics_table_transcripts_params(fake_llm, judge_u
     # the table is registered as an MLflow evaluation table (visible in the UI's evaluation view)
     tags = MlflowClient().get_run(run_id).data.tags
     assert "ragjudge/eval_results_table.json" in tags.get("mlflow.loggedArtifacts", "")
+    # the rows' traces: the abstention's Feedback has no value (the level in its metadata), the failure an error; the
+    # mean of the Feedback values is the run's mean
+    traces = mlflow.search_traces(run_id=run_id, return_type="list")
+    fbs = {t.data.request: next(a for a in t.info.assessments if a.name == "correctness") for t in traces}
+    zero = next(fb for req, fb in fbs.items() if "q-zero" in req)
+    assert zero.value is None and zero.error is None and zero.metadata["ragjudge.level"] == "0"
+    assert zero.metadata["ragjudge.status"] == "abstained" and zero.rationale
+    values = [fb.value for fb in fbs.values() if fb.value is not None]
+    assert sorted(values) == [2, 4, 5] and sum(values) / len(values) == pytest.approx(m["correctness/mean"])
 
 
 def test_nested_config_with_evaluator_list_and_model_callable(fake_llm, judge_uri, tmp_tracking):

@@ -254,3 +254,35 @@ def test_openai_autologged_app_on_a_real_mlflow_server(mlflow_server, app_llm, j
     result = mlflow.genai.evaluate(data=_with_expectations(traces), scorers=_scorers(_judge_uri(judge_llm)))
     _check_every_row_scored(result, exp_id, len(QUESTIONS))
     _judge_never_traced()
+
+
+DATA = [{"inputs": {"question": q}, "outputs": ANSWER, "expectations": {"expected_response": "Paris"}}
+        for q in QUESTIONS]
+
+
+def _means(result: Any) -> dict[str, float]:
+    return {k: v for k, v in result.metrics.items() if k.endswith("/mean")}
+
+
+def test_two_judges_of_one_metric_get_distinct_names_or_are_refused(tmp_tracking, judge_llm):
+    """MLflow merges the Feedbacks of scorers that share a name: the offline judge's scorer has its own name by
+    default; two LLM judges under one name are refused on every row, with the fix; ``name=`` tells them apart."""
+    llm = _judge_uri(judge_llm)
+    other = f"openai:/another-judge?base_url={judge_llm.openai_base_url}"
+    apart = mlflow.genai.evaluate(data=DATA, scorers=[Correctness(judge=llm, cache=False),
+                                                      Correctness(judge="offline:/lexical")])
+    assert {"correctness/mean", "correctness_offline/mean"} <= set(_means(apart))
+    clash = mlflow.genai.evaluate(data=DATA, scorers=[Correctness(judge=llm, cache=False),
+                                                      Correctness(judge=other, cache=False)])
+    assert "correctness/mean" not in clash.metrics  # no merged mean of two judges
+    traces = mlflow.search_traces(run_id=clash.run_id, return_type="list")
+    fbs = [a for t in traces for a in t.info.assessments if a.name == "correctness"]
+    assert len(fbs) == 2 * len(DATA) and all(a.error is not None for a in fbs)
+    assert {a.error.error_code for a in fbs} == {"duplicate_name"}
+    assert "name=" in fbs[0].error.error_message and "another-judge" in fbs[0].error.error_message
+    named = mlflow.genai.evaluate(data=DATA, scorers=[Correctness(judge=llm, cache=False, name="correctness_m"),
+                                                      Correctness(judge=other, cache=False, name="correctness_o")])
+    assert {"correctness_m/mean", "correctness_o/mean"} <= set(_means(named))
+    # a scorer called on its own right after an evaluation is not taken for the evaluation's other scorer
+    assert Correctness(judge=other, cache=False)(inputs="q", outputs="a", expectations={"expected_response": "a"},
+                                                 trace=None).error is None
