@@ -142,12 +142,29 @@ class _Names:
     ends, so a call that was judging while the other scorer started fails too."""
 
     WINDOW = 5.0
+    #: a run's first calls under a name wait up to this long for another scorer of that name to start: MLflow starts a
+    #: row's scorers together, but a fast first call could end before its sibling's thread began
+    GRACE = 0.3
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # (run, name) -> scorer id -> [calls in flight, when the last one ended, its judge]
         self._work: dict[tuple[str, str], dict[int, list[Any]]] = {}
+        self._first: dict[tuple[str, str], float] = {}  # (run, name) -> when its first call started
         self._warned: set[tuple[str, str]] = set()
+
+    def settle(self, run: str | None, name: str, scorer: int) -> None:
+        """Before an early call of a run returns, give another scorer of the same name the time to start."""
+        if run is None:
+            return
+        key = (run, name)
+        while True:
+            with self._lock:
+                alone = set(self._work.get(key, {})) <= {scorer}
+                left = self._first.get(key, 0.0) + self.GRACE - time.monotonic()
+            if not alone or left <= 0:
+                return
+            time.sleep(min(left, 0.01))
 
     def check(self, run: str | None, name: str, scorer: int, judge: str, delta: int) -> str | None:
         """Count a call of ``scorer`` starting (``delta`` 1) or ending (-1); the refusal when another scorer of the
@@ -160,6 +177,8 @@ class _Names:
             if len(self._work) > 1000:  # runs long finished
                 self._work = {k: v for k, v in self._work.items()
                               if any(w[0] > 0 or now - w[1] < self.WINDOW for w in v.values())}
+                self._first = {k: t for k, t in self._first.items() if k in self._work}
+            self._first.setdefault(key, now)
             work = self._work.setdefault(key, {})
             mine = work.setdefault(scorer, [0, now, judge])
             mine[0] += delta
@@ -201,6 +220,8 @@ class MetricScorer(Scorer):
             offline judge). Two scorers of one name in one evaluation are refused (module docstring).
         retriever_spans: which RETRIEVER spans of a trace give the contexts when several ran: ``"all"`` (the
             default: every top-level one, documents de-duplicated), ``"first"``, ``"last"``, or span names.
+        pass_if: ``value -> bool``, what counts as passing for MLflow's ``EvaluationResult.passed``, e.g.
+            ``lambda v: v >= 4`` for correctness; an abstention (no value) is neither.
         **config: any evaluator setting (``language``, ``context_mode``, ``retriever``, ``embeddings`` ...).
     """
 
@@ -213,7 +234,8 @@ class MetricScorer(Scorer):
 
     def __init__(self, metric: str | None = None, judge: Any = None, *, cache: Any = True,
                  max_concurrency: int | None = None, name: str | None = None,
-                 retriever_spans: str | Sequence[str] = "all", **config: Any) -> None:
+                 retriever_spans: str | Sequence[str] = "all", pass_if: Callable[[Any], bool] | None = None,
+                 **config: Any) -> None:
         metric = metric or type(self).__dict__.get("default_metric", "")
         spec = get_metric(metric)
         if not (isinstance(retriever_spans, str) or (isinstance(retriever_spans, Sequence)
@@ -242,6 +264,8 @@ class MetricScorer(Scorer):
                 raise ValueError(f"the {metric} scorer needs embeddings ({e.reason}); {embeddings_fix(judge)}") from e
         self._spec = spec
         self._retriever_spans = retriever_spans
+        if pass_if is not None:
+            self._pass_if = pass_if  # EvaluationResult.passed asks it of every row's value
         self._ctx = RunContext(client, cfg, embed, metrics=(metric,))
         if spec.judged:  # a judge object per scorer; deterministic metrics are set up per row (they are cheap)
             self._state = spec.setup(self._ctx) if spec.setup is not None else None
@@ -292,6 +316,7 @@ class MetricScorer(Scorer):
         try:
             if clash is None:
                 results, sources = self._score_row(inputs, outputs, expectations, trace)
+                _NAMES.settle(run, self.name, id(self))
         finally:
             clash = _NAMES.check(run, self.name, id(self), self._source, -1) or clash  # another one started meanwhile
         if clash is not None:
@@ -324,9 +349,9 @@ class Correctness(MetricScorer):
     def __init__(self, judge: Any, *, context_mode: str = "auto", retriever: Callable[[str], Any] | None = None,
                  language: str = "en", judge_output: str = "auto", max_context_chars: int = 12_000,
                  cache: Any = True, max_concurrency: int | None = None, name: str | None = None,
-                 retriever_spans: str | Sequence[str] = "all") -> None:
+                 retriever_spans: str | Sequence[str] = "all", pass_if: Callable[[Any], bool] | None = None) -> None:
         super().__init__("correctness", judge, cache=cache, max_concurrency=max_concurrency, name=name,
-                         retriever_spans=retriever_spans,
+                         retriever_spans=retriever_spans, pass_if=pass_if,
                          context_mode=context_mode, retriever=retriever, language=language,
                          judge_output=judge_output, max_context_chars=max_context_chars)
 

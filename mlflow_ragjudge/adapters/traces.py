@@ -52,6 +52,8 @@ __all__ = ["DEFAULT_MAX_TRACES", "EXPECTATION_NAME", "TRACE_NAME", "TraceLog", "
 
 #: traces a run logs by default; beyond it, a seeded uniform sample of the rows
 DEFAULT_MAX_TRACES = 2000
+#: the trace tag MLflow's evaluation gives each row (``TraceTagKey.EVAL_REQUEST_ID``); ours holds the row id
+EVAL_REQUEST_ID = "mlflow.eval.requestId"
 #: the Expectation that carries the reference answer (MLflow's own name for it)
 EXPECTATION_NAME = "expected_response"
 TRACE_NAME = "ragjudge_row"
@@ -267,7 +269,11 @@ def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str,
         request_preview=json.dumps(inputs, ensure_ascii=False)[:1000],
         response_preview=(outputs or "")[:1000] if isinstance(outputs, str) else json.dumps(outputs)[:1000],
         client_request_id=str(row_id) if row_id is not None else None,
-        trace_metadata=meta, tags={"mlflow.traceName": TRACE_NAME, "ragjudge.run_id": run_id},
+        trace_metadata=meta, tags={"mlflow.traceName": TRACE_NAME, "ragjudge.run_id": run_id,
+                                   # the row's identity across runs, as mlflow.genai.evaluate tags its rows: MLflow's
+                                   # compare_evaluations pairs two runs' rows on it (on the question alone, a repeated
+                                   # question would be ambiguous)
+                                   EVAL_REQUEST_ID: str(row_id) if row_id is not None else f"row-{i}"},
         assessments=assessments,
     )
     for a in assessments:
