@@ -35,7 +35,7 @@ from ..engine.evaluate import EvalOutput, evaluate_frame
 from ..engine.record import local_output_root
 from ..metrics.spec import all_specs
 from .traces import DEFAULT_MAX_TRACES, TraceLog, log_row_traces, remove_row_traces
-from .tracking import load_run_table
+from .tracking import load_run_table, replace_table
 
 __all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "load_local", "save_local", "MODEL_TYPE",
            "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE"]
@@ -151,7 +151,8 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
                pipeline: Sequence[dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Log an evaluation's metrics, params, tags, table, transcripts and config into a run, and then its rows as
     traces (:func:`~mlflow_ragjudge.adapters.traces.log_row_traces`, at most the config's ``traces``; ``pipeline``:
-    per row, the call to the user's pipeline, shown as a span).
+    per row, the call to the user's pipeline, shown as a span). Into a run that holds a logged evaluation already,
+    the tables, files and traces replace the earlier ones (each row once); metrics get a new value at step 0.
 
     The results are first saved locally (:func:`save_local`, unless ``saved`` says where they already
     are). Every logging step is attempted even when an earlier one fails; if any failed, the run gets
@@ -160,7 +161,6 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
 
     Returns the artifact URIs by name.
     """
-    import mlflow
     from mlflow.entities import Metric, Param, RunTag
 
     if saved is None:
@@ -187,10 +187,11 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
     attempt("params and tags", lambda: client.log_batch(
         run_id, params=[Param(k, v) for k, v in params.items() if k not in existing],
         tags=[RunTag(k, v) for k, v in _tags(out).items()]))
-    attempt("table", lambda: mlflow.log_table(data=out.table, artifact_file=TABLE_FILE, run_id=run_id))
+    # replaced, not appended: a run logged again (ragjudge log-saved --run-id) holds each row once
+    attempt("table", lambda: replace_table(run_id, out.table, TABLE_FILE))
     if out.meta is not None:
         meta = out.meta
-        attempt("meta-evaluation table", lambda: mlflow.log_table(data=meta, artifact_file=META_FILE, run_id=run_id))
+        attempt("meta-evaluation table", lambda: replace_table(run_id, meta, META_FILE))
     with tempfile.TemporaryDirectory() as tmp:
         files: dict[str, Any] = {"judge_transcripts.jsonl": lambda p: _write_jsonl(p, out.transcripts),
                                  "config.json": lambda p: _write_json(p, out.config)}

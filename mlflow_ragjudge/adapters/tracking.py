@@ -10,7 +10,9 @@ Every function here takes a run id and finds the run's experiment itself. MLflow
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
+import math
 import os
 import sys
 import time
@@ -332,26 +334,47 @@ def log_figures(run_id: str, figures: dict[str, Any]) -> None:
         plt.close(fig)
 
 
-def append_table(run_id: str, table: pd.DataFrame, artifact_file: str) -> None:
-    """``mlflow.log_table``: a table artifact the run's evaluation view lists (rows appended to an existing one)."""
-    import mlflow
-
-    mlflow.log_table(data=table, artifact_file=artifact_file, run_id=run_id)
+def _json_cell(value: Any) -> Any:
+    """A table cell as JSON: every digit of a number kept (``mlflow.log_table`` writes 10 decimal places, so a p-value
+    of 1.25e-12 became 0.0), a missing or non-finite number as null (``Infinity`` is not JSON a browser reads),
+    dates in ISO form, numpy values as their Python ones."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_cell(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_cell(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return _json_cell(value.tolist())
+    return str(value)
 
 
 def replace_table(run_id: str, table: pd.DataFrame, artifact_file: str) -> None:
-    """Write a table artifact in MLflow's table layout, replacing an earlier one (``mlflow.log_table`` would append
-    to it), and record it as a table so the UI's evaluation view lists it."""
-    import json
+    """Log a table artifact in ``mlflow.log_table``'s layout (``{"columns": [...], "data": [[...], ...]}``), replacing
+    one the run already holds under that name, and list it once in the run's ``mlflow.loggedArtifacts`` tag, as
+    ``mlflow.log_table`` does, so the UI's evaluation view shows it.
+
+    Not ``mlflow.log_table`` itself: it appends to an existing table of the same name (a run logged again, e.g. by
+    ``ragjudge log-saved --run-id``, had its 6 rows twice) and rounds numbers to 10 decimal places.
+    """
     import tempfile
 
     client = _client()
     folder, _, fname = artifact_file.rpartition("/")
+    split = table.astype(object).to_dict(orient="split")
+    content = {"columns": [str(c) for c in split["columns"]],
+               "data": [[_json_cell(v) for v in row] for row in split["data"]]}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / fname
-        data = table.astype(object).where(table.notna(), None).to_dict(orient="split")
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"columns": data["columns"], "data": data["data"]}, fh, ensure_ascii=False, default=str)
+            # ASCII escapes, as MLflow writes its tables: any Python text, even a lone surrogate, is valid JSON
+            json.dump(content, fh, ensure_ascii=True, allow_nan=False)
         client.log_artifact(run_id, str(path), folder or None)
     tags = client.get_run(run_id).data.tags
     logged = json.loads(tags.get("mlflow.loggedArtifacts", "[]") or "[]")
