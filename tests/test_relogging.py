@@ -74,6 +74,25 @@ def test_log_saved_into_the_same_run_twice_leaves_one_copy_of_every_table(tmp_tr
     assert again["table"]["question"].tolist() == [row[0] for row in saved["data"]]
 
 
+def test_metrics_logged_again_with_the_same_values_stay_one_point(tmp_tracking, tmp_path, monkeypatch, capsys):
+    """A metric logged again at the same step gets a second point in its history (MLflow keeps both); re-logging
+    the same evaluation adds none, a changed value still gets its point."""
+    monkeypatch.setenv("RAGJUDGE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    out = _offline_evaluation()
+    folder = save_local(out, "relog")
+    run_id = MlflowClient().create_run("0").info.run_id
+    for _ in range(2):
+        assert main(["log-saved", str(folder), "--run-id", run_id, "--tracking-uri", tmp_tracking]) == 0
+    client = MlflowClient()
+    assert client.get_run(run_id).data.metrics == pytest.approx(out.metrics)
+    histories = {k: len(client.get_metric_history(run_id, k)) for k in out.metrics}
+    assert set(histories.values()) == {1}, {k: n for k, n in histories.items() if n != 1}
+    out.metrics["correctness/mean"] += 1
+    log_output(out, run_id)
+    assert [m.value for m in client.get_metric_history(run_id, "correctness/mean")] == pytest.approx(
+        [out.metrics["correctness/mean"] - 1, out.metrics["correctness/mean"]])
+
+
 def test_a_run_logged_again_with_another_evaluation_holds_that_evaluation_only(tmp_tracking, judge):
     """The second evaluation (4 rows, an LLM judge on the fake server, so with transcripts) replaces the first
     (6 rows, the offline judge) in the run: table, meta-evaluation table and transcripts are the second's."""
@@ -108,15 +127,16 @@ def test_a_comparison_logged_twice_into_a_run_is_replaced(tmp_tracking):
     assert _logged_tables(target.info.run_id) == [COMPARISON_FILE]
 
 
-@pytest.mark.parametrize("value", [1.25e-12, 0.123456789012345])
-def test_a_logged_table_keeps_every_digit_of_its_numbers(tmp_tracking, value):
-    """The tables are no longer written by MLflow's log_table, which writes 10 decimal places (a p-value of 1.25e-12
-    became 0.0); the writer that replaces it keeps every digit, and writes infinity as null (valid JSON)."""
-    from mlflow_ragjudge.adapters.tracking import replace_table
-
-    run_id = MlflowClient().create_run("0").info.run_id
-    replace_table(run_id, pd.DataFrame({"p": [value, float("inf"), float("nan")], "text": ["日本語", "x", None]}),
-                  "ragjudge/t.json")
-    table = load_run_table(run_id, "ragjudge/t.json")
-    assert table["p"].iloc[0] == value and table["p"].iloc[1:].isna().all()  # infinity is not JSON: null
+def test_a_logged_table_keeps_every_digit_of_its_numbers(tmp_tracking):
+    """MLflow's log_table, which wrote the per-row table before, writes 10 decimal places: a p-value of 1.25e-12
+    became 0.0. The table's writer keeps every digit, and writes infinity as null (``Infinity`` is not JSON)."""
+    out = _offline_evaluation()
+    values = [1.25e-12, 0.123456789012345, float("inf"), float("nan"), 1.0, -2.5]
+    out.table["p"] = values
+    out.table["text"] = ["日本語", "x", None, "a", "b", "c"]
+    with mlflow.start_run() as run:
+        log_output(out, run.info.run_id)
+    table = load_run_table(run.info.run_id, TABLE_FILE)
+    assert table["p"].iloc[:2].tolist() == values[:2] and table["p"].iloc[4:].tolist() == values[4:]
+    assert table["p"].iloc[2:4].isna().all()
     assert table["text"].iloc[:2].tolist() == ["日本語", "x"] and table["text"].isna().iloc[2]

@@ -15,6 +15,7 @@ own metrics, per-row table, transcripts, params and configuration into the run.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -152,7 +153,8 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
     """Log an evaluation's metrics, params, tags, table, transcripts and config into a run, and then its rows as
     traces (:func:`~mlflow_ragjudge.adapters.traces.log_row_traces`, at most the config's ``traces``; ``pipeline``:
     per row, the call to the user's pipeline, shown as a span). Into a run that holds a logged evaluation already,
-    the tables, files and traces replace the earlier ones (each row once); metrics get a new value at step 0.
+    the tables, files and traces replace the earlier ones (each row once), and a metric is logged only where its
+    value differs from the run's.
 
     The results are first saved locally (:func:`save_local`, unless ``saved`` says where they already
     are). Every logging step is attempted even when an earlier one fails; if any failed, the run gets
@@ -178,9 +180,17 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
     ts = int(time.time() * 1000)
     params = {k: str(v)[:6000] for k, v in out.params.items()}
     existing: dict[str, str] = {}
-    attempt("read the run", lambda: existing.update(client.get_run(run_id).data.params))
+    logged: dict[str, float] = {}
+
+    def read_run() -> None:
+        data = client.get_run(run_id).data
+        existing.update(data.params)
+        logged.update(data.metrics)
+
+    attempt("read the run", read_run)
     params = {k: v for k, v in params.items() if existing.get(k) in (None, v)}
-    metric_list = [Metric(k, v, ts, 0) for k, v in sorted(metrics.items())]
+    # a run logged again keeps one point per metric: a value the run holds already is not logged a second time
+    metric_list = [Metric(k, v, ts, 0) for k, v in sorted(metrics.items()) if not _same_value(logged.get(k), v)]
     for start in range(0, len(metric_list), 1000):  # MLflow takes at most 1,000 metrics per batch
         chunk = metric_list[start: start + 1000]
         attempt("metrics", lambda chunk=chunk: client.log_batch(run_id, metrics=chunk))
@@ -223,6 +233,10 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
         "judge_transcripts": f"{base}/{TRANSCRIPTS_FILE}",
         "config": f"{base}/{CONFIG_FILE}",
     }
+
+
+def _same_value(logged: float | None, value: float) -> bool:
+    return logged is not None and (logged == value or (math.isnan(logged) and math.isnan(value)))
 
 
 def log_traces(out: EvalOutput, run_id: str, pipeline: Sequence[dict[str, Any] | None] | None = None) -> TraceLog:
