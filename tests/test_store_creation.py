@@ -5,7 +5,10 @@ first use (docs/failure-modes.md, "The tracking store")."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -13,6 +16,7 @@ import time
 from pathlib import Path
 
 import mlflow
+import pytest
 from mlflow.tracking import MlflowClient
 
 from mlflow_ragjudge.adapters.tracking import check_tracking_store
@@ -65,10 +69,6 @@ def test_processes_starting_at_once_on_a_new_sqlite_store_all_succeed_and_the_st
 def test_a_store_left_half_created_is_explained(tmp_path):
     """A store half-created before the lock existed (here: a table of MLflow's schema made by hand, so MLflow's
     creation meets it) is refused with what to do, not only SQLite's words."""
-    import sqlite3
-
-    import pytest
-
     from mlflow_ragjudge import InputError
 
     db = tmp_path / "half.db"
@@ -78,3 +78,52 @@ def test_a_store_left_half_created_is_explained(tmp_path):
         check_tracking_store(f"sqlite:///{db}", "half", nothing="Nothing was done.")
     message = str(info.value)
     assert "half-created" in message and "move the file aside" in message and "Nothing was done." in message
+
+
+# MLflow 3.18.0 migrates a store made by 3.17.2 on first open, one way: its alembic_version goes from 3.17.2's head
+# dc11669786a5 through e7d1f4b2a9c6 and 8b6ad64cb8f5 to f4a9b2c7d1e6, 3.18.0's head (checked by hand: a store made
+# with MlflowClient("sqlite:///s.db").search_experiments() under 3.17.2, opened the same way under 3.18.0, read
+# `SELECT version_num FROM alembic_version`). MLflow 3.17.2 then refuses it ("out-of-date database schema"), and
+# `mlflow db upgrade` under 3.17.2 fails ("Can't locate revision identified by 'f4a9b2c7d1e6'"). 3.17.2 checks only
+# the revision (every table it needs is there), so a fresh store with that revision written in is such a store.
+NEWER_REVISIONS = [
+    pytest.param("f4a9b2c7d1e6", "3.18.0", id="mlflow-3.18.0-head"),
+    pytest.param("0123456789ab", None, id="a-revision-no-release-names"),
+]
+
+
+@pytest.mark.parametrize(("revision", "release"), NEWER_REVISIONS)
+def test_a_store_a_newer_mlflow_migrated_is_refused_with_what_to_do(tmp_path, fresh_tracking_uri, capsys, revision,
+                                                                    release):
+    from alembic.script import ScriptDirectory
+
+    from mlflow_ragjudge.cli import main
+
+    known = {s.revision for s in ScriptDirectory(str(Path(mlflow.__file__).parent / "store" / "db_migrations"))
+             .walk_revisions()}  # the installed MLflow's migrations
+    assert "dc11669786a5" in known  # MLflow 3.17.2's head
+    if revision in known:
+        pytest.skip(f"the installed MLflow {mlflow.__version__} knows revision {revision}: its store is not newer")
+    db = tmp_path / "newer.db"
+    uri = fresh_tracking_uri(db)
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
+        con.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+    before = db.read_bytes()
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"question": "q?", "answer": "a", "reference": "a"}) + "\n", encoding="utf-8")
+
+    code = main(["evaluate", str(data), "--judge", "offline:/lexical", "--tracking-uri", uri])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    message = next(line for line in err.splitlines() if line.startswith("error: "))  # MLflow logs to stderr too
+    assert message.startswith(f"error: The MLflow tracking store at {uri} cannot be used: a newer MLflow than the "
+                              f"installed {mlflow.__version__} migrated it")
+    err = message
+    assert revision in err and "Use another store" in err and "Nothing was sent to the judge." in err
+    assert ("MLflow 3.18.0 or later" in err) if release else ("the newer MLflow that migrated it" in err)
+    assert "db upgrade" not in err and "half-created" not in err  # the advice that fails on such a store
+    assert db.read_bytes() == before  # the store is left as it was
+    # the fix it names works: another store
+    other = fresh_tracking_uri(tmp_path / "other.db")
+    assert main(["evaluate", str(data), "--judge", "offline:/lexical", "--tracking-uri", other, "--experiment",
+                 "another-store"]) == 0, capsys.readouterr().err

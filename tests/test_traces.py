@@ -77,7 +77,7 @@ def _assert_traces_equal_table(uri: str, run_id: str) -> tuple[pd.DataFrame, dic
             if _missing(cell):
                 assert a.value is None, (i, name, a.value)
             else:
-                # the logged table keeps 10 significant decimals (MLflow's log_table); the assessment the full value
+                # the logged table and the assessment both keep the full value (MLflow's log_table wrote 10 decimals)
                 assert a.value == pytest.approx(float(cell), rel=1e-9, abs=1e-10), (i, name, a.value, cell)
             if f"{name}/status" in table.columns:
                 status = table[f"{name}/status"].iloc[i]

@@ -15,6 +15,7 @@ own metrics, per-row table, transcripts, params and configuration into the run.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -35,7 +36,7 @@ from ..engine.evaluate import EvalOutput, evaluate_frame
 from ..engine.record import local_output_root
 from ..metrics.spec import all_specs
 from .traces import DEFAULT_MAX_TRACES, TraceLog, log_row_traces, remove_row_traces
-from .tracking import load_run_table
+from .tracking import load_run_table, replace_table
 
 __all__ = ["RagJudgeEvaluator", "LoggingFailed", "log_output", "load_output", "load_local", "save_local", "MODEL_TYPE",
            "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE"]
@@ -151,7 +152,9 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
                pipeline: Sequence[dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Log an evaluation's metrics, params, tags, table, transcripts and config into a run, and then its rows as
     traces (:func:`~mlflow_ragjudge.adapters.traces.log_row_traces`, at most the config's ``traces``; ``pipeline``:
-    per row, the call to the user's pipeline, shown as a span).
+    per row, the call to the user's pipeline, shown as a span). Into a run that holds a logged evaluation already,
+    the tables, files and traces replace the earlier ones (each row once), and a metric is logged only where its
+    value differs from the run's.
 
     The results are first saved locally (:func:`save_local`, unless ``saved`` says where they already
     are). Every logging step is attempted even when an earlier one fails; if any failed, the run gets
@@ -160,7 +163,6 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
 
     Returns the artifact URIs by name.
     """
-    import mlflow
     from mlflow.entities import Metric, Param, RunTag
 
     if saved is None:
@@ -178,19 +180,28 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
     ts = int(time.time() * 1000)
     params = {k: str(v)[:6000] for k, v in out.params.items()}
     existing: dict[str, str] = {}
-    attempt("read the run", lambda: existing.update(client.get_run(run_id).data.params))
+    logged: dict[str, float] = {}
+
+    def read_run() -> None:
+        data = client.get_run(run_id).data
+        existing.update(data.params)
+        logged.update(data.metrics)
+
+    attempt("read the run", read_run)
     params = {k: v for k, v in params.items() if existing.get(k) in (None, v)}
-    metric_list = [Metric(k, v, ts, 0) for k, v in sorted(metrics.items())]
+    # a run logged again keeps one point per metric: a value the run holds already is not logged a second time
+    metric_list = [Metric(k, v, ts, 0) for k, v in sorted(metrics.items()) if not _same_value(logged.get(k), v)]
     for start in range(0, len(metric_list), 1000):  # MLflow takes at most 1,000 metrics per batch
         chunk = metric_list[start: start + 1000]
         attempt("metrics", lambda chunk=chunk: client.log_batch(run_id, metrics=chunk))
     attempt("params and tags", lambda: client.log_batch(
         run_id, params=[Param(k, v) for k, v in params.items() if k not in existing],
         tags=[RunTag(k, v) for k, v in _tags(out).items()]))
-    attempt("table", lambda: mlflow.log_table(data=out.table, artifact_file=TABLE_FILE, run_id=run_id))
+    # replaced, not appended: a run logged again (ragjudge log-saved --run-id) holds each row once
+    attempt("table", lambda: replace_table(run_id, out.table, TABLE_FILE))
     if out.meta is not None:
         meta = out.meta
-        attempt("meta-evaluation table", lambda: mlflow.log_table(data=meta, artifact_file=META_FILE, run_id=run_id))
+        attempt("meta-evaluation table", lambda: replace_table(run_id, meta, META_FILE))
     with tempfile.TemporaryDirectory() as tmp:
         files: dict[str, Any] = {"judge_transcripts.jsonl": lambda p: _write_jsonl(p, out.transcripts),
                                  "config.json": lambda p: _write_json(p, out.config)}
@@ -222,6 +233,10 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
         "judge_transcripts": f"{base}/{TRANSCRIPTS_FILE}",
         "config": f"{base}/{CONFIG_FILE}",
     }
+
+
+def _same_value(logged: float | None, value: float) -> bool:
+    return logged is not None and (logged == value or (math.isnan(logged) and math.isnan(value)))
 
 
 def log_traces(out: EvalOutput, run_id: str, pipeline: Sequence[dict[str, Any] | None] | None = None) -> TraceLog:

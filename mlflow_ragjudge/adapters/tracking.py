@@ -10,8 +10,12 @@ Every function here takes a run id and finds the run's experiment itself. MLflow
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
+import math
 import os
+import re
+import sqlite3
 import sys
 import time
 import urllib.error
@@ -161,6 +165,10 @@ def check_tracking_store(tracking_uri: str | None, experiment: str | None, *, no
             else:
                 _client().search_experiments(max_results=1)
     except Exception as e:
+        newer = _newer_schema_message(uri)
+        if newer:  # MLflow's own text would advise `mlflow db upgrade`, which fails on such a store
+            raise InputError(f"The MLflow tracking store at {safe_tracking_uri(uri)} cannot be used: {newer} "
+                             f"{nothing}") from None
         raise InputError(
             f"The MLflow tracking store at {safe_tracking_uri(uri)} cannot be used ({type(e).__name__}: "
             f"{str(e)[:300]}); {_half_migrated_hint(uri, e)}fix the tracking URI (--tracking-uri, tracking_uri= or "
@@ -222,6 +230,71 @@ def _half_migrated_hint(uri: str, error: BaseException) -> str:
     return ("the store looks half-created (several processes created it at once, or a migration was interrupted): "
             "run `mlflow db upgrade " + safe_tracking_uri(uri) + "` once, or move the file aside and start "
             "with a new one; ")
+
+
+#: schema revisions of MLflow releases newer than those this package supports, each with the first release whose
+#: migrations (``mlflow/store/db_migrations/versions``) hold it: the revisions of MLflow 3.18.0's wheel that 3.17.2's
+#: lacks. A revision neither here nor the installed MLflow's is named as "a newer MLflow than the installed X.Y.Z".
+NEWER_SCHEMA_REVISIONS = {"e7d1f4b2a9c6": "3.18.0", "8b6ad64cb8f5": "3.18.0", "f4a9b2c7d1e6": "3.18.0"}
+
+
+def _sqlite_schema_revision(path: Path) -> str | None:
+    """The schema revision a SQLite tracking store records (its ``alembic_version`` table), read without writing;
+    None when the file has no such table or cannot be read."""
+    if not path.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        return None
+    return str(row[0]) if row and row[0] else None
+
+
+def _installed_schema_revisions() -> set[str] | None:
+    """Every schema revision the installed MLflow's migrations know (None when they cannot be read)."""
+    try:
+        import mlflow
+        from alembic.script import ScriptDirectory
+
+        scripts = ScriptDirectory(str(Path(mlflow.__file__).parent / "store" / "db_migrations"))
+        return {script.revision for script in scripts.walk_revisions()}
+    except Exception:  # only for a better message: never fail the check over it
+        return None
+
+
+def _mlflow_requirement() -> str | None:
+    """This package's requirement on MLflow (``mlflow<3.18,>=3.4``), when its metadata is installed."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        reqs = requires("mlflow-ragjudge") or []
+    except PackageNotFoundError:
+        return None
+    return next((r.strip() for r in reqs if re.fullmatch(r"mlflow\s*([<>=!~][^;]*)?", r.strip())), None)
+
+
+def _newer_schema_message(uri: str) -> str | None:
+    """What to do with a SQLite store whose schema a newer MLflow migrated (MLflow migrates a store forward on first
+    use, and the older MLflow then refuses it; ``mlflow db upgrade`` of the older one cannot migrate it back), or
+    None when the store is not such a one."""
+    path = sqlite_store_path(uri)
+    revision = _sqlite_schema_revision(path) if path is not None else None
+    known = _installed_schema_revisions() if revision else None
+    if not revision or known is None or revision in known:
+        return None
+    import mlflow
+
+    installed = mlflow.__version__
+    first = NEWER_SCHEMA_REVISIONS.get(revision)
+    which = f" (MLflow {first}'s migrations have it)" if first else ""
+    needed = f"MLflow {first} or later" if first else "the newer MLflow that migrated it"
+    requirement = _mlflow_requirement()
+    pinned = f" (this mlflow-ragjudge requires {requirement})" if requirement else ""
+    return (f"a newer MLflow than the installed {installed} migrated it: its schema revision {revision}{which} is "
+            f"unknown to MLflow {installed}, and MLflow has no command that migrates a store back. Use another store "
+            "(--tracking-uri, tracking_uri= or MLFLOW_TRACKING_URI: a new file, or a copy saved before the newer "
+            f"MLflow opened this one), or open this one with {needed}{pinned}.")
 
 
 def env_command(name: str) -> str:
@@ -332,26 +405,47 @@ def log_figures(run_id: str, figures: dict[str, Any]) -> None:
         plt.close(fig)
 
 
-def append_table(run_id: str, table: pd.DataFrame, artifact_file: str) -> None:
-    """``mlflow.log_table``: a table artifact the run's evaluation view lists (rows appended to an existing one)."""
-    import mlflow
-
-    mlflow.log_table(data=table, artifact_file=artifact_file, run_id=run_id)
+def _json_cell(value: Any) -> Any:
+    """A table cell as JSON: every digit of a number kept (``mlflow.log_table`` writes 10 decimal places, so a p-value
+    of 1.25e-12 became 0.0), a missing or non-finite number as null (``Infinity`` is not JSON a browser reads),
+    dates in ISO form, numpy values as their Python ones."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_cell(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_cell(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return _json_cell(value.tolist())
+    return str(value)
 
 
 def replace_table(run_id: str, table: pd.DataFrame, artifact_file: str) -> None:
-    """Write a table artifact in MLflow's table layout, replacing an earlier one (``mlflow.log_table`` would append
-    to it), and record it as a table so the UI's evaluation view lists it."""
-    import json
+    """Log a table artifact in ``mlflow.log_table``'s layout (``{"columns": [...], "data": [[...], ...]}``), replacing
+    one the run already holds under that name, and list it once in the run's ``mlflow.loggedArtifacts`` tag, as
+    ``mlflow.log_table`` does, so the UI's evaluation view shows it.
+
+    Not ``mlflow.log_table`` itself: it appends to an existing table of the same name (a run logged again, e.g. by
+    ``ragjudge log-saved --run-id``, had its 6 rows twice) and rounds numbers to 10 decimal places.
+    """
     import tempfile
 
     client = _client()
     folder, _, fname = artifact_file.rpartition("/")
+    split = table.astype(object).to_dict(orient="split")
+    content = {"columns": [str(c) for c in split["columns"]],
+               "data": [[_json_cell(v) for v in row] for row in split["data"]]}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / fname
-        data = table.astype(object).where(table.notna(), None).to_dict(orient="split")
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"columns": data["columns"], "data": data["data"]}, fh, ensure_ascii=False, default=str)
+            # ASCII escapes, as MLflow writes its tables: any Python text, even a lone surrogate, is valid JSON
+            json.dump(content, fh, ensure_ascii=True, allow_nan=False)
         client.log_artifact(run_id, str(path), folder or None)
     tags = client.get_run(run_id).data.tags
     logged = json.loads(tags.get("mlflow.loggedArtifacts", "[]") or "[]")

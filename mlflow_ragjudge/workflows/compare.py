@@ -262,8 +262,9 @@ def _fmt_p(p: Any) -> str:
 
 
 def log_comparison(run_id: str, comparison: pd.DataFrame, figures: Mapping[str, Any] | None = None) -> None:
-    """Log the comparison table (``ragjudge/comparison.json``, an MLflow table) and the figures into a run."""
-    tracking.append_table(run_id, comparison, COMPARISON_FILE)
+    """Log the comparison table (``ragjudge/comparison.json``, an MLflow table; replacing one the run holds) and the
+    figures into a run."""
+    tracking.replace_table(run_id, comparison, COMPARISON_FILE)
     tracking.log_figures(run_id, dict(figures or {}))
 
 

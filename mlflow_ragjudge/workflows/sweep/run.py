@@ -336,8 +336,8 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
             child.link_prompt(pv)
         if pvs:
             child.params({f"prompt.{k}": f"prompts:/{pv.name}/{pv.version}" for k, pv in pvs.items()})
-        tracking.append_table(child.run_id, _generations_table(plan.questions, outs, errors, cached),
-                              GENERATIONS_FILE)
+        tracking.replace_table(child.run_id, _generations_table(plan.questions, outs, errors, cached),
+                               GENERATIONS_FILE)
         failed_js = [j for j in range(len(plan.questions)) if errors[j]]
         failed_calls = _pipeline_calls(plan, kwargs, failed_js, cached, timings)
         log_failed_calls(child.run_id, [(j, plan.questions[j], {**c, "error": errors[j]})
