@@ -264,7 +264,7 @@ def _installed_schema_revisions() -> set[str] | None:
 
 
 def _mlflow_requirement() -> str | None:
-    """This package's requirement on MLflow (``mlflow<3.18,>=3.4``), when its metadata is installed."""
+    """This package's requirement on MLflow (``mlflow<4,>=3.14``), when its metadata is installed."""
     from importlib.metadata import PackageNotFoundError, requires
 
     try:
