@@ -6,6 +6,7 @@ are never traced, whatever autologging is on); on a SQLite store and on a real `
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,6 +54,17 @@ def judge_llm(monkeypatch) -> Iterator[FakeLLMServer]:
     server.stop()
 
 
+@pytest.fixture(params=["sqlite", "server"])
+def store(request, tmp_path, fresh_tracking_uri, monkeypatch) -> Iterator[str]:
+    """A fresh SQLite store, or a real ``mlflow server`` (one per module), made the active tracking store."""
+    uri = (fresh_tracking_uri(tmp_path / "mlflow.db") if request.param == "sqlite"
+           else request.getfixturevalue("mlflow_server"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    mlflow.tracking.fluent._active_experiment_id = None
+
+
 @pytest.fixture
 def autologs() -> Iterator[None]:
     yield
@@ -97,8 +109,9 @@ def _anthropic_app(base_url: str) -> Callable[..., Any]:
 
 
 def _app_traces(experiment: str, call: Callable[[str], Any]) -> tuple[str, Any]:
-    """Run the app on every question in ``experiment``; its traces as ``mlflow.search_traces`` gives them."""
-    exp_id = mlflow.set_experiment(experiment).experiment_id
+    """Run the app on every question in ``experiment`` (a new one: a server is shared by a module's tests); its
+    traces as ``mlflow.search_traces`` gives them."""
+    exp_id = mlflow.set_experiment(f"{experiment}-{uuid.uuid4().hex[:8]}").experiment_id
     for q in QUESTIONS:
         call(q)
     mlflow.flush_trace_async_logging()
@@ -125,10 +138,8 @@ def _with_expectations(traces: Any) -> Any:
     return traces
 
 
-def _all_spans_everywhere() -> list[Any]:
-    experiments = mlflow.search_experiments()
-    traces = mlflow.search_traces(locations=[e.experiment_id for e in experiments], return_type="list",
-                                  max_results=1000)
+def _all_spans_everywhere(experiment_ids: list[str]) -> list[Any]:
+    traces = mlflow.search_traces(locations=experiment_ids, return_type="list", max_results=1000)
     return [s for t in traces for s in t.data.spans]
 
 
@@ -153,13 +164,16 @@ def _check_every_row_scored(result: Any, experiment_id: str, n: int) -> dict[str
     return found
 
 
-def _judge_never_traced() -> None:
-    judge_spans = [s for s in _all_spans_everywhere() if JUDGE_MODEL in json.dumps(s.inputs, default=str)]
+def _judge_never_traced(*experiment_ids: str) -> None:
+    """No span of any trace in the app's experiment or the evaluation runs' (the active one) holds a judge request."""
+    active = mlflow.tracking.fluent._get_experiment_id()
+    ids = sorted({*experiment_ids, *([active] if active else [])})
+    judge_spans = [s for s in _all_spans_everywhere(ids) if JUDGE_MODEL in json.dumps(s.inputs, default=str)]
     assert judge_spans == [], [s.name for s in judge_spans]
 
 
 @pytest.mark.parametrize("rounds", [3])
-def test_openai_autologged_app_judged_over_its_traces(tmp_tracking, app_llm, judge_llm, autologs, rounds):
+def test_openai_autologged_app_judged_over_its_traces(store, app_llm, judge_llm, autologs, rounds):
     mlflow.openai.autolog()
     app = _openai_chat_app(app_llm.openai_base_url)
     exp_id, traces = _app_traces("openai-app", lambda q: app([{"role": "user", "content": "Hello."},
@@ -178,10 +192,10 @@ def test_openai_autologged_app_judged_over_its_traces(tmp_tracking, app_llm, jud
     assert not any("Hi! Ask away." in p for p in prompts)  # the question is the last turn, not the conversation
     assert all(f.value == 1.0 for f in found["precision_at_1"])  # d1 first, from the span's doc_uri
     assert result.metrics["faithfulness/mean"] >= 0
-    _judge_never_traced()
+    _judge_never_traced(exp_id)
 
 
-def test_anthropic_autologged_app_judged_with_an_anthropic_judge(tmp_tracking, app_llm, judge_llm, autologs):
+def test_anthropic_autologged_app_judged_with_an_anthropic_judge(store, app_llm, judge_llm, autologs):
     mlflow.anthropic.autolog()
     mlflow.openai.autolog()  # on as well: neither SDK's judge requests may be traced
     app = _anthropic_app(app_llm.anthropic_base_url)
@@ -194,10 +208,10 @@ def test_anthropic_autologged_app_judged_with_an_anthropic_judge(tmp_tracking, a
         found = _check_every_row_scored(result, exp_id, len(QUESTIONS))
         assert all(f.metadata["answer_from"] == "outputs" for f in found["faithfulness"])
     assert judge_llm.requests_for("anthropic_messages") and judge_llm.requests_for("openai_chat")
-    _judge_never_traced()
+    _judge_never_traced(exp_id)
 
 
-def test_plain_traced_functions_positional_and_keyword(tmp_tracking, judge_llm):
+def test_plain_traced_functions_positional_and_keyword(store, judge_llm):
     @mlflow.trace(span_type=SpanType.RETRIEVER)
     def search(text: str, k: int = 2) -> list[dict[str, Any]]:
         return [{"page_content": t, "metadata": {"id": i}} for i, t in DOCS[:k]]
@@ -211,7 +225,7 @@ def test_plain_traced_functions_positional_and_keyword(tmp_tracking, judge_llm):
         docs = search(q, k=top_k)
         return {"answer": rerank_and_answer(q, docs), "latency_ms": 12}
 
-    exp_id = mlflow.set_experiment("plain-app").experiment_id
+    exp_id = mlflow.set_experiment(f"plain-app-{uuid.uuid4().hex[:8]}").experiment_id
     for i, q in enumerate(QUESTIONS):
         rag(q) if i % 2 else rag(q=q, top_k=2)  # positional and keyword calls
     mlflow.flush_trace_async_logging()
@@ -221,11 +235,11 @@ def test_plain_traced_functions_positional_and_keyword(tmp_tracking, judge_llm):
     assert all(f.value == 1.0 for f in found["precision_at_1"])  # the document ids from the metadata's "id"
 
 
-def test_langchain_shaped_traces(tmp_tracking, judge_llm):
+def test_langchain_shaped_traces(store, judge_llm):
     """The shapes LangChain's autologging records (a chain's dict input, a chat model's message dicts with
     ``type``, an ``AIMessage``-like output, retriever documents with ``page_content`` / ``metadata`` / ``id``), logged
     with MLflow's own span API."""
-    exp_id = mlflow.set_experiment("langchain-shaped").experiment_id
+    exp_id = mlflow.set_experiment(f"langchain-shaped-{uuid.uuid4().hex[:8]}").experiment_id
     for q in QUESTIONS:
         with mlflow.start_span(name="RunnableSequence", span_type=SpanType.CHAIN) as root:
             root.set_inputs({"question": q})
@@ -242,18 +256,6 @@ def test_langchain_shaped_traces(tmp_tracking, judge_llm):
     result = mlflow.genai.evaluate(data=_with_expectations(traces), scorers=_scorers(_judge_uri(judge_llm)))
     found = _check_every_row_scored(result, exp_id, len(QUESTIONS))
     assert all(f.value == 1.0 for f in found["precision_at_1"])  # LangChain's document id
-
-
-@pytest.mark.slow
-def test_openai_autologged_app_on_a_real_mlflow_server(mlflow_server, app_llm, judge_llm, autologs, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
-    mlflow.set_tracking_uri(mlflow_server)
-    mlflow.openai.autolog()
-    app = _openai_chat_app(app_llm.openai_base_url)
-    exp_id, traces = _app_traces("server-app", lambda q: app([{"role": "user", "content": q}]))
-    result = mlflow.genai.evaluate(data=_with_expectations(traces), scorers=_scorers(_judge_uri(judge_llm)))
-    _check_every_row_scored(result, exp_id, len(QUESTIONS))
-    _judge_never_traced()
 
 
 DATA = [{"inputs": {"question": q}, "outputs": ANSWER, "expectations": {"expected_response": "Paris"}}
