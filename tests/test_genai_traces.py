@@ -288,3 +288,30 @@ def test_two_judges_of_one_metric_get_distinct_names_or_are_refused(tmp_tracking
     # a scorer called on its own right after an evaluation is not taken for the evaluation's other scorer
     assert Correctness(judge=other, cache=False)(inputs="q", outputs="a", expectations={"expected_response": "a"},
                                                  trace=None).error is None
+
+
+def test_the_judge_is_never_traced_whatever_autologging_is_on(tmp_tracking, judge_llm, autologs):
+    """With OpenAI and Anthropic autologging on (a user's notebook, or mlflow.genai.evaluate's own): a scorer called
+    directly, a plain-Python evaluation and an mlflow.genai.evaluate send their judge requests, and none of them
+    becomes a trace or a span (MLflow's clean-up of an evaluation's extra traces cannot hide one: the first two have
+    none)."""
+    import pandas as pd
+
+    from mlflow_ragjudge import evaluate_frame
+
+    mlflow.openai.autolog()
+    mlflow.anthropic.autolog()
+    exp_id = mlflow.set_experiment(f"notebook-{uuid.uuid4().hex[:8]}").experiment_id
+    frame = pd.DataFrame({"question": QUESTIONS[:2], "answer": [ANSWER] * 2, "reference": ["Paris"] * 2,
+                          "contexts": [[t for _, t in DOCS[:2]]] * 2})
+    for provider in ("openai", "anthropic"):
+        judge = _judge_uri(judge_llm, provider)
+        fb = Faithfulness(judge=judge, cache=False)(inputs={"question": QUESTIONS[0]},
+                                                    outputs={"answer": ANSWER, "contexts": [DOCS[0][1]]})
+        assert fb.error is None
+        out = evaluate_frame(frame, judge=judge, metrics=["correctness", "faithfulness"], cache=False)
+        assert out.metrics["correctness/error_rate"] == 0
+        mlflow.genai.evaluate(data=DATA[:2], scorers=[Correctness(judge=judge, cache=False)])
+    assert judge_llm.requests_for("openai_chat") and judge_llm.requests_for("anthropic_messages")
+    mlflow.flush_trace_async_logging()
+    _judge_never_traced(exp_id)
