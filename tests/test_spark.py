@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -367,6 +368,31 @@ def test_the_cli_evaluates_a_parquet_file_on_spark(spark, tmp_path, tmp_tracking
     assert run["metrics.correctness/count"] == 60
     assert len(rj.load_output(run["run_id"]).table) == 60
     assert sorted(_trace_views(run["run_id"])) == list(range(60))
+
+
+def test_a_bad_spark_source_exits_2_in_one_line_without_a_java_traceback(tmp_path):
+    """As a user runs it (a process of its own, its JVM's output read too): a missing Parquet path is refused before
+    Spark starts; a table the session's catalog lacks gets Spark's AnalysisException, said in the same one line; a URI
+    Spark cannot read (no S3 file system here), Spark's Java error, in that line too (Spark's own log still shows its
+    stack trace, as a WARN line of the JVM: not ours to silence)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items()  # not the experiment an earlier test in this process made active
+           if not k.startswith(("MLFLOW_EXPERIMENT", "MLFLOW_RUN_ID"))}
+    env.update(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", PYSPARK_PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
+    for data, says in [(str(tmp_path / "missing.parquet"), "No such file or directory: "),
+                       ("no_such_table", "--spark could not read no_such_table: [TABLE_OR_VIEW_NOT_FOUND]"),
+                       ("s3a://no-such-bucket/rows", "--spark could not read s3a://no-such-bucket/rows: java.lang.")]:
+        proc = subprocess.run([sys.executable, "-m", "mlflow_ragjudge", "evaluate", data, "--spark",
+                               "--spark-master", "local[1]", "--metrics", "correctness", "--no-cache"],
+                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and data in errors[0] and says in errors[0], proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr  # no Python traceback
+        if not data.startswith("s3a:"):  # and no Java one
+            assert "org.apache" not in proc.stderr and "py4j" not in proc.stderr
+        assert proc.stdout == ""
 
 
 def test_batch_mode_goes_through_each_task_and_gives_the_same_scores(spark, fake_llm, monkeypatch):
