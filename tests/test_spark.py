@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -29,15 +30,20 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 import mlflow_ragjudge as rj  # noqa: E402
+from mlflow_ragjudge.adapters import spark as spark_adapter  # noqa: E402
 from mlflow_ragjudge.adapters.evaluator import log_output  # noqa: E402
+from mlflow_ragjudge.adapters.spark import PYSPARK_PANDAS_WARNING  # noqa: E402
 from mlflow_ragjudge.adapters.traces import pick_rows  # noqa: E402
-from mlflow_ragjudge.core.errors import InputError  # noqa: E402
+from mlflow_ragjudge.core.errors import InputError, SparkPandasWarning  # noqa: E402
 from mlflow_ragjudge.spark import evaluate_spark  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from throughput import make_rows  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
+
+#: whether PySpark warns about this pandas (PySpark 4.x with pandas >= 3)
+PYSPARK_WARNS = spark_adapter._pandas_note() is not None
 
 KEY = "sk-spark-executors-0001"
 JUDGED = ["correctness", "faithfulness", "context_precision", "context_recall"]
@@ -393,6 +399,32 @@ def test_a_bad_spark_source_exits_2_in_one_line_without_a_java_traceback(tmp_pat
         if not data.startswith("s3a:"):  # and no Java one
             assert "org.apache" not in proc.stderr and "py4j" not in proc.stderr
         assert proc.stdout == ""
+        # PySpark's warning about pandas 3 comes at session start: only inside ours, said once (no session: none)
+        ours = proc.stderr.count("SparkPandasWarning")
+        assert ours == (1 if data != str(tmp_path / "missing.parquet") and PYSPARK_WARNS else 0), proc.stderr[-3000:]
+        assert proc.stderr.count(PYSPARK_PANDAS_WARNING) == ours
+
+
+def test_pysparks_warning_about_pandas_3_is_said_once_in_our_words(spark, monkeypatch):
+    """PySpark 4.3 warns at every pandas conversion that it does not fully support pandas 3 (a ``FutureWarning`` from
+    ``mapInPandas`` and ``toPandas``); evaluate_spark holds it back and says once per process what it means here."""
+    monkeypatch.setitem(spark_adapter._NOTE, "given", False)  # as in a fresh process
+    sdf = spark.createDataFrame(_rows(6))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            evaluate_spark(sdf, {"judge": "offline:/lexical", "metrics": ["correctness"], "cache": False},
+                           log=False, table_rows=2).unpersist()
+    ours = [w for w in seen if issubclass(w.category, SparkPandasWarning)]
+    theirs = [w for w in seen if PYSPARK_PANDAS_WARNING in str(w.message) and w not in ours]
+    assert theirs == []
+    assert len(ours) == (1 if PYSPARK_WARNS else 0)
+    if ours:
+        message = str(ours[0].message)
+        assert f"pandas {pd.__version__}" in message and "pip install 'pandas>=2.2,<3'" in message
+        assert ours[0].filename == __file__  # it points at the caller's line
+
+
 
 
 def test_batch_mode_goes_through_each_task_and_gives_the_same_scores(spark, fake_llm, monkeypatch):

@@ -26,14 +26,16 @@ import random
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from ..core.constants import VERSION, is_offline_judge
-from ..core.errors import InputError
+from ..core.errors import InputError, SparkPandasWarning
 from ..core.types import JudgeResult, Row, Status
 from ..engine.aggregate import gate_outcome
 from ..engine.config import RagJudgeConfig
@@ -44,7 +46,7 @@ from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
 
-__all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS"]
+__all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS", "pandas_support_note"]
 
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
 DEFAULT_TABLE_ROWS = 1000
@@ -109,6 +111,54 @@ def _pyspark() -> Any:
         raise ImportError("mlflow_ragjudge.spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'"
                           ) from e
     return F
+
+
+# ----------------------------------------------------------------------------------------------- pandas 3 and PySpark
+
+#: the start of PySpark's warning about the installed pandas (``pyspark/sql/pandas/utils.py``; PySpark 4.x gives it
+#: for pandas >= 3 at session start and at every pandas conversion: three times in one ``ragjudge evaluate --spark``)
+PYSPARK_PANDAS_WARNING = "PySpark does not yet fully support pandas"
+_NOTE = {"given": False}
+_NOTE_LOCK = threading.Lock()
+
+
+@contextmanager
+def pandas_support_note() -> Iterator[None]:
+    """Within: PySpark's warning that it does not fully support the installed pandas is held back, and said once per
+    process in our words (:class:`~mlflow_ragjudge.core.errors.SparkPandasWarning`): what it means for this
+    package and what to do. Nothing is said when PySpark has nothing to warn about."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PYSPARK_PANDAS_WARNING, category=FutureWarning)
+        with _NOTE_LOCK:
+            first, _NOTE["given"] = not _NOTE["given"], True
+        note = _pandas_note() if first else None
+        if note is not None:
+            warnings.warn(note, SparkPandasWarning, stacklevel=4)  # at the caller of evaluate_spark
+        yield
+
+
+def _pandas_note() -> str | None:
+    """What to say about PySpark's warning for the installed pandas, if PySpark gives one (asked the way PySpark
+    asks itself before a conversion)."""
+    try:
+        import pyspark
+        from pyspark.sql.pandas.utils import require_minimum_pandas_version
+    except ImportError:
+        return None
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            require_minimum_pandas_version()
+        except Exception:  # a pandas too old for PySpark: PySpark's own error comes at the first conversion
+            return None
+    theirs = next((str(w.message) for w in seen if PYSPARK_PANDAS_WARNING in str(w.message)), None)
+    if theirs is None:
+        return None
+    return (f"pyspark {pyspark.__version__} with pandas {pd.__version__}: PySpark warns \"{theirs}\" (said once here, "
+            "not at every conversion). mlflow-ragjudge's Spark tests pass on pyspark 4.3 with pandas 3.1, every "
+            "per-row result and metric equal to evaluate_frame's. For the pandas PySpark supports: pip install "
+            "'pandas>=2.2,<3' (mlflow-ragjudge gives the same results with pandas 2.3). See docs/scaling.md, "
+            "'pandas 3 and PySpark'.")
 
 
 # ----------------------------------------------------------------------------------------------- the driver's checks
@@ -350,6 +400,12 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
         InputError: a missing column, a column of the wrong Spark type, or a bad cell (the first in the order of
             the data, named as the pandas path names it): before any judge call.
     """
+    with pandas_support_note():
+        return _evaluate_spark(sdf, evaluator_config, experiment, run_name, log, table_rows)
+
+
+def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig | None, experiment: str | None,
+                    run_name: str | None, log: bool, table_rows: int | str) -> SparkEvaluation:
     F = _pyspark()  # noqa: N806
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 

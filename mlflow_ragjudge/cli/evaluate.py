@@ -137,30 +137,31 @@ def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple
         from pyspark.sql import SparkSession
     except ImportError:
         raise InputError("--spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'") from None
-    from ..adapters.spark import DEFAULT_TABLE_ROWS, evaluate_spark
+    from ..adapters.spark import DEFAULT_TABLE_ROWS, evaluate_spark, pandas_support_note
 
     table_rows: int | str = DEFAULT_TABLE_ROWS
     if args.table_rows is not None:
         table_rows = "all" if args.table_rows == "all" else int(args.table_rows)
     check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was sent to the judge.")
-    builder = SparkSession.builder.appName("ragjudge evaluate")
-    if args.spark_master:
-        builder = builder.master(args.spark_master)
-    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-        builder = builder.master("local[*]")
-    spark = builder.getOrCreate()
-    data = args.data
-    try:
-        sdf = spark.read.parquet(data) if kind == "path" else spark.table(data)
-    except (AnalysisException, Py4JJavaError) as e:  # a URI or table Spark cannot read: its reason, in one line
-        # (a Py4JJavaError's own text is the Java stack trace; its Java exception's text is the reason)
-        reason = _first_line(str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e))
-        raise InputError(f"--spark could not read {data}: {reason} ({SPARK_DATA}).") from None
-    result = evaluate_spark(sdf, cfg, experiment=args.experiment, run_name=args.run_name, table_rows=table_rows)
-    if args.spark_output:
-        result.rows.write.mode("overwrite").parquet(args.spark_output)
-        print(f"every row with its results: {args.spark_output}")
-    result.unpersist()
+    with pandas_support_note():  # PySpark's warning about pandas 3, at session start too: once, in our words
+        builder = SparkSession.builder.appName("ragjudge evaluate")
+        if args.spark_master:
+            builder = builder.master(args.spark_master)
+        elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            builder = builder.master("local[*]")
+        spark = builder.getOrCreate()
+        data = args.data
+        try:
+            sdf = spark.read.parquet(data) if kind == "path" else spark.table(data)
+        except (AnalysisException, Py4JJavaError) as e:  # a URI or table Spark cannot read: its reason, in one line
+            # (a Py4JJavaError's own text is the Java stack trace; its Java exception's text is the reason)
+            reason = _first_line(str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e))
+            raise InputError(f"--spark could not read {data}: {reason} ({SPARK_DATA}).") from None
+        result = evaluate_spark(sdf, cfg, experiment=args.experiment, run_name=args.run_name, table_rows=table_rows)
+        if args.spark_output:
+            result.rows.write.mode("overwrite").parquet(args.spark_output)
+            print(f"every row with its results: {args.spark_output}")
+        result.unpersist()
     assert result.run_id is not None
     return result.run_id, result
 
