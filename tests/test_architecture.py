@@ -31,6 +31,8 @@ ALLOWED_INNER = {
     ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.evaluator"):
         "Spark's Python workers import adapters.spark for its task functions: mlflow loads only on the driver, "
         "when the run is logged",
+    ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.traces"):
+        "the same: the traces' sample is drawn on the driver, and adapters.traces imports mlflow",
     ("mlflow_ragjudge.llm.backends", "mlflow_ragjudge.llm.backends.openai"):
         "start-up time: the openai SDK loads only when an OpenAI-style judge is named",
     ("mlflow_ragjudge.llm.backends", "mlflow_ragjudge.llm.backends.anthropic"):

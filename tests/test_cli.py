@@ -75,6 +75,55 @@ def test_cli_unknown_provider(tmp_path, capsys, jsonl):
     assert "unknown provider 'nosuch'" in capsys.readouterr().err
 
 
+def _missing(tmp_path):
+    return tmp_path / "missing.parquet"
+
+
+def _jsonl_file(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": "a", "reference": "r"}) + "\n", encoding="utf-8")
+    return path
+
+
+def _text_folder(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_text("")  # hidden from Spark, as are empty files: not the problem
+    (folder / "a.txt").write_text("some notes\n" * 5, encoding="utf-8")
+    return folder
+
+
+def _empty_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    return tmp_path / "empty"
+
+
+@pytest.mark.parametrize("make, says", [
+    pytest.param(_missing, "No such file or directory: {path} (with --spark, DATA is a Parquet file", id="missing"),
+    pytest.param(_jsonl_file, "{path} is not a Parquet file (a .jsonl file)", id="jsonl"),
+    pytest.param(_text_folder, "{path} holds a file that is not Parquet: a.txt", id="folder-of-text"),
+    pytest.param(_empty_folder, "{path} is a folder with no Parquet files in it", id="empty-folder"),
+    pytest.param(lambda t: f"file://{_missing(t)}", "No such file or directory: {path}", id="file-uri"),
+])
+def test_a_bad_spark_path_exits_2_naming_it_before_spark_starts(tmp_path, capfd, monkeypatch, make, says):
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # without the spark extra the path is still checked first
+        pass
+    else:
+        def no_session(self):
+            raise AssertionError("a Spark session was started for a path that cannot be read")
+
+        monkeypatch.setattr(SparkSession.Builder, "getOrCreate", no_session)
+    path = str(make(tmp_path))
+    code = main(["evaluate", path, "--spark", "--metrics", "correctness", "--no-cache"])
+    err = capfd.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert says.format(path=path) in err
+    assert "Traceback" not in err and "org.apache" not in err
+
+
 def test_quickstart_subprocess(tmp_path):
     env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'qs.db'}")
     proc = subprocess.run([sys.executable, "-m", "mlflow_ragjudge", "quickstart"], env=env, capture_output=True,

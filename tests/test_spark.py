@@ -11,7 +11,9 @@ import os
 import random
 import shutil
 import sqlite3
+import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -23,16 +25,25 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 import mlflow  # noqa: E402
 from compliant_model import CompliantModel  # noqa: E402
+from fakellm import Reply  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 import mlflow_ragjudge as rj  # noqa: E402
-from mlflow_ragjudge.core.errors import InputError  # noqa: E402
+from mlflow_ragjudge.adapters import spark as spark_adapter  # noqa: E402
+from mlflow_ragjudge.adapters.evaluator import log_output  # noqa: E402
+from mlflow_ragjudge.adapters.spark import PYSPARK_PANDAS_WARNING  # noqa: E402
+from mlflow_ragjudge.adapters.traces import pick_rows  # noqa: E402
+from mlflow_ragjudge.core.errors import InputError, SparkPandasWarning  # noqa: E402
 from mlflow_ragjudge.spark import evaluate_spark  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from throughput import make_rows  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
+
+#: whether PySpark warns about this pandas (PySpark 4.x with pandas >= 3)
+PYSPARK_WARNS = spark_adapter._pandas_note() is not None
 
 KEY = "sk-spark-executors-0001"
 JUDGED = ["correctness", "faithfulness", "context_precision", "context_recall"]
@@ -214,6 +225,120 @@ def test_one_run_is_logged_from_the_driver(spark, tmp_tracking):
     assert again.rows.columns.count("correctness/score") == 1
 
 
+def _trace_views(run_id: str) -> dict[int, dict]:
+    """A run's traces by row index (``ragjudge.row``), as MLflow gives them back: the row id, the request and
+    response, every Feedback (value, rationale, status, error, source), the Expectation and the RETRIEVER span's
+    documents."""
+    client = MlflowClient()
+    eid = client.get_run(run_id).info.experiment_id
+    views = {}
+    for t in mlflow.search_traces(run_id=run_id, locations=[eid], return_type="list", max_results=10_000):
+        feedback = {a.name: (a.value, a.rationale, a.metadata.get("ragjudge.status"), a.metadata.get("ragjudge.reason"),
+                             a.error.error_code if a.error else None, a.source.source_type, a.source.source_id)
+                    for a in t.info.assessments if a.feedback is not None}
+        row = int(t.info.trace_metadata["ragjudge.row"])
+        assert row not in views, f"two traces for row {row}"
+        views[row] = {
+            "row_id": t.info.trace_metadata.get("ragjudge.row_id"), "client_request_id": t.info.client_request_id,
+            "state": t.info.state, "request": t.info.request_preview, "response": t.info.response_preview,
+            "feedback": feedback,
+            "expectations": {a.name: a.value for a in t.info.assessments if a.expectation is not None},
+            "documents": [(d["page_content"], d["metadata"]) for s in t.data.spans if s.span_type == "RETRIEVER"
+                          for d in s.outputs],
+        }
+    return views
+
+
+def _pandas_run(df: pd.DataFrame, cfg: dict) -> str:
+    """The pandas path on the same rows: evaluate_frame, logged into a run of its own (traces included)."""
+    out = rj.evaluate_frame(df, cfg)
+    with mlflow.start_run() as run:
+        log_output(out, run.info.run_id)
+    return run.info.run_id
+
+
+def test_the_spark_run_logs_the_seeded_sample_of_traces_the_pandas_run_logs(spark, tmp_tracking, monkeypatch):
+    df = _rows(60)  # row 5 repeats row 3's question: its row id ends in -2
+    cfg = {"judge": "offline:/lexical", "bertscore": False, "cache": False, "traces": 25, "seed": 1,
+           "metrics": ["correctness", "faithfulness", "context_precision", "retrieval"]}
+    picked = pick_rows(60, 25, 1)
+    assert picked != list(range(25)) and 5 in picked  # a real sample, holding the renumbered repeat
+    # the rows in their order (a row's index is its place in the DataFrame, as sdf.toPandas() lists it), in two parts
+    sdf = spark.createDataFrame(df)
+    assert sdf.rdd.getNumPartitions() == 2
+    collected: list[int] = []  # rows each toPandas() brought to the driver
+    to_pandas = type(sdf).toPandas
+
+    def counted(self):
+        frame = to_pandas(self)
+        collected.append(len(frame))
+        return frame
+
+    monkeypatch.setattr(type(sdf), "toPandas", counted)
+    res = evaluate_spark(sdf, cfg, experiment="spark-traces", table_rows=10)
+    monkeypatch.undo()
+    res.unpersist()
+    got = _trace_views(res.run_id)
+    want = _trace_views(_pandas_run(df, cfg))
+    assert sorted(got) == sorted(want) == picked
+    assert got[5]["row_id"].endswith("-2") and got[5]["client_request_id"] == got[5]["row_id"]
+    for i in picked:
+        assert got[i] == want[i], i
+    # real content: a RETRIEVER span with the contexts, the reference as an Expectation, every metric's Feedback
+    first = got[picked[0]]
+    assert [text for text, _ in first["documents"]] == list(df.loc[picked[0], "contexts"])
+    assert first["expectations"] == {"expected_response": df.loc[picked[0], "reference"]}
+    assert {"correctness", "faithfulness", "context_precision", "map"} <= set(first["feedback"])
+    # the run says what it logged, in the pandas run's words
+    tag = mlflow.get_run(res.run_id).data.tags["ragjudge.traces"]
+    assert tag.startswith("25 of 60 rows as traces (a seeded uniform sample")
+    # only the sampled rows left the executors: the table's 10 and the traces' 25
+    assert sorted(collected) == [10, 25]
+
+
+def test_a_failed_row_is_the_same_trace_on_spark_as_in_pandas(spark, fake_llm, monkeypatch, tmp_tracking):
+    """Judged rows, some failing at the provider: every row traced (12 < ``traces``), the failure as the
+    Feedback's error with its reason, the judge model as the source, as the pandas run logs them."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    model = CompliantModel("json_schema")
+
+    def handle(request):
+        if "zzfail" in json.dumps(request.body):
+            return Reply.error(400, "This request cannot be processed.")
+        return model(request)
+
+    fake_llm.set_handler(handle)
+    df = _rows(12, repeat=False)
+    df.loc[[2, 9], "answer"] = df.loc[[2, 9], "answer"] + " zzfail"
+    cfg = {"judge": f"openai:/judge-model?base_url={fake_llm.openai_base_url}", "metrics": ["correctness"],
+           "cache": False, "max_error_rate": 1.0}
+    res = evaluate_spark(spark.createDataFrame(df), cfg)  # two partitions, the rows in their order
+    res.unpersist()
+    got = _trace_views(res.run_id)
+    want = _trace_views(_pandas_run(df, cfg))
+    assert sorted(got) == sorted(want) == list(range(12))
+    assert got == want
+    failed = {i for i, t in got.items() if t["feedback"]["correctness"][4] is not None}
+    assert failed == {2, 9}
+    value, _, status, reason, code, source, judge = got[2]["feedback"]["correctness"]
+    assert (value, status, code, source) == (None, "failed", reason.upper(), "LLM_JUDGE") and "judge-model" in judge
+    assert got[0]["feedback"]["correctness"][2] == "scored" and got[0]["feedback"]["correctness"][0] is not None
+    assert mlflow.get_run(res.run_id).data.tags["ragjudge.traces"] == "12 of 12 rows as traces"
+
+
+def test_the_traces_setting_bounds_a_spark_run_and_0_logs_none(spark, tmp_tracking):
+    sdf = spark.createDataFrame(_rows(12))
+    tags = {}
+    for traces in (4, 0):
+        cfg = {"judge": "offline:/lexical", "metrics": ["correctness"], "cache": False, "traces": traces}
+        res = evaluate_spark(sdf, cfg)
+        res.unpersist()
+        assert sorted(_trace_views(res.run_id)) == pick_rows(12, traces, 0)
+        tags[traces] = mlflow.get_run(res.run_id).data.tags["ragjudge.traces"]
+    assert tags[4].startswith("4 of 12 rows as traces (a seeded uniform sample")
+    assert tags[0] == "no traces (traces=0)"
+
+
 def test_a_request_limit_holds_for_the_whole_job(spark, fake_llm, judged, monkeypatch):
     """``requests_per_minute`` is the job's: shared by the tasks that run at once (here 2), so the server's limit
     (600/min, on a 6-second window to keep the test short) refuses few requests and no row is lost. (Each task
@@ -242,11 +367,64 @@ def test_the_cli_evaluates_a_parquet_file_on_spark(spark, tmp_path, tmp_tracking
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "rows: 60" in printed and "OFFLINE judge" in printed
+    assert "traces: 60 of 60 rows as traces" in printed  # every row, as the pandas path logs them (traces=2000)
     scored = pd.read_parquet(out)
     assert len(scored) == 60 and {"correctness/score", "map/score", "row_id", "question"} <= set(scored.columns)
     run = mlflow.search_runs(experiment_names=["cli-spark"]).iloc[0]
     assert run["metrics.correctness/count"] == 60
     assert len(rj.load_output(run["run_id"]).table) == 60
+    assert sorted(_trace_views(run["run_id"])) == list(range(60))
+
+
+def test_a_bad_spark_source_exits_2_in_one_line_without_a_java_traceback(tmp_path):
+    """As a user runs it (a process of its own, its JVM's output read too): a missing Parquet path is refused before
+    Spark starts; a table the session's catalog lacks gets Spark's AnalysisException, said in the same one line; a URI
+    Spark cannot read (no S3 file system here), Spark's Java error, in that line too (Spark's own log still shows its
+    stack trace, as a WARN line of the JVM: not ours to silence)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items()  # not the experiment an earlier test in this process made active
+           if not k.startswith(("MLFLOW_EXPERIMENT", "MLFLOW_RUN_ID"))}
+    env.update(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", PYSPARK_PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
+    for data, says in [(str(tmp_path / "missing.parquet"), "No such file or directory: "),
+                       ("no_such_table", "--spark could not read no_such_table: [TABLE_OR_VIEW_NOT_FOUND]"),
+                       ("s3a://no-such-bucket/rows", "--spark could not read s3a://no-such-bucket/rows: java.lang.")]:
+        proc = subprocess.run([sys.executable, "-m", "mlflow_ragjudge", "evaluate", data, "--spark",
+                               "--spark-master", "local[1]", "--metrics", "correctness", "--no-cache"],
+                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and data in errors[0] and says in errors[0], proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr  # no Python traceback
+        if not data.startswith("s3a:"):  # and no Java one
+            assert "org.apache" not in proc.stderr and "py4j" not in proc.stderr
+        assert proc.stdout == ""
+        # PySpark's warning about pandas 3 comes at session start: only inside ours, said once (no session: none)
+        ours = proc.stderr.count("SparkPandasWarning")
+        assert ours == (1 if data != str(tmp_path / "missing.parquet") and PYSPARK_WARNS else 0), proc.stderr[-3000:]
+        assert proc.stderr.count(PYSPARK_PANDAS_WARNING) == ours
+
+
+def test_pysparks_warning_about_pandas_3_is_said_once_in_our_words(spark, monkeypatch):
+    """PySpark 4.3 warns at every pandas conversion that it does not fully support pandas 3 (a ``FutureWarning`` from
+    ``mapInPandas`` and ``toPandas``); evaluate_spark holds it back and says once per process what it means here."""
+    monkeypatch.setitem(spark_adapter._NOTE, "given", False)  # as in a fresh process
+    sdf = spark.createDataFrame(_rows(6))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            evaluate_spark(sdf, {"judge": "offline:/lexical", "metrics": ["correctness"], "cache": False},
+                           log=False, table_rows=2).unpersist()
+    ours = [w for w in seen if issubclass(w.category, SparkPandasWarning)]
+    theirs = [w for w in seen if PYSPARK_PANDAS_WARNING in str(w.message) and w not in ours]
+    assert theirs == []
+    assert len(ours) == (1 if PYSPARK_WARNS else 0)
+    if ours:
+        message = str(ours[0].message)
+        assert f"pandas {pd.__version__}" in message and "pip install 'pandas>=2.2,<3'" in message
+        assert ours[0].filename == __file__  # it points at the caller's line
+
+
 
 
 def test_batch_mode_goes_through_each_task_and_gives_the_same_scores(spark, fake_llm, monkeypatch):

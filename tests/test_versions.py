@@ -1,6 +1,7 @@
 """The MLflow versions the package admits: its requirement takes the newest release (3.18) and the oldest it is
 tested on (3.14), so installing it beside them keeps them; and the tests run on the MLflow they were started for
-(scripts/test_mlflow_versions.sh lays 3.18.0 over, or builds a 3.14.0 venv, and says which in RAGJUDGE_EXPECT_MLFLOW)."""
+(scripts/test_mlflow_versions.sh lays 3.18.0 over, or builds a 3.14.0 venv, and says which in
+RAGJUDGE_EXPECT_MLFLOW)."""
 
 from __future__ import annotations
 

@@ -149,12 +149,13 @@ def save_local(out: EvalOutput, label: str = "") -> Path | None:
 
 
 def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_local: bool = False,
-               pipeline: Sequence[dict[str, Any] | None] | None = None) -> dict[str, Any]:
+               pipeline: Sequence[dict[str, Any] | None] | None = None, traces: bool = True) -> dict[str, Any]:
     """Log an evaluation's metrics, params, tags, table, transcripts and config into a run, and then its rows as
     traces (:func:`~mlflow_ragjudge.adapters.traces.log_row_traces`, at most the config's ``traces``; ``pipeline``:
     per row, the call to the user's pipeline, shown as a span). Into a run that holds a logged evaluation already,
     the tables, files and traces replace the earlier ones (each row once), and a metric is logged only where its
-    value differs from the run's.
+    value differs from the run's. ``traces=False``: no traces here (a Spark run's table is a sample of its rows, so
+    the caller logs the traces from the rows it collected, with :func:`log_traces`).
 
     The results are first saved locally (:func:`save_local`, unless ``saved`` says where they already
     are). Every logging step is attempted even when an earlier one fails; if any failed, the run gets
@@ -215,7 +216,7 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
                 client.log_artifact(run_id, str(path), "ragjudge")
 
             attempt(name, log)
-    if not errors:  # the traces are a second view of the table: written once the table is safe
+    if not errors and traces:  # the traces are a second view of the table: written once the table is safe
         log_traces(out, run_id, pipeline)
     if errors:
         where = f"they are saved at {saved}" if saved is not None else "they could not be saved locally either"
@@ -239,19 +240,23 @@ def _same_value(logged: float | None, value: float) -> bool:
     return logged is not None and (logged == value or (math.isnan(logged) and math.isnan(value)))
 
 
-def log_traces(out: EvalOutput, run_id: str, pipeline: Sequence[dict[str, Any] | None] | None = None) -> TraceLog:
+def log_traces(out: EvalOutput, run_id: str, pipeline: Sequence[dict[str, Any] | None] | None = None, *,
+               positions: Sequence[int] | None = None, total: int | None = None) -> TraceLog:
     """Write the run's rows as traces (replacing those an earlier logging of the same run wrote) and say how many in
     the run's ``ragjudge.traces`` tag. A store that refuses traces is warned about, not raised: the metrics and the
-    per-row table are logged already."""
+    per-row table are logged already. ``positions`` / ``total``: ``out`` holds only the rows of a larger run that
+    the trace sample picks (:func:`~mlflow_ragjudge.adapters.traces.log_row_traces`)."""
     settings = out.config.get("config") or {}
     limit = DEFAULT_MAX_TRACES if settings.get("traces") is None else int(settings["traces"])
     client = MlflowClient()
     try:
         if client.get_run(run_id).data.tags.get("ragjudge.traces"):
             remove_row_traces(run_id)
-        log = log_row_traces(out, run_id, max_traces=limit, seed=int(settings.get("seed") or 0), pipeline=pipeline)
+        log = log_row_traces(out, run_id, max_traces=limit, seed=int(settings.get("seed") or 0), pipeline=pipeline,
+                             positions=positions, total=total)
     except Exception as e:  # the store has no trace support, or failed
-        log = TraceLog(rows=len(out.table), errors=[f"{type(e).__name__}: {str(e)[:300]}"])
+        log = TraceLog(rows=len(out.table) if total is None else total,
+                       errors=[f"{type(e).__name__}: {str(e)[:300]}"])
     try:
         client.set_tag(run_id, "ragjudge.traces", log.describe()[:5000])
     except Exception:  # the store is unreachable now: the warning below still says it

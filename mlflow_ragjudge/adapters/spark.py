@@ -12,6 +12,9 @@ data, only the third of which can call a judge:
 3. the scoring, persisted, so that nothing is scored twice;
 4. the per-row ids (a repeated question gets ``-2``, ``-3`` ... in the order of the whole data, as in one process).
 
+The run's per-row table (a seeded sample of ``table_rows`` rows) and its traces (the rows the pandas path's seeded
+sample of ``traces`` picks, drawn over the whole data with the same seed) are the only rows collected to the driver.
+
 Needs the ``spark`` extra (``pip install 'mlflow-ragjudge[spark]'``: pyspark and pyarrow).
 """
 
@@ -23,14 +26,17 @@ import random
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from ..core.constants import VERSION, is_offline_judge
-from ..core.errors import InputError
+from ..core.errors import InputError, SparkPandasWarning
+from ..core.types import JudgeResult, Row, Status
 from ..engine.aggregate import gate_outcome
 from ..engine.config import RagJudgeConfig
 from ..engine.evaluate import EvalOutput
@@ -40,12 +46,14 @@ from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
 
-__all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS"]
+__all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS", "pandas_support_note"]
 
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
 DEFAULT_TABLE_ROWS = 1000
 #: columns the scoring pass adds and the result drops
 _ROW, _KEY, _CELLS, _PART = "_ragjudge_row", "_ragjudge_key", "_ragjudge_cells", "_ragjudge_part"
+#: the scoring pass's column with what a sampled row's trace shows (null on the other rows)
+_TRACE = "_ragjudge_trace"
 #: per-row table columns that repeat an input column
 _FROM_INPUT = ("question", "answer", "reference", "group", "row_id")
 
@@ -105,6 +113,54 @@ def _pyspark() -> Any:
     return F
 
 
+# ----------------------------------------------------------------------------------------------- pandas 3 and PySpark
+
+#: the start of PySpark's warning about the installed pandas (``pyspark/sql/pandas/utils.py``; PySpark 4.x gives it
+#: for pandas >= 3 at session start and at every pandas conversion: three times in one ``ragjudge evaluate --spark``)
+PYSPARK_PANDAS_WARNING = "PySpark does not yet fully support pandas"
+_NOTE = {"given": False}
+_NOTE_LOCK = threading.Lock()
+
+
+@contextmanager
+def pandas_support_note() -> Iterator[None]:
+    """Within: PySpark's warning that it does not fully support the installed pandas is held back, and said once per
+    process in our words (:class:`~mlflow_ragjudge.core.errors.SparkPandasWarning`): what it means for this
+    package and what to do. Nothing is said when PySpark has nothing to warn about."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PYSPARK_PANDAS_WARNING, category=FutureWarning)
+        with _NOTE_LOCK:
+            first, _NOTE["given"] = not _NOTE["given"], True
+        note = _pandas_note() if first else None
+        if note is not None:
+            warnings.warn(note, SparkPandasWarning, stacklevel=4)  # at the caller of evaluate_spark
+        yield
+
+
+def _pandas_note() -> str | None:
+    """What to say about PySpark's warning for the installed pandas, if PySpark gives one (asked the way PySpark
+    asks itself before a conversion)."""
+    try:
+        import pyspark
+        from pyspark.sql.pandas.utils import require_minimum_pandas_version
+    except ImportError:
+        return None
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            require_minimum_pandas_version()
+        except Exception:  # a pandas too old for PySpark: PySpark's own error comes at the first conversion
+            return None
+    theirs = next((str(w.message) for w in seen if PYSPARK_PANDAS_WARNING in str(w.message)), None)
+    if theirs is None:
+        return None
+    return (f"pyspark {pyspark.__version__} with pandas {pd.__version__}: PySpark warns \"{theirs}\" (said once here, "
+            "not at every conversion). mlflow-ragjudge's Spark tests pass on pyspark 4.3 with pandas 3.1, every "
+            "per-row result and metric equal to evaluate_frame's. For the pandas PySpark supports: pip install "
+            "'pandas>=2.2,<3' (mlflow-ragjudge gives the same results with pandas 2.3). See docs/scaling.md, "
+            "'pandas 3 and PySpark'.")
+
+
 # ----------------------------------------------------------------------------------------------- the driver's checks
 
 def _check_schema(schema: Any, cfg: RagJudgeConfig) -> None:
@@ -135,9 +191,9 @@ def _check_schema(schema: Any, cfg: RagJudgeConfig) -> None:
                              "array<string>.")
 
 
-def _offsets(sdf: Any) -> dict[int, int]:
+def _offsets(sdf: Any) -> tuple[dict[int, int], int]:
     """Pass 1: the position of each partition's first row in the whole data (counted the way the later passes see
-    the partitions: in Python, by task)."""
+    the partitions: in Python, by task), and the number of rows."""
     counts: dict[int, int] = {}
     F = _pyspark()  # noqa: N806
     # one literal column: how many rows each partition has does not depend on which columns are read
@@ -147,7 +203,7 @@ def _offsets(sdf: Any) -> dict[int, int]:
     for p in sorted(counts):
         out[p] = at
         at += counts[p]
-    return out
+    return out, at
 
 
 def _count_rows(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -244,12 +300,35 @@ class _Validate:
             at += len(batch)
 
 
+def _trace_material(out: EvalOutput, k: int) -> dict[str, Any]:
+    """What row ``k``'s trace shows (JSON-able): its cells of the per-row table that the trace reads (the question,
+    the answer, the reference, each ``<output>/score``), each result's status, reason, rationale and judge, and the
+    row's contexts with their ids (the RETRIEVER span)."""
+    cells = {c: _jsonable(out.table[c].iloc[k]) for c in out.table.columns
+             if c in ("question", "answer", "reference") or c.endswith("/score")}
+    results = {}
+    for name, res in out.results.items():
+        if k < len(res):
+            r = res[k]
+            judge = r.details.get("judge") if isinstance(r.details, dict) else None
+            model = r.calls[0].get("model") if r.calls else None
+            results[name] = {"status": r.status.value, "value": r.value, "rationale": r.rationale,
+                             "reason": r.reason, "judge": None if judge is None else str(judge),
+                             "model": None if model is None else str(model)}
+    row = out.rows[k] if k < len(out.rows) else None
+    return {"cells": cells, "results": results,
+            "contexts": row.contexts if row is not None else None,
+            "retrieved_doc_ids": row.retrieved_doc_ids if row is not None else None}
+
+
 class _Score:
     """Pass 3 (picklable for the executors): each batch evaluated as ``evaluate_frame`` would, its input columns
-    passed through with the row's position, id key and result cells; the batch's summary rides on its first row."""
+    passed through with the row's position, id key and result cells; the batch's summary rides on its first row, and
+    the rows at the positions in ``traced`` carry what their trace shows."""
 
-    def __init__(self, cfg: dict[str, Any], offsets: dict[int, int], drop: tuple[str, ...]) -> None:
-        self.cfg, self.offsets, self.drop = cfg, offsets, drop
+    def __init__(self, cfg: dict[str, Any], offsets: dict[int, int], drop: tuple[str, ...],
+                 traced: frozenset[int] = frozenset()) -> None:
+        self.cfg, self.offsets, self.drop, self.traced = cfg, offsets, drop, traced
 
     def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         cfg = RagJudgeConfig.from_dict(self.cfg)
@@ -271,6 +350,8 @@ class _Score:
         res[_KEY] = [row_key(r) for r in out.rows]
         res[_CELLS] = [json.dumps({c: cells[c][i] for c in cells}, ensure_ascii=False) for i in range(len(batch))]
         res[_PART] = [json.dumps(summary, default=str)] + [None] * (len(batch) - 1)
+        res[_TRACE] = [json.dumps(_trace_material(out, k), ensure_ascii=False, default=str)
+                       if at + k in self.traced else None for k in range(len(batch))]
         return res
 
 
@@ -285,7 +366,7 @@ TASK_PACE_SHARE = 0.97
 
 def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int) -> dict[str, Any]:
     """The config each task runs with: the whole job's request limit (and concurrency, when set) shared between the
-    tasks that run at once; no progress bar, no traces (the driver logs the run)."""
+    tasks that run at once; no progress bar (the driver logs the run and its traces)."""
     d = cfg.as_dict()
     if cfg.requests_per_minute:
         d["requests_per_minute"] = cfg.requests_per_minute / concurrent_tasks * TASK_PACE_SHARE
@@ -299,6 +380,10 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
                    experiment: str | None = None, run_name: str | None = None, log: bool = True,
                    table_rows: int | str = DEFAULT_TABLE_ROWS) -> SparkEvaluation:
     """Evaluate the rows of a Spark DataFrame in the executors and log one MLflow run from the driver.
+
+    The run holds what ``evaluate_frame`` + logging hold on the same rows: the metrics, a per-row table (here a seeded
+    sample of ``table_rows`` rows), and one trace per row for the rows the config's ``traces`` and ``seed`` pick
+    (all rows up to ``traces``, default 2000, else the pandas path's seeded sample: the same rows, the same traces).
 
     Args:
         sdf: one row per question, with the columns ``evaluate_frame`` reads (``col_mapping`` renames them):
@@ -315,6 +400,12 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
         InputError: a missing column, a column of the wrong Spark type, or a bad cell (the first in the order of
             the data, named as the pandas path names it): before any judge call.
     """
+    with pandas_support_note():
+        return _evaluate_spark(sdf, evaluator_config, experiment, run_name, log, table_rows)
+
+
+def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig | None, experiment: str | None,
+                    run_name: str | None, log: bool, table_rows: int | str) -> SparkEvaluation:
     F = _pyspark()  # noqa: N806
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -327,7 +418,7 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()
     spark = sdf.sparkSession
-    offsets = _offsets(sdf)
+    offsets, n_rows = _offsets(sdf)
     if not offsets:
         raise InputError("The data has no rows: pass at least one row with question/answer/reference columns.")
     partitions = sdf.rdd.getNumPartitions()
@@ -344,11 +435,17 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
               .where(F.col("error").isNotNull()).orderBy("first_row").limit(1).collect())
     if errors:
         raise InputError(errors[0]["error"])
-    # 3. the scoring, once
+    # 3. the scoring, once; the rows the traces' sample picks (as the pandas path picks them) carry their trace
     human = tuple(dict.fromkeys([*cfg.human_columns, *cfg.human_labels.values()]))
+    traced: list[int] = []
+    if log:
+        from .traces import pick_rows  # (imports mlflow: on the driver, not in every executor's Python worker)
+
+        traced = pick_rows(n_rows, cfg.traces, cfg.seed)
     schema = StructType([*sdf.schema.fields, StructField(_ROW, LongType()), StructField(_KEY, StringType()),
-                         StructField(_CELLS, StringType()), StructField(_PART, StringType())])
-    scored = sdf.mapInPandas(_Score(run_cfg, offsets, human), schema)
+                         StructField(_CELLS, StringType()), StructField(_PART, StringType()),
+                         StructField(_TRACE, StringType())])
+    scored = sdf.mapInPandas(_Score(run_cfg, offsets, human, frozenset(traced)), schema)
     scored = scored.persist()
     try:
         parts = [json.loads(r[0]) for r in scored.where(F.col(_PART).isNotNull()).select(_PART).collect()]
@@ -375,12 +472,13 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     if id_col not in sdf.columns:
         rows = _with_row_ids(rows)
     sample = _table_sample(rows, cfg, table_rows, merged.rows)
-    rows = rows.drop(_KEY, _CELLS, _PART, _ROW)
+    picked = _traced_rows(rows, cfg, traced)
+    rows = rows.drop(_KEY, _CELLS, _PART, _ROW, _TRACE)
     wall = round(time.perf_counter() - t0, 3)
     record = _record(cfg, merged, partitions, concurrent, wall, table_rows, len(sample))
     record["gate"] = gate
     params = {"ragjudge.version": VERSION, **merged.params, "ragjudge.spark.partitions": str(partitions)}
-    run_id = _log(merged, params, record, sample, gate, experiment, run_name) if log else None
+    run_id = _log(merged, params, record, sample, gate, experiment, run_name, picked) if log else None
     outputs = list(dict.fromkeys(o for p in parts for outs in p["summaries"].values() for o in outs))
     return SparkEvaluation(rows, merged.metrics, run_id, record, params, merged.failures, merged.skipped, gate,
                            scored, outputs)
@@ -438,6 +536,42 @@ def _table_sample(rows: Any, cfg: RagJudgeConfig, table_rows: int | str, n_rows:
     return out
 
 
+def _traced_rows(rows: Any, cfg: RagJudgeConfig, positions: list[int]) -> pd.DataFrame:
+    """The rows the traces' sample picked, collected from the scoring pass: their position, row id and what their
+    trace shows (only these rows leave the executors)."""
+    F = _pyspark()  # noqa: N806
+    if not positions:
+        return pd.DataFrame({_ROW: [], "row_id": [], _TRACE: []})
+    ids = cfg.column("row_id") if cfg.column("row_id") in rows.columns else "row_id"
+    frame = rows.where(F.col(_ROW).isin(positions)).select(_ROW, F.col(ids).alias("row_id"), _TRACE).toPandas()
+    frame = frame.sort_values(_ROW, kind="stable").reset_index(drop=True)
+    frame["row_id"] = frame["row_id"].astype(str)  # as the per-row table shows it (_table_sample)
+    return frame
+
+
+def _traced_output(picked: pd.DataFrame, record: dict[str, Any]) -> EvalOutput:
+    """The traced rows as the output :func:`~mlflow_ragjudge.adapters.traces.log_row_traces` reads: their cells of
+    the per-row table, their results and their input rows, row k being row ``picked[_ROW][k]`` of the run."""
+    material = [json.loads(m) for m in picked[_TRACE]]
+    table = pd.DataFrame([m["cells"] for m in material])
+    table["row_id"] = picked["row_id"].tolist()
+    names = list(dict.fromkeys(name for m in material for name in m["results"]))
+    results = {name: [_result(m["results"].get(name)) for m in material] for name in names}
+    rows = [Row(index=int(p), contexts=m["contexts"], retrieved_doc_ids=m["retrieved_doc_ids"])
+            for p, m in zip(picked[_ROW], material)]
+    return EvalOutput({}, table, results, [], {}, record, rows=rows)  # type: ignore[arg-type]
+
+
+def _result(d: dict[str, Any] | None) -> JudgeResult | None:
+    """A result as :func:`_trace_material` kept it: what the trace's Feedback shows (status, value, reason,
+    rationale, the judge as its source)."""
+    if d is None:
+        return None
+    return JudgeResult(Status(d["status"]), d["value"], d["rationale"] or "", d["reason"],
+                       details={"judge": d["judge"]} if d["judge"] is not None else {},
+                       calls=[{"model": d["model"]}] if d["model"] is not None else [])
+
+
 def _plain(value: Any) -> Any:
     """A cell as the per-row table shows it (several acceptable answers as a JSON list)."""
     if hasattr(value, "tolist") and not isinstance(value, str):
@@ -462,18 +596,21 @@ def _record(cfg: RagJudgeConfig, merged: Any, partitions: int, concurrent: int, 
 
 
 def _log(merged: Any, params: dict[str, str], record: dict[str, Any], sample: pd.DataFrame,
-         gate: list[dict[str, Any]], experiment: str | None, run_name: str | None) -> str:
-    """One MLflow run from the driver: the metrics, params, the config record and the per-row table (sample)."""
+         gate: list[dict[str, Any]], experiment: str | None, run_name: str | None, picked: pd.DataFrame) -> str:
+    """One MLflow run from the driver: the metrics, params, the config record and the per-row table (sample), then
+    the traces of the rows the pandas path's sample picks (``picked``, collected from the executors)."""
     import mlflow
 
-    from .evaluator import log_output
+    from .evaluator import log_output, log_traces
 
     if experiment is not None:
         mlflow.set_experiment(experiment)
-    record = {**record, "config": {**record["config"], "traces": 0}}  # the rows stay in Spark: no per-row traces
     out = EvalOutput(merged.metrics, sample, {}, [], params, record, None, merged.skipped, {}, merged.failures,
                      gate, [])
     with mlflow.start_run(run_name=run_name) as run:
         mlflow.set_tag("ragjudge.spark", f"{merged.rows} rows in {record['spark']['partitions']} partitions")
-        log_output(out, run.info.run_id)
+        # the table is its own sample (table_rows): the traces come from the rows collected for them
+        log_output(out, run.info.run_id, traces=False)
+        log_traces(_traced_output(picked, record), run.info.run_id, positions=[int(p) for p in picked[_ROW]],
+                   total=merged.rows)
         return str(run.info.run_id)

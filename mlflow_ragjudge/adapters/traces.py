@@ -181,10 +181,12 @@ def _row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, An
         spec = _spec_for(name, owners)
         res_list = out.results.get(name)
         res = res_list[i] if res_list is not None and i < len(res_list) else None
+        value = _plain(table[col].iloc[i])
+        if res is None and value is None:  # no result here (a Spark part that did not produce this output)
+            continue
         owner = spec.name if spec is not None else name
         level = _plain(table[f"{name}/level"].iloc[i]) if f"{name}/level" in table.columns else None
-        found.append(feedback_for(name, _plain(table[col].iloc[i]), res, spec, judge, run_id,
-                                  calls.get((owner, i), []), level))
+        found.append(feedback_for(name, value, res, spec, judge, run_id, calls.get((owner, i), []), level))
     if "reference" in table.columns:
         ref = _plain(table["reference"].iloc[i])
         if ref is not None:
@@ -236,7 +238,9 @@ class _RowTrace:
 
 def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str, run_id: str,
                assessments: list[Any], now_ms: int, pipeline: dict[str, Any] | None,
-               meta_extra: dict[str, str] | None = None) -> _RowTrace:
+               meta_extra: dict[str, str] | None = None, position: int | None = None) -> _RowTrace:
+    """Row ``i`` of ``table`` as a trace; ``position``: its index in the run, when ``table`` holds only some rows."""
+    index = i if position is None else position
     otel = uuid.uuid4().int
     trace_id = f"tr-{otel:032x}"
     question = _plain(table["question"].iloc[i]) if "question" in table.columns else None
@@ -260,7 +264,7 @@ def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str,
                            start_ns + 1_000, {"query": _clip(question)}, docs))
     row_id = _plain(table["row_id"].iloc[i]) if "row_id" in table.columns else None
     meta = {"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3",
-            **(meta_extra if meta_extra is not None else {"ragjudge.row": str(i)})}
+            **(meta_extra if meta_extra is not None else {"ragjudge.row": str(index)})}
     if row_id is not None:
         meta["ragjudge.row_id"] = str(row_id)
     info = TraceInfo(
@@ -279,7 +283,7 @@ def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str,
     for a in assessments:
         a.trace_id = trace_id
         a.span_id = f"{root:016x}"
-    return _RowTrace(i, info, spans)
+    return _RowTrace(index, info, spans)
 
 
 # --------------------------------------------------------------------------- writing
@@ -293,14 +297,25 @@ def _user() -> str:
 
 
 def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACES, seed: int = 0,
-                   pipeline: Sequence[dict[str, Any] | None] | None = None, workers: int | None = None) -> TraceLog:
+                   pipeline: Sequence[dict[str, Any] | None] | None = None, workers: int | None = None,
+                   positions: Sequence[int] | None = None, total: int | None = None) -> TraceLog:
     """Write one trace per row of ``out`` (an :class:`~mlflow_ragjudge.engine.evaluate.EvalOutput`) into run
     ``run_id``; at most ``max_traces`` (a seeded uniform sample beyond it, none for 0). ``pipeline``: per row, the
     call to the user's pipeline (``{"name", "inputs", "seconds", "error"}``) as a span. A trace the store refuses is
-    counted in ``errors``, never raised: the run's metrics and table are logged already."""
+    counted in ``errors``, never raised: the run's metrics and table are logged already.
+
+    ``positions`` and ``total``: ``out`` holds only some rows of a run of ``total`` rows (a Spark run: the rows the
+    sample picks, collected from the executors), row k of ``out`` being row ``positions[k]`` of the run. The sample
+    is drawn over ``total`` exactly as for a run held whole (:func:`pick_rows`), so the same rows get a trace, with
+    the same ``ragjudge.row``; each picked row must be among ``positions``."""
     table = out.table
-    log = TraceLog(rows=len(table))
-    picked = pick_rows(len(table), max_traces, seed)
+    n = len(table) if total is None else total
+    log = TraceLog(rows=n)
+    picked = pick_rows(n, max_traces, seed)
+    local = {int(p): k for k, p in enumerate(positions)} if positions is not None else {i: i for i in picked}
+    missing = [i for i in picked if i not in local]
+    if missing:
+        raise ValueError(f"rows {missing[:5]} of the sample are not among the rows given ({len(local)})")
     if not picked:
         return log
     t0 = time.perf_counter()
@@ -318,11 +333,12 @@ def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACE
     now_ms = int(time.time() * 1000)
     traces = []
     for i in picked:
-        assessments = _row_assessments(i, table, out, owners, judge, run_id, calls, user)
-        step = pipeline[i] if pipeline is not None and i < len(pipeline) else None
+        k = local[i]  # the row's place in ``out``; ``i`` its index in the run
+        assessments = _row_assessments(k, table, out, owners, judge, run_id, calls, user)
+        step = pipeline[k] if pipeline is not None and k < len(pipeline) else None
         # a millisecond apart, so that MLflow's trace list (newest first, or oldest) keeps the rows' order
-        traces.append(_row_trace(i, table, rows[i] if i < len(rows) else None, experiment_id, run_id, assessments,
-                                 now_ms + i, step))
+        traces.append(_row_trace(k, table, rows[k] if k < len(rows) else None, experiment_id, run_id, assessments,
+                                 now_ms + i, step, position=i))
 
     def start(t: _RowTrace) -> None:
         if stop_requested():  # a stopped run is logged quickly: no more traces
@@ -351,7 +367,7 @@ def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACE
         except Exception as e:  # the traces are there with their assessments; only the spans are missing
             log.errors.append(f"spans: {type(e).__name__}: {str(e)[:300]}")
     log.logged = len(log.trace_ids)
-    log.sampled = len(picked) < len(table)
+    log.sampled = len(picked) < n
     log.seconds = time.perf_counter() - t0
     return log
 

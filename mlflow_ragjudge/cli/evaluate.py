@@ -16,7 +16,7 @@ from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
 from ..core.errors import InputError, LoggingFailed
 from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
 from .parser import kv
-from .reading import read_corpus, read_table
+from .reading import SPARK_DATA, read_corpus, read_table, spark_data_kind
 
 __all__ = ["metrics_table", "config_from_args", "model_config", "run_evaluation", "summary", "exit_code",
            "testset_command", "estimate_command", "run_spark_evaluation"]
@@ -124,36 +124,51 @@ def run_evaluation(
 
 def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple[str, Any]:
     """``ragjudge evaluate DATA --spark``: DATA (a Parquet path, or a table of the session's catalog) scored in the
-    Spark executors, one run logged from here (:func:`mlflow_ragjudge.spark.evaluate_spark`)."""
+    Spark executors, one run logged from here (:func:`mlflow_ragjudge.spark.evaluate_spark`). A local DATA that is
+    missing or not Parquet is refused before Spark starts; what Spark itself cannot read is said in one line too."""
     import os
 
     from ..adapters.tracking import check_tracking_store
 
+    kind = spark_data_kind(args.data)  # before the session starts: a bad path costs no JVM and no Java traceback
     try:
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import AnalysisException
         from pyspark.sql import SparkSession
     except ImportError:
         raise InputError("--spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'") from None
-    from ..adapters.spark import DEFAULT_TABLE_ROWS, evaluate_spark
+    from ..adapters.spark import DEFAULT_TABLE_ROWS, evaluate_spark, pandas_support_note
 
     table_rows: int | str = DEFAULT_TABLE_ROWS
     if args.table_rows is not None:
         table_rows = "all" if args.table_rows == "all" else int(args.table_rows)
     check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was sent to the judge.")
-    builder = SparkSession.builder.appName("ragjudge evaluate")
-    if args.spark_master:
-        builder = builder.master(args.spark_master)
-    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-        builder = builder.master("local[*]")
-    spark = builder.getOrCreate()
-    data = args.data
-    sdf = spark.read.parquet(data) if os.path.exists(data) or "://" in data else spark.table(data)
-    result = evaluate_spark(sdf, cfg, experiment=args.experiment, run_name=args.run_name, table_rows=table_rows)
-    if args.spark_output:
-        result.rows.write.mode("overwrite").parquet(args.spark_output)
-        print(f"every row with its results: {args.spark_output}")
-    result.unpersist()
+    with pandas_support_note():  # PySpark's warning about pandas 3, at session start too: once, in our words
+        builder = SparkSession.builder.appName("ragjudge evaluate")
+        if args.spark_master:
+            builder = builder.master(args.spark_master)
+        elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            builder = builder.master("local[*]")
+        spark = builder.getOrCreate()
+        data = args.data
+        try:
+            sdf = spark.read.parquet(data) if kind == "path" else spark.table(data)
+        except (AnalysisException, Py4JJavaError) as e:  # a URI or table Spark cannot read: its reason, in one line
+            # (a Py4JJavaError's own text is the Java stack trace; its Java exception's text is the reason)
+            reason = _first_line(str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e))
+            raise InputError(f"--spark could not read {data}: {reason} ({SPARK_DATA}).") from None
+        result = evaluate_spark(sdf, cfg, experiment=args.experiment, run_name=args.run_name, table_rows=table_rows)
+        if args.spark_output:
+            result.rows.write.mode("overwrite").parquet(args.spark_output)
+            print(f"every row with its results: {args.spark_output}")
+        result.unpersist()
     assert result.run_id is not None
     return result.run_id, result
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[0] if lines else "no reason given")[:500]
 
 
 def stopped_message(run_id: str, out: Any, argv: list[str]) -> str:

@@ -9,12 +9,13 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
 from ..core.errors import InputError
 
-__all__ = ['read_table', 'read_corpus', 'read_grid', 'import_callable']
+__all__ = ['read_table', 'read_corpus', 'read_grid', 'import_callable', 'spark_data_kind']
 
 
 def _clean(value: Any, counter: list[int]) -> Any:
@@ -185,6 +186,87 @@ def read_table(path: str | Path, col_mapping: dict[str, str] | None = None) -> p
     except (ValueError, OSError, UnicodeDecodeError) as e:
         raise InputError(f"{p.name} could not be read as {suffix} ({type(e).__name__}: {e}).") from None
     raise InputError(f"{p.name}: unsupported file type {suffix!r}; use .jsonl, .csv or .parquet")
+
+#: what DATA can be with --spark, said in every error about it
+SPARK_DATA = ("with --spark, DATA is a Parquet file, a folder of Parquet files (as Spark writes them), a URI Spark "
+              "reads (s3a://..., hdfs://..., file:///...) or a table of the Spark session's catalog")
+#: name endings that make DATA a file, not a table name (``db.table`` is a table; ``rows.jsonl`` is not)
+_FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".txt")
+#: the four bytes a Parquet file starts and ends with
+_PARQUET_MAGIC = b"PAR1"
+
+
+def spark_data_kind(data: str) -> str:
+    """What ``ragjudge evaluate DATA --spark`` reads DATA as: ``"path"`` (Parquet, read with ``spark.read.parquet``)
+    or ``"table"`` (``spark.table``). A local path is checked here, before any Spark session or job: it must exist and
+    hold Parquet (a file, or a folder whose data files -- the names Spark reads: not starting with ``_`` or ``.``, not
+    empty -- are all Parquet); so is a ``file://`` URI. Any other URI (``s3a://``, ``hdfs://`` ...) is left to Spark.
+
+    Raises:
+        InputError: a missing path, a file that is not Parquet (a .jsonl, a .csv ...), a folder with no Parquet files
+            or with other files; the message names the path and what to do.
+    """
+    if data.startswith("file://"):
+        path = Path(unquote(urlparse(data).path))
+    elif "://" in data:
+        return "path"
+    else:
+        path = Path(data)
+    if not path.exists():
+        if "/" in data or os.sep in data or path.suffix.lower() in _FILE_SUFFIXES:  # a path, not a table's name
+            raise InputError(f"No such file or directory: {data} ({SPARK_DATA}).")
+        return "table"
+    if path.is_file():
+        if not _is_parquet(path):
+            raise InputError(f"{data} is not a Parquet file{_its_kind(path)}; {SPARK_DATA}. {_without_spark(path)}")
+        return "path"
+    files = sorted(_spark_files(path))
+    if not files:
+        raise InputError(f"{data} is a folder with no Parquet files in it; {SPARK_DATA}.")
+    other = next((f for f in files if not _is_parquet(f)), None)
+    if other is not None:
+        raise InputError(f"{data} holds a file that is not Parquet: {other.relative_to(path)}{_its_kind(other)}; "
+                         f"{SPARK_DATA}. Keep only the Parquet parts in the folder, or point DATA at one file.")
+    return "path"
+
+
+def _spark_files(folder: Path) -> list[Path]:
+    """The files Spark reads in a folder, as its file index lists them: recursively (``key=value`` partition folders
+    included), skipping names that start with ``_`` or ``.`` (``_SUCCESS``, ``.crc`` checksums) and empty files."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in names:
+            f = Path(root) / name
+            if not name.startswith(("_", ".")) and f.stat().st_size > 0:
+                found.append(f)
+    return found
+
+
+def _is_parquet(path: Path) -> bool:
+    """Whether the file has Parquet's mark at both ends (what Spark's reader checks first)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+            f.seek(0, os.SEEK_END)
+            if f.tell() < 12:  # the two marks and the footer's length: no Parquet file is shorter
+                return False
+            f.seek(-4, os.SEEK_END)
+            return head == _PARQUET_MAGIC and f.read(4) == _PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def _its_kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    return f" (a {suffix} file)" if suffix and suffix not in (".parquet", ".pq") else ""
+
+
+def _without_spark(path: Path) -> str:
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json", ".csv"):
+        return "Drop --spark to evaluate it in one process, or write it as Parquet for Spark (pandas: to_parquet)."
+    return "Write it as Parquet for Spark (pandas: to_parquet)."
+
 
 def read_corpus(path: str) -> dict[str, str]:
     p = Path(path)

@@ -16,7 +16,7 @@ from .types import FailureReason
 __all__ = ["RagJudgeError", "RagJudgeWarning", "InputError", "ParseError", "LoggingFailed", "Interrupted",
            "TooFewLabels", "MetricUnavailable", "LocalModelUnavailable", "BertScoreUnavailable",
            "EmbeddingsUnavailable", "InvalidTextWarning", "JudgeFailureWarning", "CalibrationWarning", "CacheWarning",
-           "MultiTurnContextWarning", "UnstableParameterWarning", "MIN_LABELS", "INSTALL_LOCAL"]
+           "MultiTurnContextWarning", "SparkPandasWarning", "UnstableParameterWarning", "MIN_LABELS", "INSTALL_LOCAL"]
 
 #: fewer labelled rows than this and no interval is given: the normal approximation the interval rests on (and the
 #: estimate of λ) is not trustworthy with so few labels
@@ -152,6 +152,11 @@ class CacheWarning(RagJudgeWarning, RuntimeWarning):
 
 class MultiTurnContextWarning(RagJudgeWarning):
     """Multi-turn evaluation runs with judge contexts that were not retrieved with question + reference (E3)."""
+
+
+class SparkPandasWarning(RagJudgeWarning):
+    """The installed pandas is one PySpark says it does not fully support (PySpark 4.x with pandas 3): said once per
+    process, in place of PySpark's own warning at every conversion (docs/scaling.md)."""
 
 
 class UnstableParameterWarning(RagJudgeWarning):
