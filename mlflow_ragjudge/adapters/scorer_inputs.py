@@ -4,7 +4,7 @@ the same :class:`~mlflow_ragjudge.core.types.Row` the evaluator reads from a Dat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,20 +72,8 @@ def read_scorer_args(inputs: Any = None, outputs: Any = None, expectations: dict
     row = found.row
     root = root_span(trace) if trace is not None else None
 
-    question = question_of(inputs)
-    if question is not None:
-        found.sources["question"] = "inputs"
-    elif root is not None and (question := question_of(root.inputs)) is not None:
-        found.sources["question"] = "the trace's root span inputs"
-    else:
-        found.looked["question"] = where_question(inputs)
-    answer = answer_of(outputs)
-    if answer is not None:
-        found.sources["answer"] = "outputs"
-    elif root is not None and (answer := answer_of(root.outputs)) is not None:
-        found.sources["answer"] = "the trace's root span outputs"
-    else:
-        found.looked["answer"] = where_answer(outputs)
+    question = _read(found, "question", question_of, inputs, "inputs", root.inputs if root else None, where_question)
+    answer = _read(found, "answer", answer_of, outputs, "outputs", root.outputs if root else None, where_answer)
 
     docs = retrieved(trace, retriever_spans) if trace is not None else None
     contexts: Any = out.get("contexts")
@@ -120,6 +108,19 @@ def read_scorer_args(inputs: Any = None, outputs: Any = None, expectations: dict
     if exp.get("answerable") is not None:
         row.answerable = as_flag(exp.get("answerable"), "expectations['answerable']", 0)
     return found
+
+
+def _read(found: ScorerRow, field_name: str, reader: Callable[[Any], str | None], given: Any, given_name: str,
+          root_value: Any, looked_for: Callable[[Any], str]) -> str | None:
+    """A field read from what the scorer was given, else from the trace's root span; where it came from, or what was
+    looked for, noted in ``found``."""
+    for value, place in ((given, given_name), (root_value, f"the trace's root span {given_name}")):
+        text = reader(value)
+        if text is not None:
+            found.sources[field_name] = place
+            return text
+    found.looked[field_name] = looked_for(given)
+    return None
 
 
 def row_from_mlflow(inputs: Any = None, outputs: Any = None, expectations: dict[str, Any] | None = None,

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from mlflow.entities import AssessmentError, AssessmentSource, AssessmentSourceType, Feedback
+from mlflow.genai.evaluation import context as eval_context
 from mlflow.genai.scorers import Scorer
 from pydantic import PrivateAttr
 
@@ -126,9 +127,7 @@ def _evaluation_run() -> str | None:
     """The run of the ``mlflow.genai.evaluate`` call this scorer runs in (MLflow's evaluation context, set in its
     scorer threads), or None outside one."""
     try:
-        from mlflow.genai.evaluation import context
-
-        return context.get_context().get_mlflow_run_id()
+        return eval_context.get_context().get_mlflow_run_id()
     except Exception:  # another MLflow, or no evaluation
         return None
 

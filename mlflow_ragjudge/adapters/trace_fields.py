@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlflow.genai.utils.trace_utils import parse_outputs_to_str
+
 __all__ = ["QUESTION_KEYS", "ANSWER_KEYS", "TraceDocument", "Retrieved", "question_of", "answer_of", "last_user_turn",
            "retrieved", "root_span", "describe", "where_question", "where_answer"]
 
@@ -175,10 +177,6 @@ def question_of(inputs: Any, _depth: int = 0) -> str | None:
 def _mlflow_output_text(value: Any) -> str | None:
     """MLflow's own reading of an output (chat choices, chat messages, the Responses API); None where it knows no
     shape (it then gives the value's JSON, which is not an answer)."""
-    try:
-        from mlflow.genai.utils.trace_utils import parse_outputs_to_str
-    except ImportError:  # pragma: no cover - an MLflow without it
-        return None
     try:
         text = parse_outputs_to_str(value)
     except Exception:  # a shape it does not expect
