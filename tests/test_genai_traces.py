@@ -44,12 +44,18 @@ def app_llm() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
-def judge_llm(monkeypatch) -> Iterator[FakeLLMServer]:
+def judge_mode() -> str:
+    """How the judge's server takes structured output (CompliantModel's modes); a test may parametrize it."""
+    return "json_schema"
+
+
+@pytest.fixture
+def judge_llm(monkeypatch, judge_mode) -> Iterator[FakeLLMServer]:
     """The judge's server: the independent schema-following model, which knows none of our prompts."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-judge")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-judge")
     server = FakeLLMServer().start()
-    server.set_handler(CompliantModel("json_schema"))
+    server.set_handler(CompliantModel(judge_mode))
     yield server
     server.stop()
 
@@ -211,7 +217,8 @@ def test_anthropic_autologged_app_judged_with_an_anthropic_judge(store, app_llm,
     _judge_never_traced(exp_id)
 
 
-def test_plain_traced_functions_positional_and_keyword(store, judge_llm):
+@pytest.mark.parametrize("judge_mode", ["json_schema", "json_object", "text"])
+def test_plain_traced_functions_positional_and_keyword(store, judge_llm, judge_mode):
     @mlflow.trace(span_type=SpanType.RETRIEVER)
     def search(text: str, k: int = 2) -> list[dict[str, Any]]:
         return [{"page_content": t, "metadata": {"id": i}} for i, t in DOCS[:k]]

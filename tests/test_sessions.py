@@ -5,6 +5,7 @@ autologging against the fake server, each turn's trace holding the whole convers
 from __future__ import annotations
 
 import json
+import uuid
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -57,7 +58,7 @@ def _record(app_url: str) -> str:
         return client.chat.completions.create(model="app", messages=messages)
 
     mlflow.openai.autolog()
-    exp_id = mlflow.set_experiment("chat-app").experiment_id
+    exp_id = mlflow.set_experiment(f"chat-app-{uuid.uuid4().hex[:8]}").experiment_id  # a server is shared
     first: dict[str, str] = {}
     for session, questions in SESSIONS.items():
         messages: list[dict[str, Any]] = []
@@ -85,7 +86,18 @@ def _session_feedbacks(run_id: str, exp_id: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def test_the_docs_example_judges_every_recorded_session(tmp_tracking, servers):
+@pytest.fixture(params=["sqlite", "server"])
+def store(request, tmp_path, fresh_tracking_uri, monkeypatch) -> Iterator[str]:
+    """A fresh SQLite store, or a real ``mlflow server``, made the active tracking store."""
+    uri = (fresh_tracking_uri(tmp_path / "mlflow.db") if request.param == "sqlite"
+           else request.getfixturevalue("mlflow_server"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    mlflow.tracking.fluent._active_experiment_id = None
+
+
+def test_the_docs_example_judges_every_recorded_session(store, servers):
     app, judge = servers
     exp_id = _record(app.openai_base_url)
     # docs/multiturn.md, as written
