@@ -176,6 +176,14 @@ def post(client: Any, sdk: Any, path: str, body: dict[str, Any], *, timeout: flo
     return client.post(path, cast_to=_response_class(sdk), body=body, options={"timeout": timeout})
 
 
+def token_count(value: Any) -> int:
+    """A usage block's token count as an int (0 when a server leaves it out or writes something else)."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def missing_sdk(package: str) -> ImportError:
     return ImportError(
         f"The '{package}' package is needed for this judge backend but is not installed. "

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.json_text import MAX_JSON_DEPTH, value_depth
-from ._sdk import classify, http_client, missing_sdk, parse_rate_headers, post
+from ._sdk import classify, http_client, missing_sdk, parse_rate_headers, post, token_count
 from .base import (
     Backend,
     BackendError,
@@ -171,8 +171,8 @@ class AnthropicBackend(Backend):
         return ChatResponse(
             text=text,
             data=data,
-            input_tokens=_count(usage.get("input_tokens")),
-            output_tokens=_count(usage.get("output_tokens")),
+            input_tokens=token_count(usage.get("input_tokens")),
+            output_tokens=token_count(usage.get("output_tokens")),
             model=str(msg.get("model") or "") or self.model,
             finish_reason=stop_reason,
             structured_mode="tool_use" if schema is not None else "text",
@@ -307,10 +307,3 @@ def _deep_text(value: Any) -> str:
         else:
             out.append(json.dumps(v, ensure_ascii=False))
     return "".join(out)
-
-
-def _count(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...core.json_text import loads
-from ._sdk import classify, http_client, missing_sdk, parse_rate_headers, post
+from ._sdk import classify, http_client, missing_sdk, parse_rate_headers, post, token_count
 from .base import (
     CARRY_MODES,
     Backend,
@@ -366,8 +366,8 @@ class OpenAIBackend(Backend):
         return ChatResponse(
             text=text,
             data=data,
-            input_tokens=_count(usage.get("prompt_tokens")),
-            output_tokens=_count(usage.get("completion_tokens")),
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
             model=str(completion.get("model") or "") or self.model,
             finish_reason=choice.get("finish_reason"),
             refusal=refusal if isinstance(refusal, str) else None,
@@ -514,7 +514,7 @@ class OpenAIBackend(Backend):
         usage: dict[str, Any] = resp["usage"] if isinstance(resp.get("usage"), dict) else {}
         return EmbedResponse(
             vectors=vectors,
-            input_tokens=_count(usage.get("prompt_tokens")),
+            input_tokens=token_count(usage.get("prompt_tokens")),
             model=str(resp.get("model") or "") or self.model,
             rate=parse_rate_headers(raw.headers),
         )
@@ -530,12 +530,6 @@ def _json_body(text: str) -> dict[str, Any]:
         raise BackendError(ErrorKind.TRANSIENT, "unreadable response body: not a JSON object")
     return body
 
-
-def _count(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def _refuses_format(err: BackendError) -> bool:
