@@ -346,8 +346,17 @@ def _ends_with_abbreviation(word: str, following: str) -> bool:
 def _abbreviation_before(line: str, start: int, at: int, following: str) -> bool:
     """:func:`_ends_with_abbreviation` of the word before the period at ``at`` (:func:`_word_before`), answered
     directly for the usual sentence end: a word of letters and digits only after a space (or at the sentence's
-    start), which is no dotted acronym and, longer than any abbreviation, none at all."""
-    space = line.rfind(" ", start, at)
+    start), which is no dotted acronym and, longer than any abbreviation, none at all.
+
+    Only the last ``_LONGEST_ABBREVIATION + 1`` characters before ``at`` are searched for the space: searching back
+    to the sentence's start was quadratic when no space followed an initial (``("A." + "\t" * 30) * n``, where no
+    candidate ends the sentence, 1 MB in a second)."""
+    reach = max(start, at - _LONGEST_ABBREVIATION - 1)
+    space = line.rfind(" ", reach, at)
+    if space < 0 and reach > start:  # no space within reach: the word holds more than any abbreviation ...
+        if line[reach:at].isalnum():  # ... of letters and digits (no dotted acronym either: its parts are letters)
+            return False
+        return _ends_with_abbreviation(_word_before(line, start, at), following)  # separators in it: exactly
     word = line[space + 1 if space >= 0 else start: at]
     if not word.isalnum():  # periods, underscores or other separators in it (or no word): read it exactly
         return _ends_with_abbreviation(_word_before(line, start, at), following)
