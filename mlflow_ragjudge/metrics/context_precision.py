@@ -18,6 +18,7 @@ from typing import Any
 from ..core import claims as claim_math
 from ..core.claims import average_precision
 from ..core.matching import match_tokens
+from ..core.text import nonblank_passages
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt, reference_text
@@ -117,7 +118,7 @@ class ContextPrecisionJudge:
         acceptable answers, shown to the judge as alternatives). Never raises for model failures."""
         chunks = as_list(contexts)
         details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_chunks": len(chunks)}
-        if not any(c.strip() for c in chunks):
+        if not nonblank_passages(chunks):
             return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
                                          details=details)
         answers = answers_of(reference)
@@ -161,7 +162,7 @@ class ContextPrecisionJudge:
         (the reference's statement extraction is counted by context recall)."""
         chunks = as_list(contexts)
         answers = answers_of(reference)
-        if not any(c.strip() for c in chunks) or not answers:
+        if not nonblank_passages(chunks) or not answers:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
         reference = reference_text(answers, self.language)
         if self.combined is not None:
@@ -182,7 +183,7 @@ def offline_context_precision(ev: OfflineEvidence, question: str, references: Se
     """Average precision of the ranked chunks, a chunk being relevant when it supports an acceptable
     answer."""
     chunks = list(contexts or [])
-    if not any(c and c.strip() for c in chunks):
+    if not nonblank_passages(chunks):
         return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
                                      details=ev.details())
     refs = [r for r in references if match_tokens(r)]

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core import claims as claim_math
 from ..core.matching import content_tokens, content_union, text_cut
+from ..core.text import nonblank_passages
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt, reference_text
@@ -25,7 +26,6 @@ from .context_verdicts import (
     combined_verdicts,
     complete_from_combined,
     json_column,
-    nonblank,
 )
 from .faithfulness import shared_extractor
 from .offline_evidence import OfflineEvidence, support_share
@@ -102,7 +102,7 @@ class ContextRecallJudge:
         statements, all statements are attributed in one call, and the answer the contexts support best counts
         (recall is max over the answers of attributed / its statements).
         """
-        passages = nonblank(contexts)
+        passages = nonblank_passages(contexts)
         details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_contexts": len(passages)}
         answers = answers_of(reference)
         if not answers:
@@ -199,7 +199,7 @@ class ContextRecallJudge:
         0 without reference or contexts); with context precision in the run, only the extraction (the
         attributions ride in precision's combined call). Assumes about one statement per 8 tokens of
         reference. Several acceptable answers: one extraction each."""
-        passages = nonblank(contexts)
+        passages = nonblank_passages(contexts)
         answers = answers_of(reference)
         if not answers or not passages:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
@@ -225,7 +225,7 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
     if not refs:
         return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
                                      details=ev.details())
-    passages = [p for p in (contexts or []) if p and p.strip()]
+    passages = nonblank_passages(contexts)
     backed = content_union(passages)
     tau = ev.calibration.support_threshold
     best: tuple[float, int, list[dict[str, Any]]] | None = None

@@ -25,16 +25,13 @@ from .statements import (
     prompt_version,
 )
 
-__all__ = ["as_list", "nonblank", "answers_of", "AnswerStatements", "answer_statements", "json_column",
+__all__ = ["as_list", "answers_of", "AnswerStatements", "answer_statements", "json_column",
            "combined_verdicts", "CombinedContextVerdicts", "complete_from_combined", "TOKENS_PER_VERDICT"]
 
 
 TOKENS_PER_VERDICT = 40
 
 as_list = as_text_list
-
-def nonblank(contexts: Sequence[str] | str | None) -> list[str]:
-    return [c for c in as_list(contexts) if c.strip()]
 
 def answers_of(reference: str | Sequence[str] | None) -> list[str]:
     """The acceptable answers of a reference given as one str or a list (blank ones dropped)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.constants import CONTEXT_PROVENANCE
 from ..core.matching import declines_to_answer
+from ..core.text import nonblank_passages
 from ..core.types import JudgeResult
 from ..core.values import is_int
 from ..llm.backends import ChatRequest, JsonSchema
@@ -65,7 +66,7 @@ def format_contexts(contexts: Sequence[str] | None, max_chars: int) -> tuple[str
 
     Returns the text and a record: passages given, shown, cut, dropped, characters.
     """
-    contexts = [c for c in (contexts or []) if c and str(c).strip()]
+    contexts = nonblank_passages(contexts)
     info: dict[str, Any] = {"n_given": len(contexts), "n_shown": 0, "truncated": False, "n_dropped": 0}
     if not contexts:
         info["chars"] = 0

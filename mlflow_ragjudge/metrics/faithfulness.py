@@ -38,7 +38,7 @@ from typing import Any
 from ..core import claims as claim_math
 from ..core.json_text import dumps_text
 from ..core.matching import content_union, declines_to_answer, text_cut
-from ..core.text import split_sentences, word_set
+from ..core.text import nonblank_passages, split_sentences, word_set
 from ..core.types import JudgeResult
 from ..core.values import is_int
 from ..llm.client import JudgeClient
@@ -60,14 +60,6 @@ __all__ = ["FaithfulnessJudge"]
 
 #: estimated output tokens per verdict entry (number, a one-sentence reason, the verdict)
 TOKENS_PER_VERDICT = 48
-
-
-def _passages(evidence: Sequence[str] | None) -> list[str]:
-    if evidence is None:
-        return []
-    if isinstance(evidence, str):
-        evidence = [evidence]
-    return [str(p) for p in evidence if p is not None and str(p).strip()]
 
 
 def split_passage(text: str, max_chars: int) -> list[str]:
@@ -187,7 +179,7 @@ class FaithfulnessJudge:
             response: the RAG system's answer.
             evidence: the passages to check the claims against.
         """
-        passages = _passages(evidence)
+        passages = nonblank_passages(evidence)
         details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_evidence": len(passages)}
         if not passages:
             return JudgeResult.abstained(
@@ -260,7 +252,7 @@ class FaithfulnessJudge:
         rough (:func:`~mlflow_ragjudge.judges.statements.approx_tokens`) and assume about one
         claim per 8 tokens of response; a re-ask (only after an unreadable reply) is not counted.
         """
-        passages = _passages(evidence)
+        passages = nonblank_passages(evidence)
         response = (response or "").strip()
         if not passages or not response:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
@@ -332,7 +324,7 @@ def _claims_column(res: dict[str, JudgeResult]) -> Any:
 
 def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[str] | None) -> JudgeResult:
     """Mean support of the response's claim-like sentences by the evidence passages."""
-    passages = [p for p in (evidence or []) if p and p.strip()]
+    passages = nonblank_passages(evidence)
     if not passages:
         return JudgeResult.abstained("no_evidence", "No evidence passages to check the response against.",
                                      details=ev.details())

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...core.text import clean_text
+from ...core.text import clean_text, nonblank_passages
 from ...core.types import FailureReason, Status
 from ...llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ...llm.client import CallResult, JudgeClient
@@ -176,7 +176,7 @@ class MultiTurnRunner:
             raise ValueError("question (the target question) must be a non-empty string")
         if not isinstance(reference, str) or not reference.strip():
             raise ValueError("reference (the gold answer) must be a non-empty string")
-        contexts = [str(c) for c in (judge_contexts or []) if c is not None and str(c).strip()]
+        contexts = nonblank_passages(judge_contexts)
         res = MultiTurnResult(question=question, reference=reference, n_turns=self.n_turns,
                               final_score_mode=self.final_score)
         try:
@@ -212,7 +212,7 @@ class MultiTurnRunner:
             raise ValueError("question (the target question) must be a non-empty string")
         if not isinstance(reference, str) or not reference.strip():
             raise ValueError("reference (the gold answer) must be a non-empty string")
-        contexts = [str(c) for c in (judge_contexts or []) if c is not None and str(c).strip()]
+        contexts = nonblank_passages(judge_contexts)
         res = MultiTurnResult(question=question, reference=reference, n_turns=self.n_turns,
                               final_score_mode="replay")
         try:
