@@ -32,7 +32,7 @@ transcript records of both calls.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
@@ -43,15 +43,16 @@ from ..core.types import JudgeResult
 from ..core.values import is_int
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
+from .claim_check import ClaimCheck, Claims, check_claims
 from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share
 from .spec import MetricSpec, Option
 from .statements import (
+    NumberedVerdicts,
     StatementExtractor,
     add_estimates,
     approx_tokens,
     ask_numbered,
     estimate_messages,
-    failed_result,
     number_items,
     prompt_version,
 )
@@ -187,62 +188,41 @@ class FaithfulnessJudge:
                 details=details,
             )
         extraction = self.extractor.extract(response or "", question=question or "")
-        calls: list[dict[str, Any]] = list(extraction.records)
-        details["statements_memo_hit"] = extraction.memo_hit
-        details["statements_call_ids"] = list(extraction.call_ids)
-        if not extraction.ok:
-            return failed_result(extraction, stage="claim extraction", details=details, calls=calls)
-        claims = list(extraction.statements)
-        details["n_claims"] = len(claims)
-        cut = extraction.cut
-        if cut is not None:  # a runaway extraction: only the first claims are verified, and the row says so
-            details["statements_cut"] = cut
-        if not claims:
-            details["claims"] = []
-            return JudgeResult.abstained(
-                "no_claims",
-                "The response makes no factual claim (empty, a refusal, or 'I don't know'); faithfulness is undefined.",
-                raw=extraction.raw, details=details, calls=calls,
+        claims = Claims(extraction.statements, extraction.records, extraction.call_ids, extraction.memo_hit,
+                        failed=None if extraction.ok else extraction, raw=extraction.raw, cut=extraction.cut)
+
+        def verify(claims: Sequence[str], details: dict[str, Any], calls: list[dict[str, Any]]) -> NumberedVerdicts:
+            shown = passages
+            if any(len(" ".join(p.split())) > self.max_passage_chars for p in passages):
+                # long documents (gold documents): split, never cut; the pieces that match the claims when too long
+                shown, selection = select_evidence(passages, claims, max_passage_chars=self.max_passage_chars,
+                                                   budget_chars=self.max_evidence_chars)
+                details["evidence_selection"] = selection
+            evidence_text, info = number_items(shown, max_chars=self.max_passage_chars, fence="passage")
+            details["evidence_info"] = info
+            return ask_numbered(
+                self.client,
+                numbers=range(1, len(claims) + 1),
+                render=lambda nums: self._verify_messages([claims[n - 1] for n in nums], evidence_text, nums),
+                schema=self.schema, schema_name="faithfulness_verdicts", list_key="verdicts", index_key="claim",
+                noun="claim", prompt_version=prompt_version(self.prompt), purpose="faithfulness",
+                max_tokens=self.max_tokens, lowercase=("verdict",),
             )
-        if any(len(" ".join(p.split())) > self.max_passage_chars for p in passages):
-            # long documents (gold documents): split, never cut; the pieces that match the claims when too long
-            passages, selection = select_evidence(passages, claims, max_passage_chars=self.max_passage_chars,
-                                                  budget_chars=self.max_evidence_chars)
-            details["evidence_selection"] = selection
-        evidence_text, info = number_items(passages, max_chars=self.max_passage_chars, fence="passage")
-        details["evidence_info"] = info
-        got = ask_numbered(
-            self.client,
-            numbers=range(1, len(claims) + 1),
-            render=lambda nums: self._verify_messages([claims[n - 1] for n in nums], evidence_text, nums),
-            schema=self.schema, schema_name="faithfulness_verdicts", list_key="verdicts", index_key="claim",
-            noun="claim", prompt_version=prompt_version(self.prompt), purpose="faithfulness",
-            max_tokens=self.max_tokens, lowercase=("verdict",),
-        )
-        calls += got.records
-        got.note(details)
-        if not got.ok:
-            details["claims"] = [
-                {"claim": c, "supported": (got.entries[i]["verdict"] == "supported") if i in got.entries else None,
-                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None}
-                for i, c in enumerate(claims, 1)
-            ]
-            return failed_result(got, stage="claim verification", details=details, calls=calls)
-        rows = [
-            {"claim": c, "supported": got.entries[i]["verdict"] == "supported",
-             "reason": got.entries[i]["reason"].strip()}
-            for i, c in enumerate(claims, 1)
-        ]
-        details["claims"] = rows
-        supported = [r["supported"] for r in rows]
-        details["n_supported"] = sum(supported)
-        score = claim_math.faithfulness(supported)
-        assert score is not None  # there is at least one claim
-        rationale = _rationale(rows)
-        if cut is not None:
-            rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} claims extracted were verified "
-                          f"(at most {cut['cap']} for this response).")
-        return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
+
+        def score(rows: list[dict[str, Any]], got: NumberedVerdicts, details: dict[str, Any],
+                  calls: list[dict[str, Any]]) -> JudgeResult:
+            supported = [r["supported"] for r in rows]
+            details["n_supported"] = sum(supported)
+            value = claim_math.faithfulness(supported)
+            assert value is not None  # there is at least one claim
+            rationale = _rationale(rows)
+            cut = extraction.cut
+            if cut is not None:
+                rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} claims extracted were "
+                              f"verified (at most {cut['cap']} for this response).")
+            return JudgeResult.scored(value, rationale, raw=got.raw, details=details, calls=calls)
+
+        return check_claims(CHECK, claims, details, row=_claim_row, verify=verify, score=score)
 
     def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> dict[str, int]:
         """Upper-bound cost of judging one row, without calling the model.
@@ -265,6 +245,19 @@ class FaithfulnessJudge:
         )
         verify["input_tokens"] += claim_tokens + 4 * n_claims
         return add_estimates(extract, verify)
+
+
+#: faithfulness in the words of the claim-checking skeleton
+CHECK = ClaimCheck(
+    noun="claims", extraction_stage="claim extraction", verification_stage="claim verification",
+    no_claims=("no_claims",
+               "The response makes no factual claim (empty, a refusal, or 'I don't know'); faithfulness is undefined."),
+)
+
+
+def _claim_row(number: int, claim: str, entry: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"claim": claim, "supported": entry["verdict"] == "supported" if entry is not None else None,
+            "reason": entry["reason"].strip() if entry is not None else None}
 
 
 def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
