@@ -34,7 +34,7 @@ from .context_verdicts import (
 )
 from .faithfulness import shared_extractor
 from .offline_evidence import OfflineEvidence
-from .spec import MetricSpec
+from .spec import Estimate, MetricSpec, Outputs
 from .statements import (
     NumberedVerdicts,
     StatementExtractor,
@@ -156,7 +156,7 @@ class ContextPrecisionJudge:
             rationale = f"None of the {len(rels)} chunks is relevant to the reference answer; score 0."
         return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
-    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> dict[str, int]:
+    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> Estimate:
         """Upper-bound cost of one row without calling the model: 1 call (0 with no contexts or reference).
         With context recall in the run it is the combined call, which carries recall's attributions too
         (the reference's statement extraction is counted by context recall)."""
@@ -200,7 +200,7 @@ def offline_context_precision(ev: OfflineEvidence, question: str, references: Se
         chunks=[{"rank": i, "relevant": r} for i, r in enumerate(rels, 1)], n_relevant=len(ranks)))
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[ContextPrecisionJudge]:
     return MetricSpec(
         "context_precision",
         requires=(("question", "reference", "contexts"),),
@@ -210,7 +210,7 @@ def _spec() -> MetricSpec:
                                                 extractor=shared_extractor(ctx)),
         score=lambda j, r, ctx: j.judge(r.question or "", r.acceptable_answers, r.contexts),
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.acceptable_answers, r.contexts),
-        columns={"context_precision/chunks": json_column("context_precision", "chunks")},
+        outputs=Outputs(columns={"context_precision/chunks": json_column("context_precision", "chunks")}),
         prompt_versions=lambda j: j.prompt_versions,
         description="context precision: average precision of the chunks useful for the reference answer",
         offline=lambda ev, r, ctx: offline_context_precision(ev, r.question or "", r.acceptable_answers, r.contexts),

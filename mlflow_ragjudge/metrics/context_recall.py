@@ -17,7 +17,7 @@ from ..core.text import nonblank_passages
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt, reference_text
-from .claim_check import ClaimCheck, Claims, check_claims
+from .claim_check import Calls, ClaimCheck, ClaimRow, Claims, Details, check_claims
 from .context_verdicts import (
     TOKENS_PER_VERDICT,
     CombinedContextVerdicts,
@@ -30,7 +30,7 @@ from .context_verdicts import (
 )
 from .faithfulness import shared_extractor
 from .offline_evidence import OfflineEvidence, support_share
-from .spec import MetricSpec
+from .spec import Estimate, MetricSpec, Needs, Outputs
 from .statements import (
     NumberedVerdicts,
     StatementExtractor,
@@ -110,7 +110,7 @@ class ContextRecallJudge:
         (recall is max over the answers of attributed / its statements).
         """
         passages = nonblank_passages(contexts)
-        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_contexts": len(passages)}
+        details: Details = {"prompt_versions": self.prompt_versions, "n_contexts": len(passages)}
         answers = answers_of(reference)
         if not answers:
             return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
@@ -126,13 +126,12 @@ class ContextRecallJudge:
                         failed=extraction.failed, cut=extraction.cut)
         several = len(answers) > 1
 
-        def row(number: int, statement: str, entry: Mapping[str, Any] | None) -> dict[str, Any]:
+        def row(number: int, statement: str, entry: Mapping[str, Any] | None) -> ClaimRow:
             return {"statement": statement, "attributed": bool(entry["attributed"]) if entry is not None else None,
                     "reason": entry["reason"].strip() if entry is not None else None,
                     **({"answer": extraction.owner[number - 1] + 1} if several else {})}
 
-        def verify(statements: Sequence[str], details: dict[str, Any],
-                   calls: list[dict[str, Any]]) -> NumberedVerdicts:
+        def verify(statements: Sequence[str], details: Details, calls: Calls) -> NumberedVerdicts:
             def ask(nums: Sequence[int]) -> NumberedVerdicts:
                 return ask_numbered(
                     self.client,
@@ -153,8 +152,7 @@ class ContextRecallJudge:
                 calls += call.records
             return ask(range(1, len(statements) + 1))
 
-        def score(rows: list[dict[str, Any]], got: NumberedVerdicts, details: dict[str, Any],
-                  calls: list[dict[str, Any]]) -> JudgeResult:
+        def score(rows: list[ClaimRow], got: NumberedVerdicts, details: Details, calls: Calls) -> JudgeResult:
             # the best-supported acceptable answer counts
             per_answer: dict[int, list[bool]] = {}
             for owner, r in zip(extraction.owner, rows):
@@ -181,7 +179,7 @@ class ContextRecallJudge:
 
         return check_claims(CHECK, claims, details, row=row, verify=verify, score=score)
 
-    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> dict[str, int]:
+    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> Estimate:
         """Upper-bound cost of one row: 2 calls (1 when the client already holds the reference's statements,
         0 without reference or contexts); with context precision in the run, only the extraction (the
         attributions ride in precision's combined call). Assumes about one statement per 8 tokens of
@@ -236,7 +234,7 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
     return JudgeResult.scored(score, rationale, details=ev.details(statements=rows, matched_reference=refs[i]))
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[ContextRecallJudge]:
     return MetricSpec(
         "context_recall",
         requires=(("reference", "contexts"),),
@@ -246,11 +244,11 @@ def _spec() -> MetricSpec:
                                              combined=combined_verdicts(ctx, "context_precision")),
         score=lambda j, r, ctx: j.judge(r.question or "", r.acceptable_answers, r.contexts),
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.acceptable_answers, r.contexts),
-        columns={"context_recall/statements": json_column("context_recall", "statements")},
+        outputs=Outputs(columns={"context_recall/statements": json_column("context_recall", "statements")}),
         prompt_versions=lambda j: j.prompt_versions,
         description="context recall: reference statements attributable to the contexts / all of them",
         offline=lambda ev, r, ctx: offline_context_recall(ev, r.acceptable_answers, r.contexts),
-        sentences_of=("reference", "references"),
+        needs=Needs(sentences=("reference", "references")),
     )
 
 

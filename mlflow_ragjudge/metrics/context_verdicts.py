@@ -15,6 +15,7 @@ from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import JudgeClient
 from ..llm.parsing import ParseError, reply_object
 from ..llm.prompts import load_prompt
+from .spec import RunContext
 from .statements import (
     Extraction,
     NumberedVerdicts,
@@ -77,7 +78,7 @@ def json_column(metric: str, key: str) -> Callable[[dict[str, JudgeResult]], Any
 
     return build
 
-def combined_verdicts(ctx: Any, sibling: str) -> CombinedContextVerdicts | None:
+def combined_verdicts(ctx: RunContext, sibling: str) -> CombinedContextVerdicts | None:
     """The run's combined precision + recall call, when both metrics are in the run (and the client merges
     identical requests, so the one call is shared)."""
     if sibling not in ctx.metrics or not getattr(ctx.judge_client, "dedupe", False):

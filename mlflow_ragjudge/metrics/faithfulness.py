@@ -39,13 +39,13 @@ from ..core import claims as claim_math
 from ..core.json_text import dumps_text
 from ..core.matching import content_union, declines_to_answer, text_cut
 from ..core.text import nonblank_passages, split_sentences, word_set
-from ..core.types import JudgeResult
+from ..core.types import JudgeResult, Row
 from ..core.values import is_int
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
-from .claim_check import ClaimCheck, Claims, check_claims
+from .claim_check import Calls, ClaimCheck, ClaimRow, Claims, Details, check_claims
 from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share
-from .spec import MetricSpec, Option
+from .spec import Estimate, MetricSpec, Needs, Option, Outputs, RunContext, RunSettings
 from .statements import (
     NumberedVerdicts,
     StatementExtractor,
@@ -181,7 +181,7 @@ class FaithfulnessJudge:
             evidence: the passages to check the claims against.
         """
         passages = nonblank_passages(evidence)
-        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_evidence": len(passages)}
+        details: Details = {"prompt_versions": self.prompt_versions, "n_evidence": len(passages)}
         if not passages:
             return JudgeResult.abstained(
                 "no_evidence", "No evidence passages were given, so there is nothing to check the claims against.",
@@ -191,7 +191,7 @@ class FaithfulnessJudge:
         claims = Claims(extraction.statements, extraction.records, extraction.call_ids, extraction.memo_hit,
                         failed=None if extraction.ok else extraction, raw=extraction.raw, cut=extraction.cut)
 
-        def verify(claims: Sequence[str], details: dict[str, Any], calls: list[dict[str, Any]]) -> NumberedVerdicts:
+        def verify(claims: Sequence[str], details: Details, calls: Calls) -> NumberedVerdicts:
             shown = passages
             if any(len(" ".join(p.split())) > self.max_passage_chars for p in passages):
                 # long documents (gold documents): split, never cut; the pieces that match the claims when too long
@@ -209,8 +209,7 @@ class FaithfulnessJudge:
                 max_tokens=self.max_tokens, lowercase=("verdict",),
             )
 
-        def score(rows: list[dict[str, Any]], got: NumberedVerdicts, details: dict[str, Any],
-                  calls: list[dict[str, Any]]) -> JudgeResult:
+        def score(rows: list[ClaimRow], got: NumberedVerdicts, details: Details, calls: Calls) -> JudgeResult:
             supported = [r["supported"] for r in rows]
             details["n_supported"] = sum(supported)
             value = claim_math.faithfulness(supported)
@@ -224,7 +223,7 @@ class FaithfulnessJudge:
 
         return check_claims(CHECK, claims, details, row=_claim_row, verify=verify, score=score)
 
-    def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> dict[str, int]:
+    def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> Estimate:
         """Upper-bound cost of judging one row, without calling the model.
 
         Returns ``{"calls", "input_tokens", "output_tokens"}``: 0 calls without evidence or with an
@@ -255,12 +254,12 @@ CHECK = ClaimCheck(
 )
 
 
-def _claim_row(number: int, claim: str, entry: Mapping[str, Any] | None) -> dict[str, Any]:
+def _claim_row(number: int, claim: str, entry: Mapping[str, Any] | None) -> ClaimRow:
     return {"claim": claim, "supported": entry["verdict"] == "supported" if entry is not None else None,
             "reason": entry["reason"].strip() if entry is not None else None}
 
 
-def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
+def _rationale(rows: list[ClaimRow], limit: int = 3) -> str:
     n = len(rows)
     supported = sum(r["supported"] for r in rows)
     text = f"{supported} of {n} claim{'s' if n != 1 else ''} supported by the evidence."
@@ -275,25 +274,25 @@ def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
 # --------------------------------------------------------------------------- the metric
 
 
-def shared_extractor(ctx: Any) -> StatementExtractor:
+def shared_extractor(ctx: RunContext) -> StatementExtractor:
     """The run's statement extractor (one per run, shared by every metric that splits texts into claims)."""
     return ctx.shared("statement_extractor", lambda: StatementExtractor(ctx.judge_client, language=ctx.cfg.language))
 
 
-def _requires(cfg: Any) -> tuple[tuple[str, ...], ...]:
-    evidence = "gold_documents" if cfg.faithfulness_evidence == "gold" else "contexts"
+def _requires(cfg: RunSettings) -> tuple[tuple[str, ...], ...]:
+    evidence = "gold_documents" if EVIDENCE.read(cfg) == "gold" else "contexts"
     base: tuple[str, ...] = ("answer", evidence)
-    if cfg.faithfulness_require_retrieval_hit:
+    if REQUIRE_HIT.read(cfg):
         base = (*base, "retrieved_doc_ids", "relevant_doc_ids")
     return (base,)
 
 
-def _evidence(row: Any, cfg: Any) -> list[str] | None:
-    return row.gold_documents if cfg.faithfulness_evidence == "gold" else row.contexts
+def _evidence(row: Row, cfg: RunSettings) -> list[str] | None:
+    return row.gold_documents if EVIDENCE.read(cfg) == "gold" else row.contexts
 
 
-def _retrieval_miss(row: Any, ctx: Any) -> JudgeResult | None:
-    if ctx.cfg.faithfulness_require_retrieval_hit and not row.retrieval_hit:
+def _retrieval_miss(row: Row, ctx: RunContext) -> JudgeResult | None:
+    if REQUIRE_HIT.read(ctx.cfg) and not row.retrieval_hit:
         return JudgeResult.abstained(
             "retrieval_miss",
             "No relevant document was retrieved, so this row is left out "
@@ -302,11 +301,11 @@ def _retrieval_miss(row: Any, ctx: Any) -> JudgeResult | None:
     return None
 
 
-def _score(judge: FaithfulnessJudge, row: Any, ctx: Any) -> JudgeResult:
+def _score(judge: FaithfulnessJudge, row: Row, ctx: RunContext) -> JudgeResult:
     return _retrieval_miss(row, ctx) or judge.judge(row.question or "", row.answer or "", _evidence(row, ctx.cfg))
 
 
-def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult:
+def _offline_score(judge: OfflineEvidence, row: Row, ctx: RunContext) -> JudgeResult:
     return _retrieval_miss(row, ctx) or offline_faithfulness(judge, row.answer or "", _evidence(row, ctx.cfg))
 
 
@@ -352,34 +351,32 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
         claims=rows, n_supported=len(rows) - len(bad), support_threshold=tau))
 
 
-#: faithfulness's own settings
-OPTIONS = (
-    Option("faithfulness_evidence", "contexts", lambda v: v in ("contexts", "gold"),
-           "'contexts' (RAGAS's definition) or 'gold' (the gold_documents; seed 001's variant)", "'gold'"),
-    Option("faithfulness_require_retrieval_hit", False, lambda v: isinstance(v, bool),
-           "True or False (score only rows where a relevant document was retrieved)", "True"),
-    Option("faithfulness_evidence_chars", 24_000, lambda v: is_int(v) and v >= 1000,
-           "a whole number of characters >= 1000 (the evidence budget per call)", "24000"),
-)
+#: faithfulness's own settings: the evidence, the retrieval-hit filter, the evidence budget per call
+EVIDENCE = Option("faithfulness_evidence", "contexts", lambda v: v in ("contexts", "gold"),
+                  "'contexts' (RAGAS's definition) or 'gold' (the gold_documents; seed 001's variant)", "'gold'")
+REQUIRE_HIT = Option("faithfulness_require_retrieval_hit", False, lambda v: isinstance(v, bool),
+                     "True or False (score only rows where a relevant document was retrieved)", "True")
+EVIDENCE_CHARS = Option("faithfulness_evidence_chars", 24_000, lambda v: is_int(v) and v >= 1000,
+                        "a whole number of characters >= 1000 (the evidence budget per call)", "24000")
 
 
-def _spec() -> Any:
+def _spec() -> MetricSpec[FaithfulnessJudge]:
     return MetricSpec(
         "faithfulness",
-        options=OPTIONS,
+        options=(EVIDENCE, REQUIRE_HIT, EVIDENCE_CHARS),
         requires=_requires,
         judged=True,
         setup=lambda ctx: FaithfulnessJudge(ctx.judge_client, language=ctx.cfg.language,
                                             extractor=shared_extractor(ctx),
-                                            max_evidence_chars=ctx.cfg.faithfulness_evidence_chars),
+                                            max_evidence_chars=EVIDENCE_CHARS.read(ctx.cfg)),
         score=_score,
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", _evidence(r, ctx.cfg)),
-        columns={"faithfulness/claims": _claims_column},
+        outputs=Outputs(columns={"faithfulness/claims": _claims_column}),
         prompt_versions=lambda j: j.prompt_versions,
-        record=lambda j, ctx: {"faithfulness_evidence": ctx.cfg.faithfulness_evidence},
+        record=lambda j, ctx: {"faithfulness_evidence": EVIDENCE.read(ctx.cfg)},
         description="claim-based faithfulness: supported claims of the response / all its claims",
         offline=_offline_score,
-        sentences_of=("answer",),
+        needs=Needs(sentences=("answer",)),
     )
 
 

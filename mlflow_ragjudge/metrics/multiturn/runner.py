@@ -14,6 +14,7 @@ from ...llm.client import CallResult, JudgeClient
 from ...llm.parsing import ParseError, reply_object, validate_schema
 from ...llm.prompts import Prompt, load_prompt
 from ..correctness import CorrectnessJudge
+from ..spec import Estimate
 from ..statements import add_estimates, approx_tokens, estimate_messages, prompt_version
 from .scores import FINAL_SCORE_MODES, SYSTEM_ERROR, TRUNCATION_MARK, MultiTurnResult, RagSystem
 
@@ -433,7 +434,7 @@ class MultiTurnRunner:
 
     def estimate(
         self, question: str, reference: str, judge_contexts: Sequence[str] | None = None
-    ) -> dict[str, int]:
+    ) -> Estimate:
         """Upper-bound cost of one item without calling any model: the worst case, where every question
         the budget allows is asked and the conversation ends through T6/T7.
 
@@ -454,7 +455,7 @@ class MultiTurnRunner:
         answer_out = min(self.max_tokens, approx_tokens(answer) + self.ESTIMATED_EXPLANATION_TOKENS)
         decide_out = min(self.max_tokens, approx_tokens(question) + self.ESTIMATED_EXPLANATION_TOKENS + 8)
         review = "x" * (self.judge.ESTIMATED_REPLY_TOKENS * 3)
-        parts: list[dict[str, int]] = []
+        parts: list[Estimate] = []
         history: list[dict[str, str]] = []
         k = self.max_questions
         for t in range(1, k + 1):
