@@ -422,3 +422,18 @@ def test_answer_relevancy_japanese_prompt(fake_llm, client):
     assert result.status is Status.SCORED
     assert "異なる質問を 2 個" in chat_requests(fake_llm)[0].last_user_text
     assert judge.prompt_versions == {"answer_relevancy": "answer_relevancy-v2-ja"}
+
+
+@pytest.mark.parametrize("given, expected", [
+    pytest.param(None, [], id="none"),
+    pytest.param([], [], id="empty-list"),
+    pytest.param("one passage", ["one passage"], id="a-str-is-one-passage"),
+    pytest.param("  \n\t", [], id="a-blank-str"),
+    pytest.param(["a", "", "  ", None, "\u3000", "b"], ["a", "b"], id="blank-items-dropped-in-order"),
+    pytest.param([" a "], [" a "], id="kept-as-given-not-stripped"),
+    pytest.param([3], ["3"], id="items-as-text"),
+])
+def test_one_blank_passage_filter_for_every_metric(given, expected):
+    from mlflow_ragjudge.core.text import nonblank_passages
+
+    assert nonblank_passages(given) == expected

@@ -19,7 +19,7 @@ from compliant_model import CompliantModel
 import mlflow_ragjudge as rj
 from mlflow_ragjudge.core.types import JudgeResult
 from mlflow_ragjudge.llm.backends import ChatRequest, JsonSchema
-from mlflow_ragjudge.metrics.spec import MetricSpec, metric_names, register_metric, unregister_metric
+from mlflow_ragjudge.metrics.spec import MetricSpec, Outputs, metric_names, register_metric, unregister_metric
 
 RAGAS4 = ["faithfulness", "answer_relevancy", "context_precision", "context_recall"]
 
@@ -70,7 +70,8 @@ def added_metrics():
                    description="words in the answer"),
         MetricSpec("concise", requires=(("answer",),), judged=True, score=_concise,
                    estimate=lambda state, row, ctx: {"calls": 1, "input_tokens": 40, "output_tokens": 20},
-                   columns={"concise/reason_words": lambda res: len(res["concise"].rationale.split())}),
+                   outputs=Outputs(columns={
+                       "concise/reason_words": lambda res: len(res["concise"].rationale.split())})),
     ]
     for s in specs:
         register_metric(s)
@@ -381,3 +382,36 @@ def test_a_scorer_for_a_metric_that_cannot_run_is_refused_when_built(judge):
 
     with pytest.raises(ValueError, match="multiturn_system"):
         MetricScorer("multiturn", judge)
+
+
+def test_options_are_per_metric_one_user_key_each_metrics_own_default_and_check():
+    from mlflow_ragjudge.engine.config import RagJudgeConfig
+    from mlflow_ragjudge.metrics.spec import Option
+
+    loose = Option("shared_limit", 10, lambda v: isinstance(v, int), "a whole number", "10")
+    strict = Option("shared_limit", 3, lambda v: isinstance(v, int) and v <= 5, "a whole number <= 5", "3")
+    seen: dict[str, int] = {}
+
+    def reading(name: str, opt: Option[int]) -> MetricSpec[None]:
+        def score(state: None, row, ctx) -> JudgeResult:
+            seen[name] = opt.read(ctx.cfg)
+            return JudgeResult.scored(1.0)
+        return MetricSpec(name, requires=(("answer",),), score=score, options=(opt,))
+
+    specs = [reading("loose_metric", loose), reading("strict_metric", strict)]
+    for s in specs:
+        register_metric(s)
+    try:
+        rj.evaluate_frame(_rows(1), metrics=["loose_metric", "strict_metric"])
+        assert seen == {"loose_metric": 10, "strict_metric": 3}  # not given: each metric's own default
+        rj.evaluate_frame(_rows(1), metrics=["loose_metric", "strict_metric"], shared_limit=4)
+        assert seen == {"loose_metric": 4, "strict_metric": 4}  # given: both read the one user key
+        with pytest.raises(ValueError, match=r"shared_limit=7 is not valid for metric 'strict_metric'.*<= 5"):
+            RagJudgeConfig.from_dict({"shared_limit": 7})  # the metric that refuses it is named
+        with pytest.raises(KeyError, match=r"metric 'strict_metric' has no option 'limit' \(its options: shared_limit"):
+            specs[1].option("limit")
+        with pytest.raises(AttributeError):
+            RagJudgeConfig().shared_limit  # noqa: B018 -- no global namespace of options
+    finally:
+        for s in specs:
+            unregister_metric(s.name)

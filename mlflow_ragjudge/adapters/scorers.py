@@ -257,7 +257,7 @@ class MetricScorer(Scorer):
             client = JudgeClient(judge, cache=cache, max_concurrency=max_concurrency, dedupe=True)
             self._source = client.backend.uri
         embed = None
-        if spec.needs_embeddings:
+        if spec.needs.embeddings:
             try:
                 embed = resolve_embedder(cfg.embeddings, client=client)
             except EmbeddingsUnavailable as e:

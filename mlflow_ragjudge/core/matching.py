@@ -240,7 +240,7 @@ class TextCut:
 def cut_by_sentence(texts: Iterable[str | None]) -> None:
     """Cut each text into its sentences now (:attr:`TextCut.parts`), before anything reads its words: an ASCII text's
     words are then read from its sentences' cuts, not cut a second time. The engine does this once per row for the
-    texts that a metric of the run reads sentence by sentence (``MetricSpec.sentences_of``); it changes no result.
+    texts that a metric of the run reads sentence by sentence (``MetricSpec.needs.sentences``); it changes no result.
     (Only ASCII texts: only theirs are read from their sentences.)"""
     for text in texts:
         if isinstance(text, str) and text.isascii():

@@ -70,6 +70,7 @@ __all__ = [
     "NUMBER_ABBREVIATIONS",
     "clean_text",
     "as_text_list",
+    "nonblank_passages",
     "Repairs",
     "split_context_sentences",
     "non_latin_script",
@@ -442,6 +443,22 @@ def as_text_list(contexts: Sequence[str] | str | None) -> list[str]:
     if isinstance(contexts, str):
         return [contexts]
     return ["" if c is None else str(c) for c in contexts]
+
+
+def nonblank_passages(passages: Sequence[object] | str | None) -> list[str]:
+    """The passages a judge is shown: every item as text, blank ones left out, in order.
+
+    Blank means None, or text that is empty or only whitespace once converted with ``str`` (spaces, tabs,
+    line breaks, and Unicode spaces such as U+3000 that :meth:`str.strip` removes). None or an empty list gives
+    ``[]``; a single str is one passage. Every metric that shows or counts passages (faithfulness's evidence,
+    context precision and recall, correctness's and multi-turn's judge contexts, the offline judge) filters
+    them here, so "no passages" means the same thing to all of them.
+    """
+    if passages is None:
+        return []
+    if isinstance(passages, str):
+        passages = [passages]
+    return [text for text in ("" if p is None else str(p) for p in passages) if text.strip()]
 
 
 def split_context_sentences(contexts: Sequence[str] | None) -> list[tuple[int, str]]:

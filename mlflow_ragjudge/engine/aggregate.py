@@ -122,7 +122,7 @@ def run_metrics(specs: Sequence[MetricSpec], summaries: dict[str, dict[str, Outp
 
 def _on_levels(spec: MetricSpec, name: str) -> bool:
     """Whether an output is on the six-level scale (it gets a ``/level`` column: the paper's level, 0 = not sure)."""
-    return spec.scale_of(name) == (1.0, 5.0) and bool(spec.levels)
+    return spec.scale_of(name) == (1.0, 5.0) and bool(spec.outputs.levels)
 
 def _safe_cell(build: Callable[[dict[str, JudgeResult]], Any], res: dict[str, JudgeResult]) -> Any:
     try:
@@ -160,7 +160,7 @@ def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[
                  df: pd.DataFrame, cfg: RagJudgeConfig) -> pd.DataFrame:
     cols: dict[str, list[Any]] = {}
     cols["question"] = [r.question if r.question is not None else f"row {r.index}" for r in rows]
-    ordered = sorted(specs, key=lambda s: not s.headline)  # the headline score right after the question
+    ordered = sorted(specs, key=lambda s: not s.outputs.headline)  # the headline score right after the question
     for spec in ordered:
         for name, res in results[spec.name].items():
             cols[f"{name}/score"] = _score_column(res)
@@ -170,7 +170,7 @@ def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[
             if _on_levels(spec, name):
                 cols[f"{name}/level"] = _level_column(res)
     for spec in specs:
-        for column, build in spec.columns.items():
+        for column, build in spec.outputs.columns.items():
             cols[column] = [None if ERROR_KEY in res else _safe_cell(build, res) for res in per_row[spec.name]]
         cols.update(finishes[spec.name].columns)
     if any(r.answer is not None for r in rows):

@@ -7,7 +7,6 @@ falls back to a default.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
@@ -18,7 +17,7 @@ from ..core.constants import CONTEXT_MODES, CONTEXT_PROVENANCE, LOGICAL_COLUMNS
 from ..core.values import is_int, is_number, is_str_list
 from ..llm.backends import Backend, safe_judge_uri
 from ..llm.batch import BatchOptions
-from ..metrics.spec import all_options, metric_names
+from ..metrics.spec import metric_names, option_keys, recorded_options, validate_options
 
 __all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVENANCE"]
 
@@ -157,25 +156,15 @@ class RagJudgeConfig:
     fail_under: dict[str, float] = field(default_factory=dict)
     batch: bool | dict[str, Any] = False
     traces: int = 2000
-    #: the metrics' own settings given (every key a registered metric declares, :class:`~.metrics.spec.Option`);
-    #: read them as attributes (``cfg.k``), which give the metric's default when not given
+    #: the metrics' own settings given (every key a registered metric declares, :class:`~.metrics.spec.Option`), as
+    #: given; each metric reads its own through its Option (``Option.read(cfg)``: the value, else its default)
     options: dict[str, Any] = field(default_factory=dict)
-
-    def __getattr__(self, name: str) -> Any:
-        # only for names that are not fields: a metric's option, given or its default
-        if name.startswith("_") or name == "options":
-            raise AttributeError(name)
-        opt = all_options().get(name)
-        if opt is None:
-            raise AttributeError(f"{type(self).__name__!s} has no setting {name!r}")
-        given = self.__dict__.get("options", {})
-        return given[name] if name in given else copy.deepcopy(opt.default)
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
         cfg = dict(cfg or {})
         names = [f.name for f in dataclasses.fields(cls) if f.name != "options"]
-        opts = all_options()
+        opts = option_keys()
         given_options = {**dict(cfg.pop("options", None) or {}), **{k: cfg.pop(k) for k in list(cfg) if k in opts}}
         unknown = sorted(set(cfg) - set(names))
         if unknown:
@@ -243,11 +232,7 @@ class RagJudgeConfig:
 
         if self.batch:
             BatchOptions.of(self.batch)  # unknown options are refused here
-        opts = all_options()
-        for name, value in list(self.options.items()):
-            if name not in opts:
-                raise ValueError(f"Unknown ragjudge config key {name!r}: no registered metric declares it.")
-            self.options[name] = opts[name].validate(value)
+        validate_options(self.options)  # each key by every metric declaring it; kept as given
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting as given (the inverse of :meth:`from_dict`): the run's keys and the metrics' options."""
@@ -286,6 +271,5 @@ class RagJudgeConfig:
             "fail_under": dict(self.fail_under),
             "batch": self.batch,
         }
-        for name, opt in all_options().items():
-            out[name] = opt.recorded(getattr(self, name))
+        out.update(recorded_options(self.options))
         return out

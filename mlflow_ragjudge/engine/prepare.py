@@ -46,7 +46,7 @@ def run_embeddings(specs: list[MetricSpec], cfg: RagJudgeConfig, client: JudgeCl
                 skipped: dict[str, str]) -> Callable[[list[str]], list[list[float]]] | None:
     """The run's embeddings, when a metric needs them; a metric asked for by name without them is an input
     error, a defaulted one is skipped with the reason."""
-    wanting = [s for s in specs if s.needs_embeddings]
+    wanting = [s for s in specs if s.needs.embeddings]
     if not wanting:
         return None
     try:

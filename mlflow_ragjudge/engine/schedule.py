@@ -126,7 +126,7 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
         if runner is not None:  # every running task may add a line to the next batch: run them all at once
             workers = max(1, min(len(jobs), runner.options.threads))
         if workers <= 1:
-            texts = tuple(dict.fromkeys(f for s in per_row for f in s.sentences_of))
+            texts = tuple(dict.fromkeys(f for s in per_row for f in s.needs.sentences))
             row_at: int | None = None
             with _results_kept_frozen() as keep:
                 for n, (job, _, at) in enumerate(jobs):
@@ -153,7 +153,7 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
     return out
 
 def _cut_by_sentence(row: Row, fields: Sequence[str]) -> None:
-    """The row's texts that metrics of the run read sentence by sentence (``MetricSpec.sentences_of``), cut into
+    """The row's texts that metrics of the run read sentence by sentence (``MetricSpec.needs.sentences``), cut into
     sentences before the row's metrics run, so that they all read one cut of each text. Changes no result; if it
     fails, the metrics meet the same text themselves (and a failure there is their row's)."""
     try:
@@ -211,7 +211,7 @@ def _task(runner: Any, spec: MetricSpec) -> Any:
     """The context a task runs in: inside the batch runner for a batchable metric, synchronous otherwise."""
     if runner is None:
         return contextlib.nullcontext()
-    return runner.task() if spec.batchable else runner.synchronous()
+    return runner.synchronous() if spec.needs.synchronous else runner.task()
 
 def by_output(spec: MetricSpec, per_row: list[dict[str, JudgeResult]]) -> dict[str, list[JudgeResult]]:
     """Per-row results of one metric, as output name -> list over rows; a row whose scoring crashed fails each

@@ -36,7 +36,7 @@ from ..llm.backends import BackendError, ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import FAILURE_FOR_KIND, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import load_prompt
-from .spec import MetricSpec, Option
+from .spec import Estimate, MetricSpec, Needs, Option, Outputs, RunContext
 from .statements import estimate_messages, failed_result, prompt_version
 
 __all__ = ["AnswerRelevancyJudge"]
@@ -182,7 +182,7 @@ class AnswerRelevancyJudge:
             return language
         return f"{language}, not English" if language else None
 
-    def estimate(self, question: str, response: str) -> dict[str, int]:
+    def estimate(self, question: str, response: str) -> Estimate:
         """Upper-bound cost of one row without calling the model: 1 chat call (0 for an empty
         response). The embedding request (``n + 1`` short texts) is not counted."""
         if not (response or "").strip():
@@ -198,33 +198,32 @@ def _questions_column(res: dict[str, JudgeResult]) -> Any:
     return json.dumps(d["generated_questions"], ensure_ascii=False) if "generated_questions" in d else None
 
 
-def _setup(ctx: Any) -> AnswerRelevancyJudge:
+def _setup(ctx: RunContext) -> AnswerRelevancyJudge:
     assert ctx.embed is not None  # needs_embeddings: the engine resolved them (or skipped this metric)
-    return AnswerRelevancyJudge(ctx.judge_client, embed=ctx.embed, n=ctx.cfg.answer_relevancy_n,
+    return AnswerRelevancyJudge(ctx.judge_client, embed=ctx.embed, n=N_QUESTIONS.read(ctx.cfg),
                                 language=ctx.cfg.language)
 
 
 #: answer relevancy's own setting
-OPTIONS = (
-    Option("answer_relevancy_n", 3, lambda v: is_int(v) and v >= 1,
-           "a whole number >= 1 (questions generated per response)", "3"),
-)
+#: questions generated per response
+N_QUESTIONS = Option("answer_relevancy_n", 3, lambda v: is_int(v) and v >= 1,
+                     "a whole number >= 1 (questions generated per response)", "3")
 
 
-def _spec() -> Any:
+def _spec() -> MetricSpec[AnswerRelevancyJudge]:
     return MetricSpec(
         "answer_relevancy",
-        options=OPTIONS,
+        options=(N_QUESTIONS,),
         requires=(("question", "answer"),),
         judged=True,
-        needs_embeddings=True,
+        needs=Needs(embeddings=True),
         setup=_setup,
         score=lambda j, r, ctx: j.judge(r.question or "", r.answer or ""),
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or ""),
-        columns={"answer_relevancy/generated_questions": _questions_column},
+        outputs=Outputs(columns={"answer_relevancy/generated_questions": _questions_column}),
         prompt_versions=lambda j: j.prompt_versions,
         description="answer relevancy: mean cosine similarity of questions generated from the response to the question",
-        offline_unavailable="it needs a language model to write the questions the response answers",
+        offline="it needs a language model to write the questions the response answers",
     )
 
 

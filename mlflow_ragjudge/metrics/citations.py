@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core.types import JudgeResult
-from .spec import MetricSpec
+from ..core.types import JudgeResult, Row
+from .spec import MetricSpec, Outputs, RunContext
 
 __all__ = ['METRICS']
 
 
-def _citations(state: Any, row: Any, ctx: Any) -> dict[str, JudgeResult]:
+def _citations(state: Any, row: Row, ctx: RunContext) -> dict[str, JudgeResult]:
     retrieved = [str(d) for d in (row.retrieved_doc_ids or [])]
     cited = [str(c) for c in (row.citations or [])]
     given = set(retrieved)
@@ -40,14 +40,14 @@ def _citations(state: Any, row: Any, ctx: Any) -> dict[str, JudgeResult]:
 
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[None]:
     return MetricSpec(
         "citations",
         requires=(("citations", "retrieved_doc_ids"),),
-        outputs=("citation_validity", "context_utilisation"),
+        outputs=Outputs(("citation_validity", "context_utilisation"), columns={
+            "citations/invalid": lambda res: json.dumps(res["citation_validity"].details.get("invalid"))
+            if "invalid" in res["citation_validity"].details else None}),
         score=_citations,
-        columns={"citations/invalid": lambda res: json.dumps(res["citation_validity"].details.get("invalid"))
-                 if "invalid" in res["citation_validity"].details else None},
         description="citations (seed 004): cited ids among the retrieved ones; retrieved documents cited / given",
     )
 

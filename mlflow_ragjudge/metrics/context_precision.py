@@ -18,6 +18,7 @@ from typing import Any
 from ..core import claims as claim_math
 from ..core.claims import average_precision
 from ..core.matching import match_tokens
+from ..core.text import nonblank_passages
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt, reference_text
@@ -33,7 +34,7 @@ from .context_verdicts import (
 )
 from .faithfulness import shared_extractor
 from .offline_evidence import OfflineEvidence
-from .spec import MetricSpec
+from .spec import Estimate, MetricSpec, Outputs
 from .statements import (
     NumberedVerdicts,
     StatementExtractor,
@@ -117,7 +118,7 @@ class ContextPrecisionJudge:
         acceptable answers, shown to the judge as alternatives). Never raises for model failures."""
         chunks = as_list(contexts)
         details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_chunks": len(chunks)}
-        if not any(c.strip() for c in chunks):
+        if not nonblank_passages(chunks):
             return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
                                          details=details)
         answers = answers_of(reference)
@@ -155,13 +156,13 @@ class ContextPrecisionJudge:
             rationale = f"None of the {len(rels)} chunks is relevant to the reference answer; score 0."
         return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
-    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> dict[str, int]:
+    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> Estimate:
         """Upper-bound cost of one row without calling the model: 1 call (0 with no contexts or reference).
         With context recall in the run it is the combined call, which carries recall's attributions too
         (the reference's statement extraction is counted by context recall)."""
         chunks = as_list(contexts)
         answers = answers_of(reference)
-        if not any(c.strip() for c in chunks) or not answers:
+        if not nonblank_passages(chunks) or not answers:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
         reference = reference_text(answers, self.language)
         if self.combined is not None:
@@ -182,7 +183,7 @@ def offline_context_precision(ev: OfflineEvidence, question: str, references: Se
     """Average precision of the ranked chunks, a chunk being relevant when it supports an acceptable
     answer."""
     chunks = list(contexts or [])
-    if not any(c and c.strip() for c in chunks):
+    if not nonblank_passages(chunks):
         return JudgeResult.abstained("no_contexts", "No contexts were retrieved; there is nothing to rank.",
                                      details=ev.details())
     refs = [r for r in references if match_tokens(r)]
@@ -199,7 +200,7 @@ def offline_context_precision(ev: OfflineEvidence, question: str, references: Se
         chunks=[{"rank": i, "relevant": r} for i, r in enumerate(rels, 1)], n_relevant=len(ranks)))
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[ContextPrecisionJudge]:
     return MetricSpec(
         "context_precision",
         requires=(("question", "reference", "contexts"),),
@@ -209,7 +210,7 @@ def _spec() -> MetricSpec:
                                                 extractor=shared_extractor(ctx)),
         score=lambda j, r, ctx: j.judge(r.question or "", r.acceptable_answers, r.contexts),
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.acceptable_answers, r.contexts),
-        columns={"context_precision/chunks": json_column("context_precision", "chunks")},
+        outputs=Outputs(columns={"context_precision/chunks": json_column("context_precision", "chunks")}),
         prompt_versions=lambda j: j.prompt_versions,
         description="context precision: average precision of the chunks useful for the reference answer",
         offline=lambda ev, r, ctx: offline_context_precision(ev, r.question or "", r.acceptable_answers, r.contexts),

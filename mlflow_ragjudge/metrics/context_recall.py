@@ -8,14 +8,16 @@ answer counting. With context precision in the same run both metrics' verdicts r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
 from ..core.matching import content_tokens, content_union, text_cut
+from ..core.text import nonblank_passages
 from ..core.types import JudgeResult
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt, reference_text
+from .claim_check import Calls, ClaimCheck, ClaimRow, Claims, Details, check_claims
 from .context_verdicts import (
     TOKENS_PER_VERDICT,
     CombinedContextVerdicts,
@@ -25,11 +27,10 @@ from .context_verdicts import (
     combined_verdicts,
     complete_from_combined,
     json_column,
-    nonblank,
 )
 from .faithfulness import shared_extractor
 from .offline_evidence import OfflineEvidence, support_share
-from .spec import MetricSpec
+from .spec import Estimate, MetricSpec, Needs, Outputs
 from .statements import (
     NumberedVerdicts,
     StatementExtractor,
@@ -37,12 +38,18 @@ from .statements import (
     approx_tokens,
     ask_numbered,
     estimate_messages,
-    failed_result,
     number_items,
     prompt_version,
 )
 
 __all__ = ["ContextRecallJudge", "offline_context_recall"]
+
+
+#: context recall in the words of the claim-checking skeleton
+CHECK = ClaimCheck(
+    noun="statements", extraction_stage="reference statement extraction", verification_stage="statement attribution",
+    no_claims=("no_statements", "The reference answer makes no statement to look for in the contexts."),
+)
 
 
 class ContextRecallJudge:
@@ -102,8 +109,8 @@ class ContextRecallJudge:
         statements, all statements are attributed in one call, and the answer the contexts support best counts
         (recall is max over the answers of attributed / its statements).
         """
-        passages = nonblank(contexts)
-        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_contexts": len(passages)}
+        passages = nonblank_passages(contexts)
+        details: Details = {"prompt_versions": self.prompt_versions, "n_contexts": len(passages)}
         answers = answers_of(reference)
         if not answers:
             return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
@@ -115,91 +122,69 @@ class ContextRecallJudge:
                 details=details,
             )
         extraction = answer_statements(self.extractor, answers, question or "")
-        calls: list[dict[str, Any]] = list(extraction.records)
-        details["statements_memo_hit"] = extraction.memo_hit
-        details["statements_call_ids"] = list(extraction.call_ids)
-        if extraction.failed is not None:
-            return failed_result(extraction.failed, stage="reference statement extraction", details=details,
-                                 calls=calls)
-        statements = list(extraction.statements)
-        details["n_statements"] = len(statements)
-        if extraction.cut:
-            details["statements_cut"] = extraction.cut
-        if not statements:
-            details["statements"] = []
-            return JudgeResult.abstained(
-                "no_statements", "The reference answer makes no statement to look for in the contexts.",
-                raw=None, details=details, calls=calls,
-            )
-
-        def ask(nums: Sequence[int]) -> NumberedVerdicts:
-            return ask_numbered(
-                self.client,
-                numbers=nums,
-                render=lambda ns: self._messages(question or "", [statements[n - 1] for n in ns], passages, ns),
-                schema=self.schema, schema_name="context_recall_verdicts", list_key="verdicts", index_key="statement",
-                noun="statement", prompt_version=prompt_version(self.prompt), purpose="context_recall",
-                max_tokens=self.max_tokens,
-            )
-
-        got = None
-        if self.combined is not None:
-            call = self.combined.ask(question or "", reference_text(answers, self.language), as_list(contexts),
-                                     statements)
-            got = complete_from_combined(call, "statements", range(1, len(statements) + 1), ask)
-            if got is None:
-                calls += call.records
-            else:
-                details["combined_call"] = True
-        if got is None:
-            got = ask(range(1, len(statements) + 1))
-        calls += got.records
-        got.note(details)
+        claims = Claims(extraction.statements, extraction.records, extraction.call_ids, extraction.memo_hit,
+                        failed=extraction.failed, cut=extraction.cut)
         several = len(answers) > 1
-        if not got.ok:
-            details["statements"] = [
-                {"statement": s, "attributed": bool(got.entries[i]["attributed"]) if i in got.entries else None,
-                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None,
-                 **({"answer": extraction.owner[i - 1] + 1} if several else {})}
-                for i, s in enumerate(statements, 1)
-            ]
-            return failed_result(got, stage="statement attribution", details=details, calls=calls)
-        rows = [
-            {"statement": s, "attributed": bool(got.entries[i]["attributed"]),
-             "reason": got.entries[i]["reason"].strip(), **({"answer": extraction.owner[i - 1] + 1} if several else {})}
-            for i, s in enumerate(statements, 1)
-        ]
-        details["statements"] = rows
-        # the best-supported acceptable answer counts
-        per_answer: dict[int, list[bool]] = {}
-        for owner, r in zip(extraction.owner, rows):
-            per_answer.setdefault(owner, []).append(r["attributed"])
-        best = max(per_answer, key=lambda a: (claim_math.context_recall(per_answer[a]) or 0.0, -a))
-        flags = per_answer[best]
-        details["n_attributed"] = sum(flags)
-        if several:
-            details["answer_recalls"] = {str(a + 1): claim_math.context_recall(f) for a, f in per_answer.items()}
-            details["matched_reference"] = answers[best]
-        score = claim_math.context_recall(flags)
-        assert score is not None
-        counted = [r for r, owner in zip(rows, extraction.owner) if owner == best]
-        missing = [r["statement"] for r in counted if not r["attributed"]]
-        rationale = f"{sum(flags)} of {len(counted)} reference statements are found in the contexts"
-        rationale += f" (best of {len(answers)} acceptable answers: #{best + 1})." if several else "."
-        if missing:
-            rationale += " Not found: " + "; ".join(f"\"{m}\"" for m in missing[:3])
-            rationale += f"; and {len(missing) - 3} more." if len(missing) > 3 else "."
-        for cut in extraction.cut:
-            rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} statements extracted from"
-                          f" acceptable answer #{cut['answer'] + 1} were checked (at most {cut['cap']}).")
-        return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
 
-    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> dict[str, int]:
+        def row(number: int, statement: str, entry: Mapping[str, Any] | None) -> ClaimRow:
+            return {"statement": statement, "attributed": bool(entry["attributed"]) if entry is not None else None,
+                    "reason": entry["reason"].strip() if entry is not None else None,
+                    **({"answer": extraction.owner[number - 1] + 1} if several else {})}
+
+        def verify(statements: Sequence[str], details: Details, calls: Calls) -> NumberedVerdicts:
+            def ask(nums: Sequence[int]) -> NumberedVerdicts:
+                return ask_numbered(
+                    self.client,
+                    numbers=nums,
+                    render=lambda ns: self._messages(question or "", [statements[n - 1] for n in ns], passages, ns),
+                    schema=self.schema, schema_name="context_recall_verdicts", list_key="verdicts",
+                    index_key="statement", noun="statement", prompt_version=prompt_version(self.prompt),
+                    purpose="context_recall", max_tokens=self.max_tokens,
+                )
+
+            if self.combined is not None:
+                call = self.combined.ask(question or "", reference_text(answers, self.language), as_list(contexts),
+                                         list(statements))
+                got = complete_from_combined(call, "statements", range(1, len(statements) + 1), ask)
+                if got is not None:
+                    details["combined_call"] = True
+                    return got
+                calls += call.records
+            return ask(range(1, len(statements) + 1))
+
+        def score(rows: list[ClaimRow], got: NumberedVerdicts, details: Details, calls: Calls) -> JudgeResult:
+            # the best-supported acceptable answer counts
+            per_answer: dict[int, list[bool]] = {}
+            for owner, r in zip(extraction.owner, rows):
+                per_answer.setdefault(owner, []).append(r["attributed"])
+            best = max(per_answer, key=lambda a: (claim_math.context_recall(per_answer[a]) or 0.0, -a))
+            flags = per_answer[best]
+            details["n_attributed"] = sum(flags)
+            if several:
+                details["answer_recalls"] = {str(a + 1): claim_math.context_recall(f) for a, f in per_answer.items()}
+                details["matched_reference"] = answers[best]
+            value = claim_math.context_recall(flags)
+            assert value is not None
+            counted = [r for r, owner in zip(rows, extraction.owner) if owner == best]
+            missing = [r["statement"] for r in counted if not r["attributed"]]
+            rationale = f"{sum(flags)} of {len(counted)} reference statements are found in the contexts"
+            rationale += f" (best of {len(answers)} acceptable answers: #{best + 1})." if several else "."
+            if missing:
+                rationale += " Not found: " + "; ".join(f"\"{m}\"" for m in missing[:3])
+                rationale += f"; and {len(missing) - 3} more." if len(missing) > 3 else "."
+            for cut in extraction.cut:
+                rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} statements extracted from"
+                              f" acceptable answer #{cut['answer'] + 1} were checked (at most {cut['cap']}).")
+            return JudgeResult.scored(value, rationale, raw=got.raw, details=details, calls=calls)
+
+        return check_claims(CHECK, claims, details, row=row, verify=verify, score=score)
+
+    def estimate(self, question: str, reference: str | Sequence[str], contexts: Sequence[str] | None) -> Estimate:
         """Upper-bound cost of one row: 2 calls (1 when the client already holds the reference's statements,
         0 without reference or contexts); with context precision in the run, only the extraction (the
         attributions ride in precision's combined call). Assumes about one statement per 8 tokens of
         reference. Several acceptable answers: one extraction each."""
-        passages = nonblank(contexts)
+        passages = nonblank_passages(contexts)
         answers = answers_of(reference)
         if not answers or not passages:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
@@ -225,7 +210,7 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
     if not refs:
         return JudgeResult.abstained("no_reference", "Context recall needs a reference answer; it is empty.",
                                      details=ev.details())
-    passages = [p for p in (contexts or []) if p and p.strip()]
+    passages = nonblank_passages(contexts)
     backed = content_union(passages)
     tau = ev.calibration.support_threshold
     best: tuple[float, int, list[dict[str, Any]]] | None = None
@@ -249,7 +234,7 @@ def offline_context_recall(ev: OfflineEvidence, references: Sequence[str],
     return JudgeResult.scored(score, rationale, details=ev.details(statements=rows, matched_reference=refs[i]))
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[ContextRecallJudge]:
     return MetricSpec(
         "context_recall",
         requires=(("reference", "contexts"),),
@@ -259,11 +244,11 @@ def _spec() -> MetricSpec:
                                              combined=combined_verdicts(ctx, "context_precision")),
         score=lambda j, r, ctx: j.judge(r.question or "", r.acceptable_answers, r.contexts),
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.acceptable_answers, r.contexts),
-        columns={"context_recall/statements": json_column("context_recall", "statements")},
+        outputs=Outputs(columns={"context_recall/statements": json_column("context_recall", "statements")}),
         prompt_versions=lambda j: j.prompt_versions,
         description="context recall: reference statements attributable to the contexts / all of them",
         offline=lambda ev, r, ctx: offline_context_recall(ev, r.acceptable_answers, r.contexts),
-        sentences_of=("reference", "references"),
+        needs=Needs(sentences=("reference", "references")),
     )
 
 

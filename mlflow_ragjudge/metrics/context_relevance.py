@@ -21,7 +21,7 @@ from .context_verdicts import (
     json_column,
 )
 from .offline_evidence import OfflineEvidence
-from .spec import MetricSpec
+from .spec import Estimate, MetricSpec, Needs, Outputs
 from .statements import (
     estimate_messages,
     failed_result,
@@ -128,7 +128,7 @@ class ContextRelevanceJudge:
         rationale = f"{len(chosen)} of {len(sentences)} context sentences are needed to answer the question."
         return JudgeResult.scored(score, rationale, raw=call.raw, details=details, calls=calls)
 
-    def estimate(self, question: str, contexts: Sequence[str] | None) -> dict[str, int]:
+    def estimate(self, question: str, contexts: Sequence[str] | None) -> Estimate:
         """Upper-bound cost of one row: 1 call (0 when the contexts have no sentence)."""
         sentences = split_context_sentences(contexts)
         if not sentences:
@@ -161,7 +161,7 @@ def offline_context_relevance(ev: OfflineEvidence, question: str, references: Se
     return JudgeResult.scored(score, rationale, details=ev.details(selected=chosen, n_sentences=len(sentences)))
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[ContextRelevanceJudge]:
     return MetricSpec(
         "context_relevance",
         requires=(("question", "contexts"),),
@@ -169,11 +169,11 @@ def _spec() -> MetricSpec:
         setup=lambda ctx: ContextRelevanceJudge(ctx.judge_client, language=ctx.cfg.language),
         score=lambda j, r, ctx: j.judge(r.question or "", r.contexts),
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.contexts),
-        columns={"context_relevance/selected": json_column("context_relevance", "selected")},
+        outputs=Outputs(columns={"context_relevance/selected": json_column("context_relevance", "selected")}),
         prompt_versions=lambda j: j.prompt_versions,
         description="context relevance: share of context sentences needed to answer the question (original RAGAS)",
         offline=lambda ev, r, ctx: offline_context_relevance(ev, r.question or "", r.acceptable_answers, r.contexts),
-        sentences_of=("contexts",),
+        needs=Needs(sentences=("contexts",)),
     )
 
 

@@ -15,6 +15,7 @@ from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import JudgeClient
 from ..llm.parsing import ParseError, reply_object
 from ..llm.prompts import load_prompt
+from .spec import RunContext
 from .statements import (
     Extraction,
     NumberedVerdicts,
@@ -25,16 +26,13 @@ from .statements import (
     prompt_version,
 )
 
-__all__ = ["as_list", "nonblank", "answers_of", "AnswerStatements", "answer_statements", "json_column",
+__all__ = ["as_list", "answers_of", "AnswerStatements", "answer_statements", "json_column",
            "combined_verdicts", "CombinedContextVerdicts", "complete_from_combined", "TOKENS_PER_VERDICT"]
 
 
 TOKENS_PER_VERDICT = 40
 
 as_list = as_text_list
-
-def nonblank(contexts: Sequence[str] | str | None) -> list[str]:
-    return [c for c in as_list(contexts) if c.strip()]
 
 def answers_of(reference: str | Sequence[str] | None) -> list[str]:
     """The acceptable answers of a reference given as one str or a list (blank ones dropped)."""
@@ -80,7 +78,7 @@ def json_column(metric: str, key: str) -> Callable[[dict[str, JudgeResult]], Any
 
     return build
 
-def combined_verdicts(ctx: Any, sibling: str) -> CombinedContextVerdicts | None:
+def combined_verdicts(ctx: RunContext, sibling: str) -> CombinedContextVerdicts | None:
     """The run's combined precision + recall call, when both metrics are in the run (and the client merges
     identical requests, so the one call is shared)."""
     if sibling not in ctx.metrics or not getattr(ctx.judge_client, "dedupe", False):

@@ -20,7 +20,8 @@ from typing import Any
 
 from ..core.constants import CONTEXT_PROVENANCE
 from ..core.matching import declines_to_answer
-from ..core.types import JudgeResult
+from ..core.text import nonblank_passages
+from ..core.types import JudgeResult, Row
 from ..core.values import is_int
 from ..llm.backends import ChatRequest, JsonSchema
 from ..llm.client import JudgeClient
@@ -36,8 +37,8 @@ from .offline_evidence import (
     name_conflict,
     unit_conflict,
 )
-from .spec import MetricSpec, Option
-from .statements import estimate_messages
+from .spec import Estimate, MetricSpec, Option, Outputs, RunContext
+from .statements import add_estimates, estimate_messages
 
 __all__ = ["CorrectnessJudge", "format_contexts", "LEVELS"]
 
@@ -65,7 +66,7 @@ def format_contexts(contexts: Sequence[str] | None, max_chars: int) -> tuple[str
 
     Returns the text and a record: passages given, shown, cut, dropped, characters.
     """
-    contexts = [c for c in (contexts or []) if c and str(c).strip()]
+    contexts = nonblank_passages(contexts)
     info: dict[str, Any] = {"n_given": len(contexts), "n_shown": 0, "truncated": False, "n_dropped": 0}
     if not contexts:
         info["chars"] = 0
@@ -142,7 +143,7 @@ class CorrectnessJudge:
     ESTIMATED_REPLY_TOKENS = 200
 
     def estimate(self, question: str, response: str, reference: str,
-                 contexts: Sequence[str] | None = None) -> dict[str, int]:
+                 contexts: Sequence[str] | None = None) -> Estimate:
         """Cost of judging one row without calling the model: 1 call, rough tokens."""
         ctx_text, _ = format_contexts(contexts, self.max_context_chars)
         messages = self.prompt.render(self._format(), question=question, reference=reference, contexts=ctx_text,
@@ -188,19 +189,20 @@ class CorrectnessJudge:
 # --------------------------------------------------------------------------- the metric
 
 
-def shared_correctness_judge(ctx: Any) -> CorrectnessJudge:
+def shared_correctness_judge(ctx: RunContext) -> CorrectnessJudge:
     """The run's six-level judge (one per run: the multi-turn judge uses the same prompt, format and budget)."""
     cfg = ctx.cfg
     return ctx.shared("judge:correctness", lambda: CorrectnessJudge(
-        ctx.judge_client, language=cfg.language, output=cfg.judge_output, max_context_chars=cfg.max_context_chars))
+        ctx.judge_client, language=cfg.language, output=JUDGE_OUTPUT.read(cfg),
+        max_context_chars=MAX_CONTEXT_CHARS.read(cfg)))
 
 
-def _reference(row: Any, ctx: Any) -> str:
+def _reference(row: Row, ctx: RunContext) -> str:
     """The prompt's reference: the answer, or every acceptable answer shown as alternatives."""
     return reference_text(row.acceptable_answers, ctx.cfg.language)
 
 
-def _per_context_mode(row: Any, one: Any) -> JudgeResult | dict[str, JudgeResult]:
+def _per_context_mode(row: Row, one: Any) -> JudgeResult | dict[str, JudgeResult]:
     """``one(contexts)`` for the row's context mode, or for each of its modes (E2 vs E3 ...), with the mode and
     its provenance recorded on each result."""
     if len(row.judge_contexts_by_mode) > 1:  # several context modes: one judgement per mode
@@ -216,22 +218,22 @@ def _per_context_mode(row: Any, one: Any) -> JudgeResult | dict[str, JudgeResult
     return res
 
 
-def _score(judge: CorrectnessJudge, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+def _score(judge: CorrectnessJudge, row: Row, ctx: RunContext) -> JudgeResult | dict[str, JudgeResult]:
     reference = _reference(row, ctx)
     return _per_context_mode(row, lambda contexts: judge.judge(row.question or "", row.answer or "", reference,
                                                                contexts))
 
 
-def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult | dict[str, JudgeResult]:
+def _offline_score(judge: OfflineEvidence, row: Row, ctx: RunContext) -> JudgeResult | dict[str, JudgeResult]:
     return _per_context_mode(row, lambda contexts: offline_correctness(judge, row.question or "", row.answer or "",
                                                                      row.acceptable_answers, contexts))
 
 
-def _estimate(judge: CorrectnessJudge, row: Any, ctx: Any) -> dict[str, int]:
+def _estimate(judge: CorrectnessJudge, row: Row, ctx: RunContext) -> Estimate:
     modes = row.judge_contexts_by_mode if len(row.judge_contexts_by_mode) > 1 else {None: row.judge_contexts}
     reference = _reference(row, ctx)
     parts = [judge.estimate(row.question or "", row.answer or "", reference, c) for c in modes.values()]
-    return {k: sum(p[k] for p in parts) for k in ("calls", "input_tokens", "output_tokens")}
+    return add_estimates(*parts)
 
 
 def _per_mode(key: str) -> Any:
@@ -299,30 +301,28 @@ def _shown_code(code: str) -> str:
     return code.replace("month:", "month ")
 
 
-#: correctness's own settings (given in the evaluator config with the run's)
-OPTIONS = (
-    Option("judge_output", "auto", lambda v: v in ("auto", "json", "prometheus"), "'auto', 'json' or 'prometheus' "
-           "(auto: the Prometheus form for Prometheus-family models, JSON otherwise)", "'json'"),
-    Option("max_context_chars", 12_000, lambda v: is_int(v) and v >= 500,
-           "a whole number of characters >= 500 (the judge's context budget)", "12000"),
-)
+#: correctness's own settings (given in the evaluator config with the run's): the reply format, the context budget
+#: (multi-turn declares the same budget: its judge is this one)
+JUDGE_OUTPUT = Option("judge_output", "auto", lambda v: v in ("auto", "json", "prometheus"),
+                      "'auto', 'json' or 'prometheus' (auto: the Prometheus form for Prometheus-family models, JSON "
+                      "otherwise)", "'json'")
+MAX_CONTEXT_CHARS = Option("max_context_chars", 12_000, lambda v: is_int(v) and v >= 500,
+                           "a whole number of characters >= 500 (the judge's context budget)", "12000")
 
 
-def _spec() -> Any:
+def _spec() -> MetricSpec[CorrectnessJudge]:
     return MetricSpec(
         "correctness",
-        options=OPTIONS,
+        options=(JUDGE_OUTPUT, MAX_CONTEXT_CHARS),
         requires=(("question", "answer", "reference"),),
         judged=True,
         prepare=prepare_judge_contexts,
         setup=shared_correctness_judge,
         score=_score,
         estimate=_estimate,
-        outputs=("correctness", "correctness_"),
-        columns={"correctness/contexts_shown": _per_mode("contexts_shown"),
-                 "correctness/context_provenance": _per_mode("context_provenance")},
-        headline=True,
-        levels=("correctness", "correctness_"),
+        outputs=Outputs(("correctness", "correctness_"), levels=("correctness", "correctness_"), headline=True,
+                        columns={"correctness/contexts_shown": _per_mode("contexts_shown"),
+                                 "correctness/context_provenance": _per_mode("context_provenance")}),
         prompt_versions=lambda j: j.prompt_versions,
         description="context-aware six-level correctness (5..1, 0 = not sure), judged with the context mode's passages",
         offline=_offline_score,

@@ -32,26 +32,27 @@ transcript records of both calls.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import claims as claim_math
 from ..core.json_text import dumps_text
 from ..core.matching import content_union, declines_to_answer, text_cut
-from ..core.text import split_sentences, word_set
-from ..core.types import JudgeResult
+from ..core.text import nonblank_passages, split_sentences, word_set
+from ..core.types import JudgeResult, Row
 from ..core.values import is_int
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
+from .claim_check import Calls, ClaimCheck, ClaimRow, Claims, Details, check_claims
 from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share
-from .spec import MetricSpec, Option
+from .spec import Estimate, MetricSpec, Needs, Option, Outputs, RunContext, RunSettings
 from .statements import (
+    NumberedVerdicts,
     StatementExtractor,
     add_estimates,
     approx_tokens,
     ask_numbered,
     estimate_messages,
-    failed_result,
     number_items,
     prompt_version,
 )
@@ -60,14 +61,6 @@ __all__ = ["FaithfulnessJudge"]
 
 #: estimated output tokens per verdict entry (number, a one-sentence reason, the verdict)
 TOKENS_PER_VERDICT = 48
-
-
-def _passages(evidence: Sequence[str] | None) -> list[str]:
-    if evidence is None:
-        return []
-    if isinstance(evidence, str):
-        evidence = [evidence]
-    return [str(p) for p in evidence if p is not None and str(p).strip()]
 
 
 def split_passage(text: str, max_chars: int) -> list[str]:
@@ -187,72 +180,50 @@ class FaithfulnessJudge:
             response: the RAG system's answer.
             evidence: the passages to check the claims against.
         """
-        passages = _passages(evidence)
-        details: dict[str, Any] = {"prompt_versions": self.prompt_versions, "n_evidence": len(passages)}
+        passages = nonblank_passages(evidence)
+        details: Details = {"prompt_versions": self.prompt_versions, "n_evidence": len(passages)}
         if not passages:
             return JudgeResult.abstained(
                 "no_evidence", "No evidence passages were given, so there is nothing to check the claims against.",
                 details=details,
             )
         extraction = self.extractor.extract(response or "", question=question or "")
-        calls: list[dict[str, Any]] = list(extraction.records)
-        details["statements_memo_hit"] = extraction.memo_hit
-        details["statements_call_ids"] = list(extraction.call_ids)
-        if not extraction.ok:
-            return failed_result(extraction, stage="claim extraction", details=details, calls=calls)
-        claims = list(extraction.statements)
-        details["n_claims"] = len(claims)
-        cut = extraction.cut
-        if cut is not None:  # a runaway extraction: only the first claims are verified, and the row says so
-            details["statements_cut"] = cut
-        if not claims:
-            details["claims"] = []
-            return JudgeResult.abstained(
-                "no_claims",
-                "The response makes no factual claim (empty, a refusal, or 'I don't know'); faithfulness is undefined.",
-                raw=extraction.raw, details=details, calls=calls,
-            )
-        if any(len(" ".join(p.split())) > self.max_passage_chars for p in passages):
-            # long documents (gold documents): split, never cut; the pieces that match the claims when too long
-            passages, selection = select_evidence(passages, claims, max_passage_chars=self.max_passage_chars,
-                                                  budget_chars=self.max_evidence_chars)
-            details["evidence_selection"] = selection
-        evidence_text, info = number_items(passages, max_chars=self.max_passage_chars, fence="passage")
-        details["evidence_info"] = info
-        got = ask_numbered(
-            self.client,
-            numbers=range(1, len(claims) + 1),
-            render=lambda nums: self._verify_messages([claims[n - 1] for n in nums], evidence_text, nums),
-            schema=self.schema, schema_name="faithfulness_verdicts", list_key="verdicts", index_key="claim",
-            noun="claim", prompt_version=prompt_version(self.prompt), purpose="faithfulness",
-            max_tokens=self.max_tokens, lowercase=("verdict",),
-        )
-        calls += got.records
-        got.note(details)
-        if not got.ok:
-            details["claims"] = [
-                {"claim": c, "supported": (got.entries[i]["verdict"] == "supported") if i in got.entries else None,
-                 "reason": got.entries[i]["reason"].strip() if i in got.entries else None}
-                for i, c in enumerate(claims, 1)
-            ]
-            return failed_result(got, stage="claim verification", details=details, calls=calls)
-        rows = [
-            {"claim": c, "supported": got.entries[i]["verdict"] == "supported",
-             "reason": got.entries[i]["reason"].strip()}
-            for i, c in enumerate(claims, 1)
-        ]
-        details["claims"] = rows
-        supported = [r["supported"] for r in rows]
-        details["n_supported"] = sum(supported)
-        score = claim_math.faithfulness(supported)
-        assert score is not None  # there is at least one claim
-        rationale = _rationale(rows)
-        if cut is not None:
-            rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} claims extracted were verified "
-                          f"(at most {cut['cap']} for this response).")
-        return JudgeResult.scored(score, rationale, raw=got.raw, details=details, calls=calls)
+        claims = Claims(extraction.statements, extraction.records, extraction.call_ids, extraction.memo_hit,
+                        failed=None if extraction.ok else extraction, raw=extraction.raw, cut=extraction.cut)
 
-    def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> dict[str, int]:
+        def verify(claims: Sequence[str], details: Details, calls: Calls) -> NumberedVerdicts:
+            shown = passages
+            if any(len(" ".join(p.split())) > self.max_passage_chars for p in passages):
+                # long documents (gold documents): split, never cut; the pieces that match the claims when too long
+                shown, selection = select_evidence(passages, claims, max_passage_chars=self.max_passage_chars,
+                                                   budget_chars=self.max_evidence_chars)
+                details["evidence_selection"] = selection
+            evidence_text, info = number_items(shown, max_chars=self.max_passage_chars, fence="passage")
+            details["evidence_info"] = info
+            return ask_numbered(
+                self.client,
+                numbers=range(1, len(claims) + 1),
+                render=lambda nums: self._verify_messages([claims[n - 1] for n in nums], evidence_text, nums),
+                schema=self.schema, schema_name="faithfulness_verdicts", list_key="verdicts", index_key="claim",
+                noun="claim", prompt_version=prompt_version(self.prompt), purpose="faithfulness",
+                max_tokens=self.max_tokens, lowercase=("verdict",),
+            )
+
+        def score(rows: list[ClaimRow], got: NumberedVerdicts, details: Details, calls: Calls) -> JudgeResult:
+            supported = [r["supported"] for r in rows]
+            details["n_supported"] = sum(supported)
+            value = claim_math.faithfulness(supported)
+            assert value is not None  # there is at least one claim
+            rationale = _rationale(rows)
+            cut = extraction.cut
+            if cut is not None:
+                rationale += (f" Only the first {cut['kept']} of the {cut['extracted']} claims extracted were "
+                              f"verified (at most {cut['cap']} for this response).")
+            return JudgeResult.scored(value, rationale, raw=got.raw, details=details, calls=calls)
+
+        return check_claims(CHECK, claims, details, row=_claim_row, verify=verify, score=score)
+
+    def estimate(self, question: str, response: str, evidence: Sequence[str] | None) -> Estimate:
         """Upper-bound cost of judging one row, without calling the model.
 
         Returns ``{"calls", "input_tokens", "output_tokens"}``: 0 calls without evidence or with an
@@ -260,7 +231,7 @@ class FaithfulnessJudge:
         rough (:func:`~mlflow_ragjudge.judges.statements.approx_tokens`) and assume about one
         claim per 8 tokens of response; a re-ask (only after an unreadable reply) is not counted.
         """
-        passages = _passages(evidence)
+        passages = nonblank_passages(evidence)
         response = (response or "").strip()
         if not passages or not response:
             return {"calls": 0, "input_tokens": 0, "output_tokens": 0}
@@ -275,7 +246,20 @@ class FaithfulnessJudge:
         return add_estimates(extract, verify)
 
 
-def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
+#: faithfulness in the words of the claim-checking skeleton
+CHECK = ClaimCheck(
+    noun="claims", extraction_stage="claim extraction", verification_stage="claim verification",
+    no_claims=("no_claims",
+               "The response makes no factual claim (empty, a refusal, or 'I don't know'); faithfulness is undefined."),
+)
+
+
+def _claim_row(number: int, claim: str, entry: Mapping[str, Any] | None) -> ClaimRow:
+    return {"claim": claim, "supported": entry["verdict"] == "supported" if entry is not None else None,
+            "reason": entry["reason"].strip() if entry is not None else None}
+
+
+def _rationale(rows: list[ClaimRow], limit: int = 3) -> str:
     n = len(rows)
     supported = sum(r["supported"] for r in rows)
     text = f"{supported} of {n} claim{'s' if n != 1 else ''} supported by the evidence."
@@ -290,25 +274,25 @@ def _rationale(rows: list[dict[str, Any]], limit: int = 3) -> str:
 # --------------------------------------------------------------------------- the metric
 
 
-def shared_extractor(ctx: Any) -> StatementExtractor:
+def shared_extractor(ctx: RunContext) -> StatementExtractor:
     """The run's statement extractor (one per run, shared by every metric that splits texts into claims)."""
     return ctx.shared("statement_extractor", lambda: StatementExtractor(ctx.judge_client, language=ctx.cfg.language))
 
 
-def _requires(cfg: Any) -> tuple[tuple[str, ...], ...]:
-    evidence = "gold_documents" if cfg.faithfulness_evidence == "gold" else "contexts"
+def _requires(cfg: RunSettings) -> tuple[tuple[str, ...], ...]:
+    evidence = "gold_documents" if EVIDENCE.read(cfg) == "gold" else "contexts"
     base: tuple[str, ...] = ("answer", evidence)
-    if cfg.faithfulness_require_retrieval_hit:
+    if REQUIRE_HIT.read(cfg):
         base = (*base, "retrieved_doc_ids", "relevant_doc_ids")
     return (base,)
 
 
-def _evidence(row: Any, cfg: Any) -> list[str] | None:
-    return row.gold_documents if cfg.faithfulness_evidence == "gold" else row.contexts
+def _evidence(row: Row, cfg: RunSettings) -> list[str] | None:
+    return row.gold_documents if EVIDENCE.read(cfg) == "gold" else row.contexts
 
 
-def _retrieval_miss(row: Any, ctx: Any) -> JudgeResult | None:
-    if ctx.cfg.faithfulness_require_retrieval_hit and not row.retrieval_hit:
+def _retrieval_miss(row: Row, ctx: RunContext) -> JudgeResult | None:
+    if REQUIRE_HIT.read(ctx.cfg) and not row.retrieval_hit:
         return JudgeResult.abstained(
             "retrieval_miss",
             "No relevant document was retrieved, so this row is left out "
@@ -317,11 +301,11 @@ def _retrieval_miss(row: Any, ctx: Any) -> JudgeResult | None:
     return None
 
 
-def _score(judge: FaithfulnessJudge, row: Any, ctx: Any) -> JudgeResult:
+def _score(judge: FaithfulnessJudge, row: Row, ctx: RunContext) -> JudgeResult:
     return _retrieval_miss(row, ctx) or judge.judge(row.question or "", row.answer or "", _evidence(row, ctx.cfg))
 
 
-def _offline_score(judge: Any, row: Any, ctx: Any) -> JudgeResult:
+def _offline_score(judge: OfflineEvidence, row: Row, ctx: RunContext) -> JudgeResult:
     return _retrieval_miss(row, ctx) or offline_faithfulness(judge, row.answer or "", _evidence(row, ctx.cfg))
 
 
@@ -332,7 +316,7 @@ def _claims_column(res: dict[str, JudgeResult]) -> Any:
 
 def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[str] | None) -> JudgeResult:
     """Mean support of the response's claim-like sentences by the evidence passages."""
-    passages = [p for p in (evidence or []) if p and p.strip()]
+    passages = nonblank_passages(evidence)
     if not passages:
         return JudgeResult.abstained("no_evidence", "No evidence passages to check the response against.",
                                      details=ev.details())
@@ -367,34 +351,32 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
         claims=rows, n_supported=len(rows) - len(bad), support_threshold=tau))
 
 
-#: faithfulness's own settings
-OPTIONS = (
-    Option("faithfulness_evidence", "contexts", lambda v: v in ("contexts", "gold"),
-           "'contexts' (RAGAS's definition) or 'gold' (the gold_documents; seed 001's variant)", "'gold'"),
-    Option("faithfulness_require_retrieval_hit", False, lambda v: isinstance(v, bool),
-           "True or False (score only rows where a relevant document was retrieved)", "True"),
-    Option("faithfulness_evidence_chars", 24_000, lambda v: is_int(v) and v >= 1000,
-           "a whole number of characters >= 1000 (the evidence budget per call)", "24000"),
-)
+#: faithfulness's own settings: the evidence, the retrieval-hit filter, the evidence budget per call
+EVIDENCE = Option("faithfulness_evidence", "contexts", lambda v: v in ("contexts", "gold"),
+                  "'contexts' (RAGAS's definition) or 'gold' (the gold_documents; seed 001's variant)", "'gold'")
+REQUIRE_HIT = Option("faithfulness_require_retrieval_hit", False, lambda v: isinstance(v, bool),
+                     "True or False (score only rows where a relevant document was retrieved)", "True")
+EVIDENCE_CHARS = Option("faithfulness_evidence_chars", 24_000, lambda v: is_int(v) and v >= 1000,
+                        "a whole number of characters >= 1000 (the evidence budget per call)", "24000")
 
 
-def _spec() -> Any:
+def _spec() -> MetricSpec[FaithfulnessJudge]:
     return MetricSpec(
         "faithfulness",
-        options=OPTIONS,
+        options=(EVIDENCE, REQUIRE_HIT, EVIDENCE_CHARS),
         requires=_requires,
         judged=True,
         setup=lambda ctx: FaithfulnessJudge(ctx.judge_client, language=ctx.cfg.language,
                                             extractor=shared_extractor(ctx),
-                                            max_evidence_chars=ctx.cfg.faithfulness_evidence_chars),
+                                            max_evidence_chars=EVIDENCE_CHARS.read(ctx.cfg)),
         score=_score,
         estimate=lambda j, r, ctx: j.estimate(r.question or "", r.answer or "", _evidence(r, ctx.cfg)),
-        columns={"faithfulness/claims": _claims_column},
+        outputs=Outputs(columns={"faithfulness/claims": _claims_column}),
         prompt_versions=lambda j: j.prompt_versions,
-        record=lambda j, ctx: {"faithfulness_evidence": ctx.cfg.faithfulness_evidence},
+        record=lambda j, ctx: {"faithfulness_evidence": EVIDENCE.read(ctx.cfg)},
         description="claim-based faithfulness: supported claims of the response / all its claims",
         offline=_offline_score,
-        sentences_of=("answer",),
+        needs=Needs(sentences=("answer",)),
     )
 
 

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from itertools import chain, repeat
-from typing import Any
 
 from ..core.errors import BertScoreUnavailable, InputError, LocalModelUnavailable
 from ..core.matching import text_cut
 from ..core.text import tokenize
-from ..core.types import JudgeResult
+from ..core.types import JudgeResult, Row
 from ..llm.local_model import DEFAULT_MODEL_PACKAGE, MODEL_ENV_VAR, BertScorer, LocalEmbedder, find_local_model
-from .spec import Finish, MetricSpec, Option
+from .spec import Finish, MetricSpec, Option, Outputs, RunContext
 
 __all__ = [
     "word_recall",
@@ -210,7 +209,7 @@ def context_rouge_l(contexts: Sequence[str], reference: str) -> dict[str, float 
 # --------------------------------------------------------------------------- the metric
 
 
-def _value(v: float | None, abstain_reason: str) -> Any:
+def _value(v: float | None, abstain_reason: str) -> JudgeResult:
     return JudgeResult.scored(v) if v is not None else JudgeResult.abstained(abstain_reason)
 
 
@@ -220,8 +219,8 @@ class _LexicalState:
         self.skip = skip
 
 
-def _setup(ctx: Any) -> _LexicalState:
-    setting = ctx.cfg.bertscore
+def _setup(ctx: RunContext) -> _LexicalState:
+    setting = BERTSCORE.read(ctx.cfg)
     if setting is False:  # the default: BERTScore (a forward pass of a local model per row) only when asked for
         return _LexicalState(None, None)
     try:
@@ -242,7 +241,7 @@ def _best(values: Sequence[float | None]) -> tuple[float | None, int]:
     return best
 
 
-def _score_batch(state: _LexicalState, rows: Sequence[Any], ctx: Any) -> list[dict[str, Any]]:
+def _score_batch(state: _LexicalState, rows: Sequence[Row], ctx: RunContext) -> list[dict[str, JudgeResult]]:
     """Each baseline against every acceptable answer of the row; the best match counts (its answer is in the
     result's details as ``matched_reference``)."""
     out = []
@@ -271,7 +270,8 @@ def _score_batch(state: _LexicalState, rows: Sequence[Any], ctx: Any) -> list[di
     return out
 
 
-def _finish(state: _LexicalState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
+def _finish(state: _LexicalState, rows: Sequence[Row], results: list[dict[str, JudgeResult]],
+            ctx: RunContext) -> Finish:
     columns = {}
     if any(r.references for r in rows):  # several acceptable answers: which one ROUGE-L matched best
         columns["rougeL/matched_reference"] = [res["rougeL"].details.get("matched_reference", r.reference)
@@ -280,18 +280,17 @@ def _finish(state: _LexicalState, rows: Sequence[Any], results: Any, ctx: Any) -
 
 
 #: the lexical baselines' own setting
-OPTIONS = (
-    Option("bertscore", False, lambda v: v is True or v is False or v == "auto",
-           "True, False or 'auto' (BERTScore runs a local transformer over every row: only when asked)", "True"),
-)
+#: BERTScore on or off (or 'auto')
+BERTSCORE: Option[bool | str] = Option("bertscore", False, lambda v: v is True or v is False or v == "auto",
+           "True, False or 'auto' (BERTScore runs a local transformer over every row: only when asked)", "True")
 
 
-def _spec() -> Any:
+def _spec() -> MetricSpec[_LexicalState]:
     return MetricSpec(
         "lexical",
-        options=OPTIONS,
+        options=(BERTSCORE,),
         requires=(("answer", "reference"),),
-        outputs=("word_recall", "rougeL", "bertscore_f1"),
+        outputs=Outputs(("word_recall", "rougeL", "bertscore_f1")),
         setup=_setup,
         score_batch=_score_batch,
         finish=_finish,

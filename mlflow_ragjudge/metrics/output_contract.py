@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core.types import JudgeResult
-from .spec import MetricSpec, Option
+from ..core.types import JudgeResult, Row
+from .spec import MetricSpec, Option, Outputs, RunContext, RunSettings
 
-__all__ = ['check_output_schema', 'contract_violation', 'METRICS', 'OPTIONS']
+__all__ = ['check_output_schema', 'contract_violation', 'METRICS', 'SCHEMA']
 
 
 def check_output_schema(schema: dict[str, Any]) -> None:
@@ -44,35 +44,38 @@ def contract_violation(answer: str, schema: dict[str, Any]) -> str | None:
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"at {where}: {first.message}{more}"
 
-def _contract(state: Any, row: Any, ctx: Any) -> JudgeResult:
-    schema = ctx.cfg.output_schema
+def _contract(state: Any, row: Row, ctx: RunContext) -> JudgeResult:
+    schema = SCHEMA.read(ctx.cfg)
+    assert schema is not None  # check= refuses a run without one
     raw = row.raw_output if row.raw_output is not None else row.answer
     violation = contract_violation(raw or "", schema)
     if violation is None:
         return JudgeResult.scored(1.0, "the answer follows the output contract")
     return JudgeResult.scored(0.0, violation, details={"violation": violation})
 
-def _check_schema_set(cfg: Any) -> str | None:
-    return None if cfg.output_schema is not None else (
+def _check_schema_set(cfg: RunSettings) -> str | None:
+    return None if SCHEMA.read(cfg) is not None else (
         "Metric 'output_contract' checks answers against your output contract: set output_schema=<JSON Schema>, "
         "e.g. {'type': 'object', 'required': ['answer']}.")
 
 
 #: the output contract's setting
-OPTIONS = (Option("output_schema", None, lambda v: v is None or isinstance(v, dict),
+#: the schema the answers must follow (None: the metric does not run by default)
+SCHEMA: Option[dict[str, Any] | None] = Option("output_schema", None, lambda v: v is None or isinstance(v, dict),
                   "a JSON Schema (dict) the answers must follow", "{'type': 'object', 'required': ['answer']}",
-                  check=lambda v: None if v is None else check_output_schema(v)),)
+                  check=lambda v: None if v is None else check_output_schema(v))
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[None]:
     return MetricSpec(
         "output_contract",
-    options=OPTIONS,
+        options=(SCHEMA,),
         requires=(("answer",),),
-        default=lambda cfg: cfg.output_schema is not None,
+        default=lambda cfg: SCHEMA.read(cfg) is not None,
         check=_check_schema_set,
         score=_contract,
-        columns={"output_contract/violation": lambda res: res["output_contract"].details.get("violation")},
+        outputs=Outputs(columns={
+            "output_contract/violation": lambda res: res["output_contract"].details.get("violation")}),
         description="output-contract adherence (seed 004): 1 when the answer is JSON valid against output_schema",
     )
 

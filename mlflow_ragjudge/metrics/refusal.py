@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.matching import declines_to_answer
-from ..core.types import JudgeResult
+from ..core.types import JudgeResult, Row
 from ..core.values import is_str_list
-from .spec import MetricSpec, Option
+from .spec import MetricSpec, Option, Outputs, RunContext
 
-__all__ = ['is_refusal', 'answer_text', 'METRICS', 'OPTIONS']
+__all__ = ['is_refusal', 'answer_text', 'METRICS', 'PHRASES']
 
 
 def _normal(text: str) -> str:
@@ -48,12 +48,12 @@ def is_refusal(answer: str, phrases: Sequence[str] | None = None) -> bool:
 
     return declines_to_answer(text)
 
-def _refusal(state: Any, row: Any, ctx: Any) -> dict[str, JudgeResult]:
+def _refusal(state: Any, row: Row, ctx: RunContext) -> dict[str, JudgeResult]:
     if row.answerable is None:
         why = "the row does not say whether it is answerable"
         return {"refusal_correct": JudgeResult.abstained("answerable_unknown", why),
                 "false_refusal": JudgeResult.abstained("answerable_unknown", why)}
-    refused = is_refusal(row.answer or "", ctx.cfg.refusal_phrases)
+    refused = is_refusal(row.answer or "", PHRASES.read(ctx.cfg))
     said = "refused" if refused else "answered"
     if row.answerable:
         return {"refusal_correct": JudgeResult.abstained("answerable", "an answerable row (see false_refusal)"),
@@ -62,18 +62,19 @@ def _refusal(state: Any, row: Any, ctx: Any) -> dict[str, JudgeResult]:
             "false_refusal": JudgeResult.abstained("not_answerable", "a row that should be refused")}
 
 
-#: the refusal check's setting
-OPTIONS = (Option("refusal_phrases", None, lambda v: v is None or (isinstance(v, str) and bool(v.strip()))
-                  or is_str_list(v), "a refusal phrase or a list of them", "'The documents do not say.'",
-                  normalize=lambda v: [v] if isinstance(v, str) else v),)
+#: the refusal check's setting: the phrases that mark a refusal (None: the built-in ones)
+PHRASES: Option[list[str] | None] = Option(
+    "refusal_phrases", None, lambda v: v is None or (isinstance(v, str) and bool(v.strip())) or is_str_list(v),
+    "a refusal phrase or a list of them", "'The documents do not say.'",
+    normalize=lambda v: [v] if isinstance(v, str) else v)
 
 
-def _spec() -> MetricSpec:
+def _spec() -> MetricSpec[None]:
     return MetricSpec(
         "refusal",
-    options=OPTIONS,
+        options=(PHRASES,),
         requires=(("answer", "answerable"),),
-        outputs=("refusal_correct", "false_refusal"),
+        outputs=Outputs(("refusal_correct", "false_refusal")),
         score=_refusal,
         description="refusals (seed 004): refusal_correct on answerable=False rows, false_refusal on the others",
     )

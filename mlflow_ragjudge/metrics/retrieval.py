@@ -27,9 +27,9 @@ from ..core.ir import (
     validate_retrieval_row,
 )
 from ..core.trec_files import read_qrels, read_run
-from ..core.types import JudgeResult
+from ..core.types import JudgeResult, Row
 from . import lexical
-from .spec import Finish, MetricSpec, Option
+from .spec import Finish, MetricSpec, Needs, Option, Outputs, RunContext, RunSettings
 
 __all__ = ["DEFAULT_KS", "DocId", "RankedIds", "Relevant", "TREC_EVAL_MEASURES", "COUNT_KEYS", "aggregate_queries",
            "metric_names", "rank_run", "read_qrels", "read_run", "score_queries", "score_query", "validate_ks",
@@ -50,7 +50,7 @@ class _RetrievalState:
         #: its values in the order of ``keys``); each taken out when its row is scored
         self.scored: dict[int, tuple[Any, tuple[float, ...]]] = {}
 
-    def score_rows(self, rows: Sequence[Any], threshold: float) -> None:
+    def score_rows(self, rows: Sequence[Row], threshold: float) -> None:
         """The id measures of every labelled row at once (:func:`score_queries`: the same floats as
         :func:`score_query`, bit for bit, at a fifth of the cost per row). Rows this cannot score (bad ids, which
         the run's checks refuse before this, but a lone scorer row has not been checked) are left to be scored one
@@ -71,25 +71,25 @@ class _RetrievalState:
 _SCORED_TOGETHER = 32
 
 
-def _setup(ctx: Any) -> _RetrievalState:
+def _setup(ctx: RunContext) -> _RetrievalState:
     rows = ctx.rows
     have_ids = any(r.retrieved_doc_ids is not None or r.relevant_doc_ids is not None for r in rows)
     have_chunks = any(r.contexts is not None for r in rows) and any(r.reference for r in rows)
     have_gold = any(r.relevant_doc_ids for r in rows)
-    state = _RetrievalState(validate_ks(ctx.cfg.k), have_ids, have_chunks, have_gold)
+    state = _RetrievalState(validate_ks(KS.read(ctx.cfg)), have_ids, have_chunks, have_gold)
     if have_ids and have_gold:
         state.score_rows(rows, ctx.cfg.relevance_threshold)
     return state
 
 
-def _validate(rows: Sequence[Any], cfg: Any) -> None:
-    validate_ks(cfg.k)
+def _validate(rows: Sequence[Row], cfg: RunSettings) -> None:
+    validate_ks(KS.read(cfg))
     for r in rows:
         if r.relevant_doc_ids:
             validate_retrieval_row(r.retrieved_doc_ids or [], r.relevant_doc_ids, r.index)
 
 
-def _score(state: _RetrievalState, r: Any, ctx: Any) -> dict[str, Any]:
+def _score(state: _RetrievalState, r: Row, ctx: RunContext) -> dict[str, JudgeResult]:
     out: dict[str, JudgeResult] = {}
     if state.have_ids:
         # A row without gold ids is skipped and counted (not averaged in as 0): a RAG dataset row with no
@@ -119,7 +119,8 @@ def _score(state: _RetrievalState, r: Any, ctx: Any) -> dict[str, Any]:
     return out
 
 
-def _finish(state: _RetrievalState, rows: Sequence[Any], results: Any, ctx: Any) -> Any:
+def _finish(state: _RetrievalState, rows: Sequence[Row], results: list[dict[str, JudgeResult]],
+            ctx: RunContext) -> Finish:
     fin = Finish()
     if state.have_ids:
         scored = sum(1 for r in rows if r.relevant_doc_ids)
@@ -135,22 +136,23 @@ def _check_ks(k: Any) -> None:
 
 
 #: retrieval's own setting
-OPTIONS = (Option("k", [1, 3, 5, 10], check=_check_ks, public=lambda k: k),)
+#: the cut-offs of the @k metrics
+KS: Option[list[int]] = Option("k", [1, 3, 5, 10], check=_check_ks, public=lambda k: k)
 
 
-def _spec() -> Any:
+def _spec() -> MetricSpec[_RetrievalState]:
     return MetricSpec(
         "retrieval",
-        options=OPTIONS,
+        options=(KS,),
         requires=(("retrieved_doc_ids", "relevant_doc_ids"), ("contexts", "reference")),
-        outputs=("precision_at_", "recall_at_", "f1_at_", "hit_rate_at_", "ndcg_at_", "ndcg", "mrr", "map",
-                 *SET_KEYS, "context_rougeL_"),
-        required_text=(),
+        outputs=Outputs(("precision_at_", "recall_at_", "f1_at_", "hit_rate_at_", "ndcg_at_", "ndcg", "mrr", "map",
+                         *SET_KEYS, "context_rougeL_")),
+        needs=Needs(text=()),
         setup=_setup,
         validate=_validate,
         score=_score,
         finish=_finish,
-        params=lambda state, ctx: {"ragjudge.k": json.dumps(ctx.cfg.k)},
+        params=lambda state, ctx: {"ragjudge.k": json.dumps(KS.read(ctx.cfg))},
         description="retrieval: trec_eval-exact P/R/F1/hit rate/nDCG@k, MRR, MAP; chunk-level ROUGE-L coverage",
     )
 

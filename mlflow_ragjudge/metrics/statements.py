@@ -30,6 +30,7 @@ from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
 from ..llm.prompts import Prompt, fence_items, load_prompt
+from .spec import Estimate
 
 __all__ = [
     "MIN_STATEMENTS",
@@ -200,7 +201,7 @@ class StatementExtractor:
                 out.append(s)
         return out
 
-    def estimate(self, text: str, question: str = "") -> dict[str, int]:
+    def estimate(self, text: str, question: str = "") -> Estimate:
         """Upper-bound cost of extracting ``text`` (0 calls when the client holds its reply, or it is empty)."""
         text = (text or "").strip()
         if not text or self.client.is_memoised(self._request(text, question.strip()), self.prompt_version):
@@ -475,12 +476,13 @@ def approx_tokens(text: str) -> int:
     return math.ceil(cjk * 1.5 + (len(text) - cjk) / 3)
 
 
-def estimate_messages(messages: Sequence[dict[str, str]], output_tokens: int, calls: int = 1) -> dict[str, int]:
+def estimate_messages(messages: Sequence[dict[str, str]], output_tokens: int, calls: int = 1) -> Estimate:
     """Estimate for ``calls`` requests of ``messages`` (4 tokens of overhead per message)."""
     inp = sum(approx_tokens(m["content"]) + 4 for m in messages)
     return {"calls": calls, "input_tokens": inp * calls, "output_tokens": output_tokens * calls}
 
 
-def add_estimates(*parts: dict[str, int]) -> dict[str, int]:
-    """Sum estimate dicts."""
-    return {k: sum(p.get(k, 0) for p in parts) for k in ("calls", "input_tokens", "output_tokens")}
+def add_estimates(*parts: Estimate) -> Estimate:
+    """Sum estimates."""
+    return {"calls": sum(p["calls"] for p in parts), "input_tokens": sum(p["input_tokens"] for p in parts),
+            "output_tokens": sum(p["output_tokens"] for p in parts)}

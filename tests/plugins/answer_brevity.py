@@ -10,27 +10,31 @@ from __future__ import annotations
 
 import json
 
-from mlflow_ragjudge.core.types import JudgeResult
+from mlflow_ragjudge.core.types import JudgeResult, Row
 from mlflow_ragjudge.llm.backends import ChatRequest, JsonSchema
-from mlflow_ragjudge.metrics.spec import MetricSpec, Option, register_metric
+from mlflow_ragjudge.metrics.spec import MetricSpec, Option, Outputs, RunContext, register_metric
+
+#: its setting: the most words an answer may have (its own key, validated and defaulted by this metric)
+MAX_WORDS = Option("brevity_max_words", 40, lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                   "a whole number > 0", "25")
 
 RATING = {"type": "object", "properties": {"rating": {"type": "integer", "enum": [1, 2, 3]},
                                            "why": {"type": "string"}},
           "required": ["rating", "why"], "additionalProperties": False}
 
 
-def _words(row) -> int:
+def _words(row: Row) -> int:
     return len((row.answer or "").split())
 
 
-def _too_long(row, ctx) -> JudgeResult | None:
-    limit = ctx.cfg.brevity_max_words
+def _too_long(row: Row, ctx: RunContext) -> JudgeResult | None:
+    limit = MAX_WORDS.read(ctx.cfg)
     if _words(row) > limit:
         return JudgeResult.scored(0.0, f"{_words(row)} words, over the limit of {limit}")
     return None
 
 
-def score(state, row, ctx) -> JudgeResult:
+def score(state: None, row: Row, ctx: RunContext) -> JudgeResult:
     over = _too_long(row, ctx)
     if over is not None:
         return over
@@ -45,7 +49,7 @@ def score(state, row, ctx) -> JudgeResult:
     return JudgeResult.scored(0.25 + rating / 4, str(call.parsed["why"]), calls=call.records)
 
 
-def offline(evidence, row, ctx) -> JudgeResult:
+def offline(evidence: object, row: Row, ctx: RunContext) -> JudgeResult:
     over = _too_long(row, ctx)
     return over if over is not None else JudgeResult.scored(1.0, f"{_words(row)} words")
 
@@ -57,9 +61,9 @@ SPEC = MetricSpec(
     score=score,
     offline=offline,
     estimate=lambda state, row, ctx: {"calls": 1, "input_tokens": 80, "output_tokens": 30},
-    options=(Option("brevity_max_words", 40, lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                    "a whole number > 0", "25"),),
-    columns={"answer_brevity/over_limit": lambda results: "over the limit" in results["answer_brevity"].rationale},
+    options=(MAX_WORDS,),
+    outputs=Outputs(columns={
+        "answer_brevity/over_limit": lambda results: "over the limit" in results["answer_brevity"].rationale}),
     description="0 when the answer is over brevity_max_words, else the judge's concision rating (0.5..1)",
 )
 

@@ -44,7 +44,7 @@ lscore. So a tentative answer the judge calls "not sure" weighs in wscore like a
 the partial transcript; its wscore/lscore/mscore are ``None``, never made up from a partial sigma.
 """
 
-from .metric import METRICS, OPTIONS
+from .metric import METRICS
 from .runner import MultiTurnRunner, format_history
 from .scores import (
     FINAL_SCORE_MODES,
@@ -62,7 +62,6 @@ from .scores import (
 
 __all__ = [
     "METRICS",
-    "OPTIONS",
     "FINAL_SCORE_MODES",
     "MULTITURN_METRICS",
     "STEPS",

@@ -7,13 +7,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...core.text import clean_text
+from ...core.text import clean_text, nonblank_passages
 from ...core.types import FailureReason, Status
 from ...llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ...llm.client import CallResult, JudgeClient
 from ...llm.parsing import ParseError, reply_object, validate_schema
 from ...llm.prompts import Prompt, load_prompt
 from ..correctness import CorrectnessJudge
+from ..spec import Estimate
 from ..statements import add_estimates, approx_tokens, estimate_messages, prompt_version
 from .scores import FINAL_SCORE_MODES, SYSTEM_ERROR, TRUNCATION_MARK, MultiTurnResult, RagSystem
 
@@ -176,7 +177,7 @@ class MultiTurnRunner:
             raise ValueError("question (the target question) must be a non-empty string")
         if not isinstance(reference, str) or not reference.strip():
             raise ValueError("reference (the gold answer) must be a non-empty string")
-        contexts = [str(c) for c in (judge_contexts or []) if c is not None and str(c).strip()]
+        contexts = nonblank_passages(judge_contexts)
         res = MultiTurnResult(question=question, reference=reference, n_turns=self.n_turns,
                               final_score_mode=self.final_score)
         try:
@@ -212,7 +213,7 @@ class MultiTurnRunner:
             raise ValueError("question (the target question) must be a non-empty string")
         if not isinstance(reference, str) or not reference.strip():
             raise ValueError("reference (the gold answer) must be a non-empty string")
-        contexts = [str(c) for c in (judge_contexts or []) if c is not None and str(c).strip()]
+        contexts = nonblank_passages(judge_contexts)
         res = MultiTurnResult(question=question, reference=reference, n_turns=self.n_turns,
                               final_score_mode="replay")
         try:
@@ -433,7 +434,7 @@ class MultiTurnRunner:
 
     def estimate(
         self, question: str, reference: str, judge_contexts: Sequence[str] | None = None
-    ) -> dict[str, int]:
+    ) -> Estimate:
         """Upper-bound cost of one item without calling any model: the worst case, where every question
         the budget allows is asked and the conversation ends through T6/T7.
 
@@ -454,7 +455,7 @@ class MultiTurnRunner:
         answer_out = min(self.max_tokens, approx_tokens(answer) + self.ESTIMATED_EXPLANATION_TOKENS)
         decide_out = min(self.max_tokens, approx_tokens(question) + self.ESTIMATED_EXPLANATION_TOKENS + 8)
         review = "x" * (self.judge.ESTIMATED_REPLY_TOKENS * 3)
-        parts: list[dict[str, int]] = []
+        parts: list[Estimate] = []
         history: list[dict[str, str]] = []
         k = self.max_questions
         for t in range(1, k + 1):
