@@ -237,7 +237,7 @@ def test_an_unreachable_tracking_store_is_refused_before_any_call(judge, tmp_pat
 
 def test_a_failure_after_the_judge_calls_saves_the_results_so_far(judge, tmp_path, monkeypatch, fake_llm):
     monkeypatch.setenv("RAGJUDGE_OUTPUT_DIR", str(tmp_path / "outputs"))
-    from mlflow_ragjudge.engine import evaluate as evaluation
+    from mlflow_ragjudge.engine import aggregate as evaluation
 
     def broken_table(*args, **kwargs):  # stands for a bug in a step after the judge calls
         raise RuntimeError("table builder broke")

@@ -49,7 +49,8 @@ from ..core.constants import LOGICAL_COLUMNS, is_offline_judge
 from ..core.errors import EmbeddingsUnavailable, InputError, MultiTurnContextWarning
 from ..core.types import JudgeResult, Status
 from ..engine.config import RagJudgeConfig
-from ..engine.schedule import by_output, prepare_metrics, score_row
+from ..engine.prepare import prepare_metrics
+from ..engine.schedule import by_output, score_row
 from ..llm.client import JudgeClient
 from ..llm.embeddings import embeddings_fix, resolve_embedder
 from ..llm.prompts import reference_text

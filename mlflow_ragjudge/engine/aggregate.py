@@ -1,25 +1,39 @@
-"""Step 4 of an evaluation: per-row results into the run's numbers -- each output's mean with what became of its rows
-(scored, abstained, failed), per group; the per-row table; a judged metric that failed too often, reported loudly
-with the likely fix; the ``fail_under`` gate; what each metric cost."""
+"""Step 4 of an evaluation: per-row results into the run's output (:func:`aggregate_run`, an :class:`EvalOutput`) --
+each metric's ``finish`` hook; each output's mean with what became of its rows (scored, abstained, failed), per
+group; the per-row table; a judged metric that failed too often, reported loudly with the likely fix; meta-evaluation
+and calibrated estimates (:mod:`.human`); the ``fail_under`` gate; what each metric cost; the run record
+(:mod:`.record`)."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 import pandas as pd
 
+from ..core.constants import is_offline_judge
+from ..core.errors import JudgeFailureWarning
+from ..core.stop import stop_reason
 from ..core.types import Aggregate, JudgeResult, Row, Status, aggregate, metric_name_safe
+from ..llm.client import JudgeClient
 from ..metrics.spec import Finish, MetricSpec
 from .config import RagJudgeConfig
+from .human import calibrated_estimates, meta_evaluation
 from .inputs import row_ids
-from .schedule import ERROR_KEY
+from .prepare import Plan
+from .record import judge_params, offline_params, run_record
+from .schedule import ERROR_KEY, by_output
 from .select import gate_metric_name
+from .validate import Checked
 
-__all__ = ["aggregate_metric", "build_table", "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX",
+__all__ = ["EvalOutput", "aggregate_run", "aggregate_metric", "build_table",
+           "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX",
            "OutputSummary", "summarize_output", "group_positions", "output_metrics", "level_shares", "run_metrics",
            "usage_metrics"]
 
@@ -271,3 +285,149 @@ def usage_by_metric(transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict[
     for u in out.values():
         u["requests_per_row"] = u["requests"] / max(1, n_rows)
     return out
+
+
+# --------------------------------------------------------------------------- the step
+
+_CALLS = attrgetter("calls")
+
+
+@dataclass
+class EvalOutput:
+    """Everything one evaluation produced.
+
+    Attributes:
+        metrics: aggregate metrics as logged (``correctness/mean`` ...).
+        table: the per-row table (question first, the headline score second).
+        results: result name -> per-row :class:`JudgeResult` list.
+        transcripts: every judge call's record.
+        params: configuration as logged params (strings).
+        config: the full configuration record (JSON-able).
+        meta: meta-evaluation table (Figure 2 layout) or None.
+        skipped: metric -> reason, for metrics that were asked for or defaulted but could not run.
+    """
+
+    metrics: dict[str, float]
+    table: pd.DataFrame
+    results: dict[str, list[JudgeResult]]
+    transcripts: list[dict[str, Any]]
+    params: dict[str, str]
+    config: dict[str, Any]
+    meta: pd.DataFrame | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+    #: extra JSONL artifacts: file name -> records (the multi-turn conversations)
+    artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: judged metrics that failed on more than ``max_error_rate`` of their rows:
+    #: ``{"metric", "error_rate", "failed", "rows", "reasons": {reason: count}, "message"}``
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    #: the ``fail_under`` quality gate: ``{"metric", "threshold", "value", "passed"}`` per entry
+    gate: list[dict[str, Any]] = field(default_factory=list)
+    #: the validated input rows (question, answer, contexts, ...), for the per-row traces; not saved with the run
+    rows: list[Row] = field(default_factory=list, repr=False)
+    #: metric -> output -> the sums and counts behind its aggregates (they merge over parts of the data)
+    summaries: dict[str, dict[str, OutputSummary]] = field(default_factory=dict, repr=False)
+    #: metric -> the counts its ``finish`` hook added (they add up over parts of the data)
+    counts: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
+
+    @property
+    def gate_passed(self) -> bool:
+        return all(g["passed"] for g in self.gate)
+
+
+def _finish_metrics(checked: Checked, plan: Plan, results: dict[str, dict[str, list[JudgeResult]]]
+                    ) -> dict[str, Finish]:
+    """Each metric's ``finish`` hook, on its per-row results."""
+    finishes: dict[str, Finish] = {}
+    for spec in plan.specs:
+        if spec.finish is None:
+            finishes[spec.name] = Finish()
+            continue
+        outputs = results[spec.name]
+        names = list(outputs)
+        by_row = ([dict(zip(names, values)) for values in zip(*outputs.values())] if names
+                  else [{} for _ in checked.rows])
+        finishes[spec.name] = spec.finish(plan.states[spec.name], checked.rows, by_row, plan.ctx)
+    return finishes
+
+
+def _metrics(checked: Checked, specs: Sequence[MetricSpec], results: dict[str, dict[str, list[JudgeResult]]],
+             finishes: dict[str, Finish]
+             ) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, OutputSummary]]]:
+    """Every output's aggregates (from its summary: the sums and counts that also merge over partitions), each
+    metric's finishing metrics and counts, and the judged metrics that failed too often."""
+    groups = group_positions(checked.rows)
+    summaries = {spec.name: {name: summarize_output(res, checked.rows, groups)
+                             for name, res in results[spec.name].items()} for spec in specs}
+    metrics_out, failures = run_metrics(specs, summaries, checked.cfg.max_error_rate)
+    for report in failures:
+        warnings.warn(report["message"], JudgeFailureWarning, stacklevel=5)
+    for spec in specs:
+        metrics_out.update(finishes[spec.name].metrics)
+        metrics_out.update(finishes[spec.name].counts)
+    return metrics_out, failures, summaries
+
+
+def _usage(client: JudgeClient | None) -> tuple[dict[str, Any], dict[str, float]]:
+    """The judge client's usage, and the ``judge/...`` metrics it gives."""
+    if client is None:
+        return {}, {}
+    usage = client.summary()
+    return usage, usage_metrics(usage, client.batch is not None)
+
+
+def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str, JudgeResult]]], seconds: float
+                  ) -> EvalOutput:
+    """Step 4: the run's numbers, table, record and params from the per-row results of step 3 (``seconds``: how
+    long step 3 took)."""
+    cfg, client, specs, ctx = checked.cfg, plan.ctx.client, plan.specs, plan.ctx
+    results = {s.name: by_output(s, per_row[s.name]) for s in specs}
+    finishes = _finish_metrics(checked, plan, results)
+    skipped = {**plan.skipped, **{k: v for f in finishes.values() for k, v in f.skipped.items()}}
+    metrics_out, failures, summaries = _metrics(checked, specs, results, finishes)
+    all_results = {name: res for s in specs for name, res in results[s.name].items()}
+    table = build_table(checked.rows, specs, results, per_row, finishes, checked.data, cfg)
+    meta_frame, meta_metrics = meta_evaluation(table, cfg)
+    metrics_out.update(meta_metrics)
+    calibrated, calibration = calibrated_estimates(table, specs, all_results, cfg) if cfg.human_labels else ({}, {})
+    metrics_out.update(calibrated)
+    usage, judge_metrics = _usage(client)
+    metrics_out.update(judge_metrics)
+    prompt_versions: dict[str, str] = {}
+    for spec in specs:
+        if spec.prompt_versions is not None:
+            prompt_versions.update(spec.prompt_versions(plan.states[spec.name]))
+    record, params = run_record(cfg, plan, len(checked.rows), skipped)
+    record.update({
+        "prompt_versions": prompt_versions, "usage": usage, "seconds": round(seconds, 3), "failures": failures,
+        "cache": (client.cache.status() if client.cache is not None else {"mode": "off"}) if client else None,
+        "text_repairs": checked.repairs.items, "metric_name_parts": checked.renamed, "calibration": calibration,
+    })
+    params.update({**plan.found.params, "ragjudge.prompt_versions": json.dumps(prompt_versions, sort_keys=True),
+                   "ragjudge.language": cfg.language})
+    for spec in specs:
+        if spec.record is not None:
+            record.update(spec.record(plan.states[spec.name], ctx))
+        if spec.params is not None:
+            params.update(spec.params(plan.states[spec.name], ctx))
+    artifacts = {name: recs for f in finishes.values() for name, recs in f.artifacts.items()}
+    # (the results that carry calls picked in C: an offline run's 36 results per row carry none)
+    transcripts = [{"metric": spec.name, "row": i, **call} for spec in specs for res in results[spec.name].values()
+                   for i, r in compress(enumerate(res), map(_CALLS, res)) for call in r.calls]
+    per_metric = usage_by_metric(transcripts, len(checked.rows))
+    metrics_out.update({f"judge/{name}/{k}": v for name, u in per_metric.items() for k, v in u.items()})
+    record["usage_by_metric"] = per_metric
+    if client is None and is_offline_judge(cfg.judge):
+        params.update(offline_params(cfg))
+    if client is not None:
+        params.update(judge_params(client, transcripts))
+        record["structured_modes_used"] = sorted({t["structured_mode"] for t in transcripts
+                                                  if t.get("structured_mode")})
+    gate = gate_outcome(cfg.fail_under, metrics_out)
+    record["gate"] = gate
+    if stop_reason() is not None:
+        stopped = sum(1 for res in all_results.values() for r in res if r.reason == "interrupted")
+        record["interrupted"] = {"by": stop_reason(), "results_not_judged": stopped,
+                                 "results": sum(len(res) for res in all_results.values())}
+    return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped,
+                      artifacts, failures, gate, list(checked.rows), summaries,
+                      {name: dict(f.counts) for name, f in finishes.items()})

@@ -25,7 +25,9 @@ from ..llm.client import JudgeClient
 from ..metrics.spec import get_metric
 from .aggregate import OutputSummary, run_metrics, usage_metrics
 from .config import RagJudgeConfig
-from .evaluate import EvalOutput, _evaluate, _validate
+from .evaluate import EvalOutput, _evaluate
+from .prepare import run_prepare_hooks
+from .validate import validate
 
 __all__ = ["evaluate_part", "validate_part", "part_summary", "merge_parts", "check_splittable", "Merged",
            "USAGE_KEYS"]
@@ -56,9 +58,10 @@ def check_splittable(cfg: RagJudgeConfig) -> None:
 
 
 def validate_part(data: pd.DataFrame, cfg: RagJudgeConfig, first_row: int) -> None:
-    """Every check :func:`~.evaluate.evaluate_frame` makes before any judge call, on one part (rows numbered from
-    ``first_row`` in errors); raises :class:`InputError` as it would."""
-    _validate(data, cfg, first_row)
+    """The checks :func:`~.evaluate.evaluate_frame` makes before any judge call, on one part (rows numbered from
+    ``first_row`` in errors): step 1 and the metrics' ``prepare`` hooks (a retriever's output); raises
+    :class:`InputError` as it would."""
+    run_prepare_hooks(validate(data, cfg, first_row))
 
 
 def evaluate_part(data: pd.DataFrame, cfg: RagJudgeConfig, *, first_row: int,

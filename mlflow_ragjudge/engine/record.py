@@ -1,5 +1,6 @@
-"""What a run records about itself besides its numbers: the judge's identity and params (an LLM client or the
-offline judge), and where results are saved on disk before MLflow sees them."""
+"""What a run records about itself besides its numbers: the run record and params that a dry run and a run share
+(:func:`run_record`), the judge's identity and params (an LLM client or the offline judge), and where results are
+saved on disk before MLflow sees them."""
 
 from __future__ import annotations
 
@@ -10,15 +11,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.constants import is_offline_judge
+from ..core.constants import VERSION, is_offline_judge
 from ..core.types import JudgeResult
 from ..llm.backends import safe_url
 from ..llm.cache import default_cache_dir
 from ..llm.client import JudgeClient
 from ..metrics.offline import resolve_offline
 from .config import RagJudgeConfig
+from .prepare import Plan
 
-__all__ = ["local_output_root", "save_partial", "judge_uri", "offline_identity", "offline_params", "judge_params"]
+__all__ = ["run_record", "local_output_root", "save_partial", "judge_uri", "offline_identity", "offline_params",
+           "judge_params"]
+
+
+def run_record(cfg: RagJudgeConfig, plan: Plan, rows: int, skipped: dict[str, str], *, dry_run: bool = False
+               ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The run record (``ragjudge/config.json``) and the MLflow params as far as a dry run and a run share them:
+    the package version, the config, the metrics run, what their ``prepare`` hooks found, the judge, what was
+    skipped and the number of rows. A run adds its usage, prompt versions, failures ...; a dry run its estimate."""
+    client = plan.ctx.client
+    names = [s.name for s in plan.specs]
+    judge = client.identity() if client is not None else None if dry_run else offline_identity(cfg)
+    record: dict[str, Any] = {
+        "package_version": VERSION, "config": cfg.public_params(), "metrics_run": names,
+        **({"dry_run": True} if dry_run else {}), **plan.found.record,
+        "judge": judge, "skipped": skipped, "rows": rows,
+    }
+    params = {"ragjudge.version": VERSION, "ragjudge.metrics": ",".join(names),
+              **({"ragjudge.dry_run": "true"} if dry_run else {}), "ragjudge.judge": judge_uri(client, cfg)}
+    return record, params
 
 
 def local_output_root() -> Path:

@@ -1,24 +1,28 @@
-"""Step 3 of an evaluation: every (row, metric) task in one pool, the judge client's provider gate bounding the calls
-in flight -- no barrier between metrics, so a slow or hung call delays only its own row -- and one row scored the
-way the ``mlflow.genai`` scorers score it too (:func:`score_row`). A metric's exception fails its row
-(``internal_error``), never the run."""
+"""Step 3 of an evaluation: every (row, metric) task run on a set of threads, the judge client's provider gate bounding
+the calls in flight -- no barrier between metrics, so a slow or hung call delays only its own row -- and one row scored
+the way the ``mlflow.genai`` scorers score it too (:func:`score_row`). A metric's exception fails its row
+(``internal_error``), never the run. One path for one thread (an offline run) and many (a judged run); with
+``batch=True`` the tasks run inside the batch runner (:mod:`.batch_step`)."""
 
 from __future__ import annotations
 
 import contextlib
-import gc
+import itertools
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import repeat
 from typing import Any
 
 from ..core.matching import cut_by_sentence
-from ..core.stop import await_until_stopped, stop_reason, stop_requested
+from ..core.stop import grace_left, stop_reason, stop_requested
 from ..core.types import FailureReason, JudgeResult, Row
-from ..metrics.spec import MetricSpec, Prepared, RunContext
+from ..metrics.spec import MetricSpec, RunContext
+from .batch_step import BatchStep
+from .collector import FREEZE_EVERY, results_kept_frozen
 
-__all__ = ["schedule", "score_row", "prepare_metrics", "by_output", "ERROR_KEY"]
+__all__ = ["schedule", "score_row", "by_output", "ERROR_KEY"]
 
 
 def _progress_bar(total: int, desc: str, setting: bool | str) -> Any:
@@ -70,42 +74,41 @@ def _interrupted() -> dict[str, JudgeResult]:
     return {ERROR_KEY: JudgeResult.failed(
         FailureReason.INTERRUPTED, f"not judged: the evaluation was stopped ({stop_reason() or 'stop'}) first")}
 
+#: one task of step 3: what it runs, its metric's name, its row (None: every row, a ``score_batch`` metric)
+Job = tuple[Callable[[], None], str, "int | None"]
+
+
 def _workers(ctx: RunContext, tasks: int) -> int:
-    """Threads for the pool: enough to keep the provider gate full while some tasks wait on earlier calls of
-    their row (a task makes one to three calls in a row); the gate, not the pool, bounds what is in flight."""
+    """Threads for the tasks: enough to keep the provider gate full while some tasks wait on earlier calls of
+    their row (a task makes one to three calls in a row); the gate, not the threads, bounds what is in flight. One
+    without a judge client: the offline scorers are pure Python, which threads would only slow down."""
     if ctx.client is None:
         return 1
     limit = ctx.client.max_concurrency or ctx.client.gate.ceiling
     return max(1, min(tasks, 256, max(8, 2 * limit)))
 
+
 def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence[Row],
-              ctx: RunContext) -> dict[str, list[dict[str, JudgeResult]]]:
-    """Score every (row, metric) in one pool; returns metric -> per-row results. Never raises for a metric's
-    exception: it fails that row (``internal_error``) and the run goes on."""
+             ctx: RunContext) -> dict[str, list[dict[str, JudgeResult]]]:
+    """Score every (row, metric); returns metric -> per-row results. Never raises for a metric's exception: it
+    fails that row (``internal_error``) and the run goes on. On a stop, what was not judged fails ``interrupted``."""
     out: dict[str, list[dict[str, JudgeResult]]] = {s.name: [{} for _ in rows] for s in specs}
     per_row = [s for s in specs if s.score is not None]
     batched = [s for s in specs if s.score_batch is not None]
-    total = len(rows) * len(per_row) + len(batched)
     names = ", ".join(s.name for s in specs)
-    bar = _progress_bar(total, f"ragjudge ({names})" if len(names) <= 60 else "ragjudge", ctx.cfg.progress)
-
-    runner = ctx.client.batch if ctx.client is not None else None
+    bar = _progress_bar(len(rows) * len(per_row) + len(batched),
+                        f"ragjudge ({names})" if len(names) <= 60 else "ragjudge", ctx.cfg.progress)
 
     def one(spec: MetricSpec, i: int) -> None:
         try:
-            if runner is None:  # no batch runner to enter: the task as it is (most tasks of an offline run)
-                out[spec.name][i] = score_row(spec, states[spec.name], rows[i], ctx)
-            else:
-                with _task(runner, spec):
-                    out[spec.name][i] = score_row(spec, states[spec.name], rows[i], ctx)
+            out[spec.name][i] = score_row(spec, states[spec.name], rows[i], ctx)
         finally:
             _bar_step(bar)
 
-    def batch(spec: MetricSpec) -> None:
+    def whole(spec: MetricSpec) -> None:
         try:
             assert spec.score_batch is not None
-            with _task(runner, spec):
-                got = spec.score_batch(states[spec.name], rows, ctx)
+            got = spec.score_batch(states[spec.name], rows, ctx)
             if len(got) != len(rows):
                 raise ValueError(f"metric {spec.name!r} returned {len(got)} results for {len(rows)} rows")
             out[spec.name] = [_as_results(spec, g) for g in got]
@@ -114,43 +117,97 @@ def schedule(specs: Sequence[MetricSpec], states: dict[str, Any], rows: Sequence
         finally:
             _bar_step(bar)
 
-    jobs: list[tuple[Callable[[], None], str, int | None]] = [
-        (lambda s=s: batch(s), s.name, None) for s in batched]  # type: ignore[misc]
+    jobs: list[Job] = [(partial(whole, s), s.name, None) for s in batched]
     # row-major: a row's metrics start together, so work they share (one statement extraction, one combined
     # call) is asked for once and its row finishes early
-    jobs += [(lambda s=s, i=i: one(s, i), s.name, i)  # type: ignore[misc]
-             for i in range(len(rows)) for s in per_row]
-    unfinished: list[tuple[str, int | None]] = []
+    jobs += [(partial(one, s, i), s.name, i) for i in range(len(rows)) for s in per_row]
+    batching = BatchStep.of(ctx.client)
+    if batching is not None:
+        jobs = [(batching.around(s, job), name, i) for (job, name, i), s in zip(jobs, [*batched, *per_row * len(rows)])]
+    workers = batching.workers(len(jobs)) if batching is not None else _workers(ctx, len(jobs))
     try:
-        workers = _workers(ctx, len(jobs))
-        if runner is not None:  # every running task may add a line to the next batch: run them all at once
-            workers = max(1, min(len(jobs), runner.options.threads))
-        if workers <= 1:
-            texts = tuple(dict.fromkeys(f for s in per_row for f in s.needs.sentences))
-            row_at: int | None = None
-            with _results_kept_frozen() as keep:
-                for n, (job, _, at) in enumerate(jobs):
-                    if stop_requested():
-                        unfinished = [(name, i) for _, name, i in jobs[n:]]
-                        break
-                    if texts and at is not None and at != row_at:  # a row's first task: its texts cut once for all
-                        row_at = at
-                        _cut_by_sentence(rows[at], texts)
-                    job()
-                    if n % _FREEZE_EVERY == 0:
-                        keep()
-        else:
-            unfinished = _run_pool(jobs, workers)
+        with results_kept_frozen() if workers == 1 else contextlib.nullcontext(_nothing) as keep:
+            if workers == 1:
+                jobs = _on_one_thread(jobs, rows, per_row, keep)
+            unfinished = _run(jobs, workers)
     finally:
         _bar_step(bar, close=True)
-        if runner is not None:
-            runner.close()
+        if batching is not None:
+            batching.close()
     if unfinished:  # stopped: what was not judged says so; a task still running past the grace writes elsewhere
         out = {name: list(res) for name, res in out.items()}
         for name, i in unfinished:
             for j in (range(len(rows)) if i is None else (i,)):
                 out[name][j] = _interrupted()
     return out
+
+
+def _nothing() -> None:
+    return None
+
+
+def _on_one_thread(jobs: list[Job], rows: Sequence[Row], per_row: Sequence[MetricSpec],
+                   keep: Callable[[], None]) -> list[Job]:
+    """What a run scored on one thread does besides its tasks (docs/scaling.md, with what each gains): a row's texts
+    that its metrics read sentence by sentence cut at its first task, once for all of them
+    (:func:`_cut_by_sentence`), and what is alive frozen for the garbage collector every
+    :data:`~.collector.FREEZE_EVERY` tasks (``keep``, :func:`~.collector.results_kept_frozen`)."""
+    texts = tuple(dict.fromkeys(f for s in per_row for f in s.needs.sentences))
+    first = len(jobs) - len(rows) * len(per_row)  # the first row's first task (after the score_batch metrics')
+    out: list[Job] = []
+    for n, (job, name, i) in enumerate(jobs):
+        cut = texts and i is not None and (n - first) % len(per_row) == 0
+        if cut or n % FREEZE_EVERY == 0:
+            job = partial(_tuned, job, rows[i] if cut and i is not None else None, texts, n % FREEZE_EVERY == 0, keep)
+        out.append((job, name, i))
+    return out
+
+
+def _tuned(job: Callable[[], None], row: Row | None, texts: Sequence[str], freeze: bool,
+           keep: Callable[[], None]) -> None:
+    if row is not None:
+        _cut_by_sentence(row, texts)
+    job()
+    if freeze:
+        keep()
+
+
+def _run(jobs: Sequence[Job], workers: int) -> list[tuple[str, int | None]]:
+    """Every job, in order, on ``workers`` threads that each take the next job not yet taken; returns the jobs that
+    did not finish: none unless a stop was requested -- then no job is taken any more, and the running ones are
+    awaited for the stop's grace period, no longer (a call still in flight past the grace is not waited for; its
+    reply, if it comes while the process lives, still goes to the cache). What a job raises is raised here."""
+    done = [False] * len(jobs)
+    taken = itertools.count()  # (next() on a count is atomic: no job is taken twice)
+    raised: list[BaseException] = []
+    running = [workers]
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            while not stop_requested() and not raised:
+                n = next(taken)
+                if n >= len(jobs):
+                    break
+                jobs[n][0]()
+                done[n] = True
+        except BaseException as e:  # (a metric's exception is its row's already: this is a bug, raised below)
+            raised.append(e)
+        finally:
+            with lock:
+                running[0] -= 1
+                if running[0] == 0:
+                    finished.set()
+
+    for k in range(workers):
+        threading.Thread(target=work, name=f"ragjudge_{k}").start()
+    while not finished.wait(0.25):
+        if stop_requested() and grace_left() <= 0:
+            break
+    if raised:
+        raise raised[0]
+    return [(name, i) for (_, name, i), ok in zip(jobs, done) if not ok]
 
 def _cut_by_sentence(row: Row, fields: Sequence[str]) -> None:
     """The row's texts that metrics of the run read sentence by sentence (``MetricSpec.needs.sentences``), cut into
@@ -163,55 +220,6 @@ def _cut_by_sentence(row: Row, fields: Sequence[str]) -> None:
     except Exception:  # (only the sharing is lost)
         pass
 
-
-#: tasks scored between two freezes of what is alive (:func:`_results_kept_frozen`)
-_FREEZE_EVERY = 500
-
-
-@contextlib.contextmanager
-def _results_kept_frozen() -> Iterator[Callable[[], None]]:
-    """While rows are scored on one thread, what is alive is frozen now and then (``gc.freeze``), and unfrozen at
-    the end: the cyclic garbage collector then walks only what was made since the last freeze, not again and again
-    the results kept so far and the process's own objects (its imports, the input frame). A run scores a few
-    results per row that live to its end; the collector's full passes over everything alive cost about a fifth
-    of the offline metrics' time per row before. Nothing is lost: what is frozen goes back to the collector's
-    oldest generation at the end. Left alone when the collector is off or the process froze objects itself.
-
-    Between two freezes the collector's middle generation is not collected either (its threshold raised for the
-    run, set back after): what survives a young collection there is a task's results, kept to the run's end, and
-    walking them once more before they are frozen cost 0.04 ms of the offline metrics' 1 ms per row (measured
-    with ``gc.callbacks``). Young collections go on as before, so a cycle a task leaves behind is still freed."""
-    if not gc.isenabled() or gc.get_freeze_count():
-        yield lambda: None
-        return
-    before = gc.get_threshold()
-    during = (before[0], max(before[1], _FREEZE_EVERY), *before[2:])
-    gc.set_threshold(*during)
-    try:
-        yield gc.freeze
-    finally:
-        gc.unfreeze()
-        if gc.get_threshold() == during:  # (unless someone set other thresholds meanwhile: theirs stay)
-            gc.set_threshold(*before)
-
-
-def _run_pool(jobs: list[tuple[Callable[[], None], str, int | None]], workers: int) -> list[tuple[str, int | None]]:
-    """Every job in a thread pool; returns the jobs that did not finish (none unless a stop was requested: then the
-    ones not started are cancelled, and the running ones are awaited for the stop's grace period, no longer)."""
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragjudge")
-    futures: dict[Future[None], tuple[str, int | None]] = {pool.submit(job): (name, i) for job, name, i in jobs}
-    try:
-        return [futures[f] for f in await_until_stopped(futures)]
-    finally:
-        # after a stop, a call still in flight past the grace is not waited for (its reply, if it comes while the
-        # process lives, still goes to the cache)
-        pool.shutdown(wait=not stop_requested(), cancel_futures=True)
-
-def _task(runner: Any, spec: MetricSpec) -> Any:
-    """The context a task runs in: inside the batch runner for a batchable metric, synchronous otherwise."""
-    if runner is None:
-        return contextlib.nullcontext()
-    return runner.synchronous() if spec.needs.synchronous else runner.task()
 
 def by_output(spec: MetricSpec, per_row: list[dict[str, JudgeResult]]) -> dict[str, list[JudgeResult]]:
     """Per-row results of one metric, as output name -> list over rows; a row whose scoring crashed fails each
@@ -236,19 +244,6 @@ def by_output(spec: MetricSpec, per_row: list[dict[str, JudgeResult]]) -> dict[s
             else:
                 out[n].append(JudgeResult.abstained("not_applicable", f"{spec.name} gave no {n} for this row"))
     return out
-
-
-def prepare_metrics(specs: Sequence[MetricSpec], ctx: RunContext) -> Prepared:
-    """Each metric's ``prepare`` hook, in order, before any judge call; what they found, merged. Metrics that share
-    a hook share its work (it runs once per run)."""
-    found = Prepared()
-    for spec in specs:
-        if spec.prepare is not None:
-            got = spec.prepare(ctx)
-            if got is not None:
-                found.record.update(got.record)
-                found.params.update(got.params)
-    return found
 
 
 def score_row(spec: MetricSpec, state: Any, row: Row, ctx: RunContext) -> dict[str, JudgeResult]:
