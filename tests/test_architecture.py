@@ -28,7 +28,7 @@ PKG = PKG_DIR.name
 LAYERS = ("core", "llm", "metrics", "engine", "adapters", "workflows", "cli")
 #: the imports of the package's own modules that stay inside functions (outside the CLI), with why
 ALLOWED_INNER = {
-    ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.evaluator"):
+    ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.run_log"):
         "Spark's Python workers import adapters.spark for its task functions: mlflow loads only on the driver, "
         "when the run is logged",
     ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.traces"):

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from ...adapters import tracking
-from ...adapters.evaluator import log_output, save_local
+from ...adapters.run_log import log_output, save_local
 from ...adapters.traces import log_failed_calls
 from ...core.errors import InputError, Interrupted, UnstableParameterWarning
 from ...core.stop import stop_on_signals, stop_reason, stop_requested
