@@ -73,8 +73,7 @@ MOVED = {
     "ppi": "engine.ppi",
     "tracking": "adapters.tracking", "evaluator": "adapters.evaluator", "scorers": "adapters.scorers",
     "compare": "workflows.compare", "calibration": "workflows.calibration", "testset": "workflows.testset",
-    "example_rag": "workflows.example_rag", "offline_fit": "workflows.offline_fit",
-    "public_data": "workflows.public_data",
+    "example_rag": "workflows.example_rag",
 }
 # (no alias for the old ``mlflow_ragjudge.sweep`` module: that name is the sweep() function)
 
