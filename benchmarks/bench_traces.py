@@ -70,7 +70,7 @@ def with_traces(out, n: int):
 def log_once(out, experiment: str) -> float:
     import mlflow
 
-    from mlflow_ragjudge.adapters.evaluator import log_output
+    from mlflow_ragjudge.adapters.run_log import log_output
 
     mlflow.set_experiment(experiment)
     with mlflow.start_run() as run:

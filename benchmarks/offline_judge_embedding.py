@@ -2,7 +2,7 @@
 
 Adds one feature -- the cosine similarity of the response and the acceptable answer under the local MiniLM
 (the ``local`` extra) -- to the offline judge's correctness model, refits on random halves of the public data
-exactly as ``ragjudge offline-judge report --splits`` does, and prints the held-out NQ301 agreement and the MTRAG
+exactly as ``python -m tools.offline_judge report --splits`` does, and prints the held-out NQ301 agreement and the MTRAG
 correctness / completeness Spearman with and without it. Needs torch (the ``local`` extra) and ../shared/data::
 
     .venv/bin/python benchmarks/offline_judge_embedding.py --data ../shared/data --splits 20
@@ -11,9 +11,14 @@ correctness / completeness Spearman with and without it. Needs torch (the ``loca
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tools/ (the fit and the public data's readers) is beside the package, not in it
 
 
 def main() -> None:
@@ -25,9 +30,9 @@ def main() -> None:
     from scipy import stats
 
     import mlflow_ragjudge.metrics.offline as offline
-    import mlflow_ragjudge.workflows.offline_fit as fit
+    import tools.offline_judge.fit as fit
     from mlflow_ragjudge.metrics.lexical import LocalEmbedder
-    from mlflow_ragjudge.workflows.public_data import load_mtrag, load_nq301
+    from tools.offline_judge.public_data import load_mtrag, load_nq301
 
     nq, m = load_nq301(args.data), load_mtrag(args.data)
     embedder = LocalEmbedder.load()

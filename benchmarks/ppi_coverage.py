@@ -12,7 +12,7 @@ truth, how wide it is, the bias and spread of the point estimates, and the judge
 Studies (docs/calibration.md, "Measured on public data", quotes the output):
 
 * ``nq301_gpt4`` -- OpenQA-eval NQ301, 1,490 answers: judge = GPT-4's recorded verdict (Yes 1, No 0; a reply
-  starting with neither counts as No, as :mod:`mlflow_ragjudge.offline_fit` does), human = the majority's
+  starting with neither counts as No, as :mod:`tools.offline_judge.fit` does), human = the majority's
   acceptable (1) or not (0).
 * ``nq301_offline`` / ``nq301_offline_heldout`` -- the same rows judged by ``offline:/lexical``: accepted when its
   correctness level is 4 or 5, rejected at levels 1-3 and when it abstains (level 0), as the offline judge's
@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tools/ (the public data's readers) is beside the package, not installed with it
 ALPHA = 0.05
 
 
@@ -128,8 +130,8 @@ def study(judge: np.ndarray, human: np.ndarray, ns: list[int], draws: int, rng: 
 
 def _nq301(data: Path) -> Any:
     from mlflow_ragjudge.metrics.offline import OfflineJudge
-    from mlflow_ragjudge.workflows.offline_fit import SPLIT_SALT
-    from mlflow_ragjudge.workflows.public_data import half_split, load_nq301
+    from tools.offline_judge.fit import SPLIT_SALT
+    from tools.offline_judge.public_data import half_split, load_nq301
 
     nq = load_nq301(data)
     judge = OfflineJudge()
@@ -139,7 +141,7 @@ def _nq301(data: Path) -> Any:
         levels.append(res.value if res.is_scored and res.value is not None else 0)
     nq["offline_level"] = levels
     nq["offline_accept"] = nq["offline_level"] >= 4
-    nq["gpt4_accept"] = nq["gpt4"].map(bool)  # unparsed (None) = No, as offline_fit does
+    nq["gpt4_accept"] = nq["gpt4"].map(bool)  # unparsed (None) = No, as tools/offline_judge/fit.py does
     nq["fit_half"] = nq["question_id"].isin(half_split(nq["question_id"], SPLIT_SALT))
     return nq
 
@@ -299,12 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: the public reference data is not at {data} (missing: {', '.join(missing)}). This study needs "
               "OpenQA-eval NQ301 (ehsk/OpenQA-eval) and MTRAG (IBM/mt-rag-benchmark) laid out as ../shared/data "
-              "is; see mlflow_ragjudge/workflows/public_data.py. Pass --data DIR.", file=sys.stderr)
+              "is; see tools/offline_judge/public_data.py. Pass --data DIR.", file=sys.stderr)
         return 2
     if args.draws < 2:
         ap.error("--draws must be at least 2")
 
-    from mlflow_ragjudge.workflows.public_data import load_mtrag
+    from tools.offline_judge.public_data import load_mtrag
 
     t0 = time.perf_counter()
     rng = np.random.default_rng(args.seed)

@@ -49,7 +49,7 @@ _PUBLIC = {
     "RagJudgeConfig": "engine.config", "EvalOutput": "engine.evaluate", "evaluate_frame": "engine.evaluate",
     "CalibratedEstimate": "engine.ppi", "LabelsOnlyEstimate": "engine.ppi", "TooFewLabels": "engine.ppi",
     "labels_needed": "engine.ppi", "labels_only_mean": "engine.ppi", "ppi_mean": "engine.ppi",
-    "ppi_paired_diff": "engine.ppi", "load_output": "adapters.evaluator",
+    "ppi_paired_diff": "engine.ppi", "load_output": "adapters.run_load",
     "PromptTemplate": "workflows.sweep", "SweepResult": "workflows.sweep", "sweep": "workflows.sweep",
     "compare_runs": "workflows.compare", "label_sample": "workflows.calibration",
     "calibrate": "workflows.calibration",
@@ -73,8 +73,7 @@ MOVED = {
     "ppi": "engine.ppi",
     "tracking": "adapters.tracking", "evaluator": "adapters.evaluator", "scorers": "adapters.scorers",
     "compare": "workflows.compare", "calibration": "workflows.calibration", "testset": "workflows.testset",
-    "example_rag": "workflows.example_rag", "offline_fit": "workflows.offline_fit",
-    "public_data": "workflows.public_data",
+    "example_rag": "workflows.example_rag",
 }
 # (no alias for the old ``mlflow_ragjudge.sweep`` module: that name is the sweep() function)
 

@@ -202,7 +202,7 @@ def public_rows(data_dir: Path) -> dict[str, pd.DataFrame]:
     """The public human-labelled data the calibration was fitted on (``../shared/data``, beside the checkout), as
     rows the offline metrics read: NQ301's answers with their acceptable answers; MTRAG's responses with the
     reference and the passages."""
-    from mlflow_ragjudge.workflows.public_data import load_mtrag, load_nq301
+    from tools.offline_judge.public_data import load_mtrag, load_nq301
 
     nq = load_nq301(data_dir)
     m = load_mtrag(data_dir)

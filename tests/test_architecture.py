@@ -11,24 +11,38 @@
 * No module over 700 lines, no function over 100.
 * ``import mlflow_ragjudge`` loads neither pandas nor mlflow, and every public name and documented module path
   resolves.
+* The development tools beside the package (``tools/``: the offline judge's fit and reports) are not installed with
+  it and no module of the package imports them; every dependency the package declares is imported by it.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
+import tomllib
+from fnmatch import fnmatchcase
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
 
 PKG_DIR = Path(__file__).resolve().parents[1] / "mlflow_ragjudge"
 PKG = PKG_DIR.name
+ROOT = PKG_DIR.parent
+#: top-level packages of development code beside the package, importable from the project's root, never installed
+DEV_PACKAGES = ("tools",)
+#: modules that left the package for tools/ (issue 35): fitting the offline judge and reporting on public data are
+#: work on the project, not on a user's run
+MOVED_OUT = {"workflows.offline_fit": "tools/offline_judge/fit.py",
+             "workflows.offline_table": "tools/offline_judge/table.py",
+             "workflows.public_data": "tools/offline_judge/public_data.py"}
 LAYERS = ("core", "llm", "metrics", "engine", "adapters", "workflows", "cli")
 #: the imports of the package's own modules that stay inside functions (outside the CLI), with why
 ALLOWED_INNER = {
-    ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.evaluator"):
+    ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.run_log"):
         "Spark's Python workers import adapters.spark for its task functions: mlflow loads only on the driver, "
         "when the run is logged",
     ("mlflow_ragjudge.adapters.spark", "mlflow_ragjudge.adapters.traces"):
@@ -249,3 +263,56 @@ def test_every_public_name_and_documented_module_path_resolves():
     assert JudgeResult is rj.JudgeResult
     with pytest.raises(AttributeError):
         rj.no_such_name  # noqa: B018
+
+
+def _imported_names(path: Path) -> list[tuple[str, int]]:
+    """Every absolute module name a file imports (``import``, ``from ... import``, ``import_module`` on a literal)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module, node.lineno))
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+            found.append((node.args[0].value, node.lineno))
+    return found
+
+
+def test_the_package_imports_nothing_from_the_development_tools():
+    offenders = [f"{module}:{line} imports {name}" for module, (path, _) in MODULES.items()
+                 for name, line in _imported_names(path) if name.split(".")[0] in DEV_PACKAGES]
+    assert not offenders, f"the installed package cannot import what is not installed with it: {offenders}"
+
+
+def test_the_development_tools_are_not_installed_and_the_fitting_is_not_in_the_package():
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "packages"]["find"]["include"]
+    # the packages setuptools' find would see from the root, and which of them its include patterns take
+    found = [".".join(p.parent.relative_to(ROOT).parts) for p in ROOT.rglob("__init__.py")
+             if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    installed = sorted(p for p in found if any(fnmatchcase(p, pattern) for pattern in include))
+    assert PKG in installed and f"{PKG}.workflows" in installed
+    assert not [p for p in installed if p.split(".")[0] != PKG], f"installed beside the package: {installed}"
+    assert {p.split(".")[0] for p in found} >= set(DEV_PACKAGES)
+    still_in = [m for m in MOVED_OUT if f"{PKG}.{m}" in MODULES]
+    assert not still_in, f"fitting code back in the package (the layers): {still_in}"
+    assert all((ROOT / path).is_file() for path in MOVED_OUT.values())
+
+
+def _distribution(requirement: str) -> str:
+    return re.sub(r"[-_.]+", "-", re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]).lower()
+
+
+def test_every_declared_dependency_is_imported_by_the_package():
+    """A dependency no module imports is weight on every install (Hugging Face ``evaluate`` was one: it pulled in
+    ``datasets`` and its tree). A reference implementation the tests check against belongs in the ``dev`` extra."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["local"],
+                *project["optional-dependencies"]["spark"]]
+    dists = packages_distributions()
+    imported = {name.split(".")[0] for path, _ in MODULES.values() for name, _ in _imported_names(path)}
+    provided = {_distribution(d) for name in imported for d in dists.get(name, [name])}
+    unused = [r for r in declared if _distribution(r) not in provided]
+    assert not unused, f"declared but never imported by the package: {unused}"

@@ -168,7 +168,7 @@ def test_lone_surrogates_are_replaced_with_a_warning_and_the_run_completes(fake_
     assert out.config["text_repairs"] == [{"row": 0, "column": "answer", "replaced": 1},
                                           {"row": 0, "column": "group", "replaced": 1}]
     assert out.metrics["correctness/count"] == 2
-    from mlflow_ragjudge.adapters.evaluator import log_output
+    from mlflow_ragjudge.adapters.run_log import log_output
 
     with mlflow.start_run() as run:  # the table and transcripts log (this crashed after paid calls before)
         log_output(out, run.info.run_id)
@@ -186,7 +186,7 @@ def test_long_and_odd_group_names_are_logged_under_distinct_recognisable_names(f
     for n in names.values():
         assert f"correctness/count/{n}" in out.metrics
     assert out.config["metric_name_parts"] == {"a:b": names["a:b"], long: names[long]}
-    from mlflow_ragjudge.adapters.evaluator import log_output
+    from mlflow_ragjudge.adapters.run_log import log_output
 
     with mlflow.start_run() as run:
         log_output(out, run.info.run_id)  # MLflow accepts every name (it refused the 305-character one before)

@@ -2,7 +2,7 @@
 calibration is what the documented fit produces, and its held-out agreement is what docs/offline-judge.md and
 the calibration file say, at or above the goals.
 
-See the figures with ``.venv/bin/ragjudge offline-judge report --data ../shared/data --splits 20``; the judge
+See the figures with ``.venv/bin/python -m tools.offline_judge report --data ../shared/data --splits 20``; the judge
 against the lexical baselines on every set is the first table it prints.
 """
 
@@ -13,8 +13,8 @@ from functools import cache
 import pytest
 
 from mlflow_ragjudge.metrics.offline import Calibration, OfflineJudge
-from mlflow_ragjudge.workflows.offline_fit import baseline_table, fit_calibration, held_out_report
-from mlflow_ragjudge.workflows.public_data import half_split, load_mtrag, load_nq301
+from tools.offline_judge.fit import baseline_table, fit_calibration, held_out_report
+from tools.offline_judge.public_data import half_split, load_mtrag, load_nq301
 
 
 @cache

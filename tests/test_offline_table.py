@@ -1,4 +1,4 @@
-"""The table of the offline judge against the lexical baselines (``workflows/offline_table.py``), on small rows
+"""The table of the offline judge against the lexical baselines (``tools/offline_judge/table.py``), on small rows
 written here: the baselines say what their definitions say, the halves are the split's, the threshold of token
 recall comes from the fit half only, and the margin is the judge's kappa over the best baseline's. (On the public
 data, with the figures of docs/offline-judge.md: tests/test_offline_judge_reference_data.py.)"""
@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from mlflow_ragjudge.metrics.offline import Calibration
-from mlflow_ragjudge.workflows.offline_table import (
+from tools.offline_judge.public_data import half_split, lexical_match
+from tools.offline_judge.table import (
     _kappa,
     _recall_threshold,
     agreement_table,
@@ -17,7 +18,6 @@ from mlflow_ragjudge.workflows.offline_table import (
     format_table,
     token_recall,
 )
-from mlflow_ragjudge.workflows.public_data import half_split, lexical_match
 
 
 def test_the_baselines():

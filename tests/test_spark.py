@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 import mlflow_ragjudge as rj  # noqa: E402
 from mlflow_ragjudge.adapters import spark as spark_adapter  # noqa: E402
-from mlflow_ragjudge.adapters.evaluator import log_output  # noqa: E402
+from mlflow_ragjudge.adapters.run_log import log_output  # noqa: E402
 from mlflow_ragjudge.adapters.spark import PYSPARK_PANDAS_WARNING  # noqa: E402
 from mlflow_ragjudge.adapters.traces import pick_rows  # noqa: E402
 from mlflow_ragjudge.core.errors import InputError, SparkPandasWarning  # noqa: E402

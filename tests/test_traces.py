@@ -21,7 +21,7 @@ from mlflow.entities import AssessmentSource, AssessmentSourceType
 from mlflow.tracking import MlflowClient
 
 from mlflow_ragjudge import example_rag, load_output
-from mlflow_ragjudge.adapters.evaluator import TABLE_FILE, log_output
+from mlflow_ragjudge.adapters.run_log import TABLE_FILE, log_output
 from mlflow_ragjudge.adapters.traces import EXPECTATION_NAME, pick_rows
 from mlflow_ragjudge.adapters.tracking import load_run_table
 from mlflow_ragjudge.cli import main

@@ -601,7 +601,7 @@ def _log(merged: Any, params: dict[str, str], record: dict[str, Any], sample: pd
     the traces of the rows the pandas path's sample picks (``picked``, collected from the executors)."""
     import mlflow
 
-    from .evaluator import log_output, log_traces
+    from .run_log import log_output, log_traces
 
     if experiment is not None:
         mlflow.set_experiment(experiment)

@@ -57,7 +57,7 @@ def run_experiment_id(run_id: str, client: Any = None) -> str:
 def load_run_table(run_id: str, artifact_file: str, client: Any = None) -> pd.DataFrame:
     """A table artifact (``mlflow.log_table``'s JSON layout) of one run, wherever the run's experiment is, with
     the JSON's own types: a text cell stays text (``pd.read_json``, which ``mlflow.load_table`` uses, would turn a
-    row id ``"007"`` into 7 and an answer ``"42"`` into 42.0), as :func:`~mlflow_ragjudge.adapters.evaluator.load_local`
+    row id ``"007"`` into 7 and an answer ``"42"`` into 42.0), as :func:`~mlflow_ragjudge.adapters.run_load.load_local`
     reads the same layout from disk.
 
     Raises:

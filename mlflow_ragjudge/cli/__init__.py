@@ -83,10 +83,6 @@ def _exit_without_waiting(code: int) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["offline-judge"]:
-        from ..workflows.offline_fit import main as offline_main
-
-        return offline_main(argv[1:])
     args = build_parser().parse_args(argv)
 
     try:

@@ -94,7 +94,7 @@ def run_evaluation(
 ) -> tuple[str, Any]:
     import mlflow
 
-    from ..adapters.evaluator import log_output, save_local
+    from ..adapters.run_log import log_output, save_local
     from ..adapters.tracking import check_tracking_store, mark_killed
     from ..core.errors import CalibrationWarning, JudgeFailureWarning
     from ..engine.evaluate import evaluate_frame

@@ -59,7 +59,8 @@ def log_saved_command(args: argparse.Namespace) -> int:
     into a new run (or ``--run-id``), with the same summary and exit code as ``ragjudge evaluate``."""
     import mlflow
 
-    from ..adapters.evaluator import load_local, log_output
+    from ..adapters.run_load import load_local
+    from ..adapters.run_log import log_output
     from ..adapters.tracking import check_tracking_store
 
     out = load_local(args.folder)

@@ -32,7 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
         _label_sample,
         _calibrate,
         _log_saved,
-        _offline_judge,
     ):
         add(sub)
     return parser
@@ -257,15 +256,6 @@ def _log_saved(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experiment", help="MLflow experiment name for the new run (created if missing)")
     p.add_argument("--run-name", help="the new run's name")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
-
-
-def _offline_judge(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "offline-judge",
-        add_help=False,
-        help="fit or measure the offline judge on public human labels (fit|report --data DIR)",
-    )
-    p.add_argument("rest", nargs=argparse.REMAINDER)
 
 
 def traces_option(p: argparse.ArgumentParser) -> None:

@@ -6,8 +6,8 @@ It scores correctness, faithfulness and the context metrics of a row from the wo
 network, no model download and no PyTorch. Its cut-points are fitted on public human labels (OpenQA-eval NQ301
 and MTRAG, one half of each) and shipped with the package (``data/offline_judge.json``); its agreement with the
 humans on the other half is in docs/offline-judge.md, with the command that reproduces it
-(:mod:`mlflow_ragjudge.offline_fit`). What it is good for: CI smoke tests, cheap triage, a floor. What it is
-not: a judge of meaning. It cannot tell a right answer worded with other words from a wrong one, and it never
+(``tools/offline_judge/fit.py``, beside the package). What it is good for: CI smoke tests, cheap triage, a floor.
+What it is not: a judge of meaning. It cannot tell a right answer worded with other words from a wrong one, and it never
 sees that a fluent sentence built from the passages' words says something they do not.
 
 How each metric is scored (the same rules as the LLM judges' definitions where a word count can follow them):
@@ -459,7 +459,7 @@ class AnswerModel:
 @dataclass(frozen=True)
 class Calibration:
     """The fitted numbers of the offline judge (``data/offline_judge.json``, written by
-    :mod:`mlflow_ragjudge.offline_fit`).
+    ``tools/offline_judge/fit.py``, beside the package, not in it).
 
     Attributes:
         version: calibration version (recorded with every result and in the run's params).

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ..adapters import tracking
-from ..adapters.evaluator import load_output
+from ..adapters.run_load import load_output
 from ..core.errors import CalibrationWarning, InputError, TooFewLabels
 from ..engine import meta
 from ..engine.inputs import off_scale

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..adapters import tracking
-from ..adapters.evaluator import load_output
+from ..adapters.run_load import load_output
 from ..core.types import JudgeResult
 
 __all__ = ["COLUMNS", "HEADLINE", "HEADLINE_PREFIX", "headline_metrics", "paired_comparison", "holm",

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from ...adapters import tracking
-from ...adapters.evaluator import log_output, save_local
+from ...adapters.run_log import log_output, save_local
 from ...adapters.traces import log_failed_calls
 from ...core.errors import InputError, Interrupted, UnstableParameterWarning
 from ...core.stop import stop_on_signals, stop_reason, stop_requested
@@ -91,10 +91,34 @@ def _log(message: str, verbose: bool) -> None:
             pass
 
 
+@dataclass(frozen=True)
+class SweepSettings:
+    """What :func:`sweep` was asked, besides the pipeline, the variants and the data: its keyword arguments as given
+    (their meaning and defaults are in its docstring), handed whole to each step instead of one by one."""
+
+    evaluator_config: Mapping[str, Any] | None
+    experiment: str | None
+    baseline: int | str
+    run_name: str | None
+    retriever: Callable[..., Any] | None
+    data_name: str | None
+    pipeline_version: str | None
+    compare: Sequence[str] | None
+    headline: Sequence[str] | None
+    alpha: float
+    n_boot: int
+    seed: int
+    workers: int
+    tracking_uri: str | None
+    plots: bool
+    verbose: bool
+
+
 @dataclass
 class _Plan:
     """Everything a sweep knows once its inputs are checked and before it opens a run."""
 
+    settings: SweepSettings
     config: dict[str, Any]
     cfg: RagJudgeConfig
     data: pd.DataFrame
@@ -104,7 +128,6 @@ class _Plan:
     recorded: dict[str, dict[str, Any]]
     base: str
     gens: Generations
-    retriever: Callable[..., Any] | None
     #: per variant, the generation cache's key of its parameters (None: no stable identity, not cached)
     pkeys: list[str | None] = field(default_factory=list)
     #: variant index -> question index -> the probe's answer ``(output, from_cache)`` or the pipeline's error
@@ -164,8 +187,8 @@ def _probe(plan: _Plan) -> None:
             probe = plan.data.iloc[j:j + 1].reset_index(drop=True).copy()
             for k, v in got[0].items():
                 probe[plan.cfg.column(k)] = [v]
-            evaluate_frame(probe, {**plan.config, "dry_run": True, "progress": False,
-                                   "retriever": retriever_for(plan.retriever, kwargs) or plan.config.get("retriever")})
+            retriever = retriever_for(plan.settings.retriever, kwargs) or plan.config.get("retriever")
+            evaluate_frame(probe, {**plan.config, "dry_run": True, "progress": False, "retriever": retriever})
             return
 
 
@@ -185,11 +208,10 @@ def _baseline_index(baseline: int | str, names: list[str], param_list: list[dict
     return None
 
 
-def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_config: Mapping[str, Any] | None,
-          experiment: str | None, baseline: int | str, retriever: Callable[..., Any] | None,
-          pipeline_version: str | None, workers: int, tracking_uri: str | None) -> _Plan:
+def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, settings: SweepSettings) -> _Plan:
     """Step 1: check the variants, the data, the config and the tracking store, register the prompts, then answer
     the first question of the first variant and dry-run its evaluation -- before anything else is paid for."""
+    retriever, workers, baseline = settings.retriever, settings.workers, settings.baseline
     if not callable(pipeline):
         raise InputError(f"pipeline must be callable: pipeline(question, **params) -> answer; got "
                          f"{type(pipeline).__name__}.")
@@ -197,7 +219,7 @@ def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_conf
         raise InputError("retriever must be callable: retriever(query, **params) -> passages.")
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers={workers!r} must be a whole number >= 1")
-    config = dict(evaluator_config or {})
+    config = dict(settings.evaluator_config or {})
     if "retriever" in config and retriever is not None:
         raise ValueError("give the E3 retriever once: sweep(retriever=...) (called with each variant's parameters) "
                          "or evaluator_config['retriever'], not both")
@@ -212,7 +234,8 @@ def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_conf
         raise ValueError(f"variants {dupes} appear more than once; each variant must differ in its parameters")
     base_index = _baseline_index(baseline, names, param_list)
     # the tracking store must answer before the pipeline or the judge is paid for
-    tracking.check_tracking_store(tracking_uri, experiment, nothing="Nothing was generated or judged.")
+    tracking.check_tracking_store(settings.tracking_uri, settings.experiment,
+                                  nothing="Nothing was generated or judged.")
     kwargs_list, prompt_versions, resolved_keys = resolve_prompts(param_list)
     pkeys: list[str | None] = list(resolved_keys)  # None: a variant whose answers are not cached (below)
     # the parameters as recorded: a prompt as <name>@v<version>; the run names show them that way
@@ -236,9 +259,10 @@ def _plan(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_conf
                 "generated again on every run. Give the object a 'cache_key' attribute (text naming its "
                 "configuration), or pass ('label', object) as the value (docs/sweeps.md).",
                 UnstableParameterWarning, stacklevel=3)
-    plan = _Plan(config, cfg, data, names, kwargs_list, prompt_versions, dict(zip(names, recorded_list)),
-                 names[base_index], Generations(pipeline, pipeline_identity(pipeline, pipeline_version), cfg.cache),
-                 retriever, pkeys=pkeys, questions=data[cfg.column("question")].tolist())
+    plan = _Plan(settings=settings, config=config, cfg=cfg, data=data, names=names, kwargs_list=kwargs_list,
+                 prompt_versions=prompt_versions, recorded=dict(zip(names, recorded_list)), base=names[base_index],
+                 gens=Generations(pipeline, pipeline_identity(pipeline, settings.pipeline_version), cfg.cache),
+                 pkeys=pkeys, questions=data[cfg.column("question")].tolist())
     _probe(plan)
     return plan
 
@@ -282,14 +306,15 @@ def _log_headline(plan: _Plan, child: tracking.RunLog, out: EvalOutput | None) -
 
 
 def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str, result: SweepResult,
-             scores: dict[str, dict[str, dict[Any, float]]], workers: int, verbose: bool) -> None:
+             scores: dict[str, dict[str, dict[Any, float]]]) -> None:
     """Step 2, one variant: answer every question, evaluate the answers, log the child run."""
     kwargs, pvs = plan.kwargs_list[i], plan.prompt_versions[i]
+    verbose = plan.settings.verbose
     _log(f"[{i + 1}/{len(plan.names)}] {name}", verbose)
     t0 = time.perf_counter()
     # what the probe already answered (or saw fail)
     timings: dict[int, float] = {}
-    outs, errors, cached = generate(plan.gens, plan.questions, kwargs, plan.pkeys[i], name, workers,
+    outs, errors, cached = generate(plan.gens, plan.questions, kwargs, plan.pkeys[i], name, plan.settings.workers,
                                     plan.done.get(i, {}), timings)
     seconds = time.perf_counter() - t0
     ok = [j for j in range(len(plan.questions)) if outs[j] is not None]
@@ -313,8 +338,8 @@ def _variant(plan: _Plan, i: int, name: str, parent: tracking.RunLog, dname: str
             if any(key in (outs[j] or {}) for j in ok):
                 frame[plan.cfg.column(key)] = [(outs[j] or {}).get(key) for j in ok]
         try:
-            out = evaluate_frame(frame, {**plan.config, "retriever": retriever_for(plan.retriever, kwargs)
-                                         or plan.config.get("retriever")})
+            retriever = retriever_for(plan.settings.retriever, kwargs) or plan.config.get("retriever")
+            out = evaluate_frame(frame, {**plan.config, "retriever": retriever})
             scores[name] = scores_by_row(out.results, rows=ok)
         except InputError as e:  # this variant's answers cannot be evaluated (the first variant's could)
             result.errors[name] = str(e)
@@ -412,27 +437,27 @@ def sweep(
         InputError, ValueError: bad variants, data, configuration or pipeline output, found before the sweep
             generates or judges anything beyond the first question.
     """
+    settings = SweepSettings(
+        evaluator_config=evaluator_config, experiment=experiment, baseline=baseline, run_name=run_name,
+        retriever=retriever, data_name=data_name, pipeline_version=pipeline_version, compare=compare,
+        headline=headline, alpha=alpha, n_boot=n_boot, seed=seed, workers=workers, tracking_uri=tracking_uri,
+        plots=plots, verbose=verbose)
     with stop_on_signals():  # Ctrl-C / SIGTERM: no new pipeline call, variant or judge request (core.stop)
-        return _sweep(pipeline, variants, data, evaluator_config, experiment, baseline, run_name, retriever, data_name,
-                      pipeline_version, compare, headline, alpha, n_boot, seed, workers, tracking_uri, plots, verbose)
+        return _sweep(pipeline, variants, data, settings)
 
 
-def _sweep(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_config: Mapping[str, Any] | None,
-           experiment: str | None, baseline: int | str, run_name: str | None, retriever: Callable[..., Any] | None,
-           data_name: str | None, pipeline_version: str | None, compare: Sequence[str] | None,
-           headline: Sequence[str] | None, alpha: float, n_boot: int, seed: int, workers: int,
-           tracking_uri: str | None, plots: bool, verbose: bool) -> SweepResult:
+def _sweep(pipeline: Callable[..., Any], variants: Any, data: Any, settings: SweepSettings) -> SweepResult:
+    compare, headline = settings.compare, settings.headline
     if isinstance(headline, str) or isinstance(compare, str):
         raise ValueError("headline= and compare= are lists of metric names, e.g. ['correctness', 'faithfulness']")
-    given_name = dataset_name(data, data_name) if isinstance(data, pd.DataFrame) and len(data) else None
-    plan = _plan(pipeline, variants, data, evaluator_config, experiment, baseline, retriever, pipeline_version,
-                 workers, tracking_uri)
+    given_name = dataset_name(data, settings.data_name) if isinstance(data, pd.DataFrame) and len(data) else None
+    plan = _plan(pipeline, variants, data, settings)
     dname = given_name or dataset_name(plan.data, None)
     asked = headline if headline is not None else compare
     plan.headline = list(dict.fromkeys(asked)) if asked is not None else None
     result = SweepResult("", {}, pd.DataFrame(), plan.base, plan.recorded)
     scores: dict[str, dict[str, dict[Any, float]]] = {}
-    with tracking.open_run(run_name or f"sweep-{dname}-{time.strftime('%Y%m%d-%H%M%S')}") as parent:
+    with tracking.open_run(settings.run_name or f"sweep-{dname}-{time.strftime('%Y%m%d-%H%M%S')}") as parent:
         result.parent_run_id = parent.run_id
         parent.params({"sweep.variants": str(len(plan.names)), "sweep.baseline": plan.base[:6000],
                        "sweep.pipeline": plan.gens.identity[:6000], "sweep.data": dname,
@@ -444,15 +469,16 @@ def _sweep(pipeline: Callable[..., Any], variants: Any, data: Any, evaluator_con
         for i, name in enumerate(plan.names):
             if stop_requested():
                 break
-            _variant(plan, i, name, parent, dname, result, scores, workers, verbose)
+            _variant(plan, i, name, parent, dname, result, scores)
         result.stopped = stop_reason()
         # step 3: the comparison on the parent
-        comparison = (paired_comparison(scores, plan.base, metrics=compare, alpha=alpha, n_boot=n_boot, seed=seed)
+        comparison = (paired_comparison(scores, plan.base, metrics=compare, alpha=settings.alpha,
+                                        n_boot=settings.n_boot, seed=settings.seed)
                       if plan.base in scores else pd.DataFrame(columns=list(COLUMNS)))
         result.comparison = comparison
-        figures = (comparison_figures(scores, comparison, plan.base, alpha=alpha, seed=seed,
+        figures = (comparison_figures(scores, comparison, plan.base, alpha=settings.alpha, seed=settings.seed,
                                       headline=plan.headline or ())
-                   if plots and len(comparison) else {})
+                   if settings.plots and len(comparison) else {})
         log_comparison(parent.run_id, comparison, figures)
         parent.metrics({"sweep/significant_differences": float(len(result.significant()))})
         result.prompts = {n: {k: f"prompts:/{pv.name}/{pv.version}" for k, pv in pvs.items()}

@@ -2,17 +2,17 @@
 
 ::
 
-    ragjudge offline-judge report --data ../shared/data     # the held-out agreement (docs/offline-judge.md)
-    ragjudge offline-judge fit --data ../shared/data --out mlflow_ragjudge/data/offline_judge.json
+    python -m tools.offline_judge report --data ../shared/data   # the held-out agreement (docs/offline-judge.md)
+    python -m tools.offline_judge fit --data ../shared/data --out mlflow_ragjudge/data/offline_judge.json
 
-The data (see :mod:`mlflow_ragjudge.public_data`) is cut in two by a fixed rule (:func:`half_split`, by question
-for NQ301 and by task for MTRAG). On the **fit half**:
+(from the project's root). The data (see :mod:`tools.offline_judge.public_data`) is cut in two by a fixed rule
+(:func:`half_split`, by question for NQ301 and by task for MTRAG). On the **fit half**:
 
 1. the correctness models: logistic regressions (L2, weight 1, intercept not penalised) of "a human accepts the
    response", over NQ301 (the majority's acceptable / not) and MTRAG's model responses (mean completeness >= 3,
    "mostly yes" or better) -- one on the pairs of a response and a **short** acceptable answer (:data:`USED`),
    one on the pairs with a **long** one (more than ``SHORT_ANSWER`` distinct content words, :data:`LONG_USED`;
-   :attr:`~mlflow_ragjudge.offline.Calibration.long`), or one for both when either has under
+   :attr:`~mlflow_ragjudge.metrics.offline.Calibration.long`), or one for both when either has under
    :data:`MIN_LONG_ROWS` rows. A row's features are those of its best acceptable answer under the model, so each
    fit alternates between choosing each row's best answer and refitting (three rounds, starting from the answer
    with the highest word recall);
@@ -28,7 +28,7 @@ for NQ301 and by task for MTRAG). On the **fit half**:
    of the supported share with MTRAG's mean human faithfulness.
 
 The report measures the shipped calibration on the **held-out half**, against the lexical baselines on every set
-(:mod:`~mlflow_ragjudge.offline_table`) and beside the recorded judges on the same rows, and shows how much the
+(:mod:`~tools.offline_judge.table`) and beside the recorded judges on the same rows, and shows how much the
 figures move when the halves are drawn at random (refitted each time).
 """
 
@@ -45,12 +45,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..engine.meta import agreement
-from ..metrics.lexical import word_recall
-from ..metrics.offline import FEATURES, Calibration, OfflineJudge, answer_features
-from ..metrics.offline_evidence import SHORT_ANSWER, AnswerModel, is_long_answer
-from .offline_table import agreement_table, format_table
+from mlflow_ragjudge.engine.meta import agreement
+from mlflow_ragjudge.metrics.lexical import word_recall
+from mlflow_ragjudge.metrics.offline import FEATURES, Calibration, OfflineJudge, answer_features
+from mlflow_ragjudge.metrics.offline_evidence import SHORT_ANSWER, AnswerModel, is_long_answer
+
 from .public_data import half_split, lexical_match, load_mtrag, load_nq301
+from .table import agreement_table, format_table
 
 __all__ = ["fit_calibration", "held_out_report", "baseline_table", "format_report", "main", "SPLIT_SALT"]
 
@@ -462,8 +463,8 @@ def format_report(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``ragjudge offline-judge fit|report --data DIR``."""
-    ap = argparse.ArgumentParser(prog="ragjudge offline-judge", description=__doc__.split("\n\n")[0])
+    """``python -m tools.offline_judge fit|report --data DIR``."""
+    ap = argparse.ArgumentParser(prog="python -m tools.offline_judge", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="fit the calibration on the fit halves and write it as JSON")
     fit.add_argument("--data", required=True, help="the folder holding openqa_eval/ and mtrag/ (../shared/data)")
@@ -504,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def baseline_table(data_dir: str | Path, calibration: Calibration | None = None, *, splits: int = 0,
                    seed: int = 0) -> dict[str, Any]:
-    """The offline judge against the lexical baselines on every set (:func:`~mlflow_ragjudge.offline_table.
+    """The offline judge against the lexical baselines on every set (:func:`~tools.offline_judge.table.
     agreement_table`), the judge being ``calibration`` (default: the shipped one) on the fixed split."""
     nq, m = load_nq301(data_dir), load_mtrag(data_dir)
     cache: dict[str, Any] = {}

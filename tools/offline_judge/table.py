@@ -3,7 +3,7 @@ table of docs/offline-judge.md ("Against the lexical baselines").
 
 ::
 
-    ragjudge offline-judge report --data ../shared/data --splits 20
+    python -m tools.offline_judge report --data ../shared/data --splits 20     # from the project's root
 
 For each set -- OpenQA-eval NQ301 (short gold answers; the human majority's acceptable / not), with its
 extractive (at most :data:`SHORT_RESPONSE` words) and generated responses also apart, and MTRAG (a passage as
@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..engine.meta import agreement
-from ..metrics.lexical import word_recall
-from ..metrics.offline import Calibration, OfflineJudge
+from mlflow_ragjudge.engine.meta import agreement
+from mlflow_ragjudge.metrics.lexical import word_recall
+from mlflow_ragjudge.metrics.offline import Calibration, OfflineJudge
+
 from .public_data import half_split, lexical_match, normalise_answer
 
 __all__ = ["agreement_table", "format_table", "BASELINES", "SHORT_RESPONSE"]
@@ -152,9 +153,10 @@ def agreement_table(nq: pd.DataFrame, m: pd.DataFrame, fitter: Callable[..., Cal
     ``fitter`` gives on the fixed fit halves) and, with ``splits``, that many random halves, refitted.
 
     Args:
-        nq, m: :func:`~mlflow_ragjudge.public_data.load_nq301` and :func:`~mlflow_ragjudge.public_data.load_mtrag`.
+        nq, m: :func:`~tools.offline_judge.public_data.load_nq301` and
+            :func:`~tools.offline_judge.public_data.load_mtrag`.
         fitter: fits a calibration: ``fitter(nq_fit=..., m_fit=..., regimes=...)`` (the fit of
-            :mod:`~mlflow_ragjudge.offline_fit`, bound to the data).
+            :mod:`~tools.offline_judge.fit`, bound to the data).
     """
     sets = _sets(nq, m)
     features = {s.key: {"recall": np.array([token_recall(r, refs) for r, refs in zip(s.response, s.references)]),
