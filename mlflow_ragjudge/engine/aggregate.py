@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.types import Aggregate, JudgeResult, Row, Status, aggregate, metric_name_safe
+from ..core.types import Aggregate, JudgeResult, Row, Status, aggregate, metric_name_part
 from ..metrics.spec import Finish, MetricSpec
 from .config import RagJudgeConfig
 from .inputs import row_ids
@@ -77,7 +77,7 @@ def output_metrics(name: str, summary: OutputSummary, judged: bool) -> dict[str,
         out[f"{name}/mean"] = agg.mean
     for g in sorted(summary.groups):
         gagg = summary.groups[g]
-        gname = metric_name_safe(g)
+        gname = metric_name_part(g)
         if gagg.mean is not None:
             out[f"{name}/mean/{gname}"] = gagg.mean
         if judged:
