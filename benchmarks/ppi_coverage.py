@@ -2,8 +2,8 @@
 
 Each study takes a data set where every row has both a judge score and a human label, treats the human mean over
 **all** rows as the truth, and then, many times over, labels a uniform random sample of ``n`` rows (without
-replacement), hides the other labels, and asks :func:`mlflow_ragjudge.ppi.ppi_mean` (or
-:func:`~mlflow_ragjudge.ppi.ppi_paired_diff`) for a 95 % interval. It reports how often each interval covers the
+replacement), hides the other labels, and asks :func:`mlflow_ragjudge.engine.ppi.ppi_mean` (or
+:func:`~mlflow_ragjudge.engine.ppi.ppi_paired_diff`) for a 95 % interval. It reports how often each interval covers the
 truth, how wide it is, the bias and spread of the point estimates, and the judge-only mean's bias::
 
     .venv/bin/python benchmarks/ppi_coverage.py --data ../shared/data              # ~35 s, Markdown on stdout
@@ -12,7 +12,7 @@ truth, how wide it is, the bias and spread of the point estimates, and the judge
 Studies (docs/calibration.md, "Measured on public data", quotes the output):
 
 * ``nq301_gpt4`` -- OpenQA-eval NQ301, 1,490 answers: judge = GPT-4's recorded verdict (Yes 1, No 0; a reply
-  starting with neither counts as No, as :mod:`mlflow_ragjudge.offline_fit` does), human = the majority's
+  starting with neither counts as No, as :mod:`mlflow_ragjudge.workflows.offline_fit` does), human = the majority's
   acceptable (1) or not (0).
 * ``nq301_offline`` / ``nq301_offline_heldout`` -- the same rows judged by ``offline:/lexical``: accepted when its
   correctness level is 4 or 5, rejected at levels 1-3 and when it abstains (level 0), as the offline judge's

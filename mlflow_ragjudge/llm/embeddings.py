@@ -1,7 +1,7 @@
 """Embeddings for the metrics that need them (answer relevancy).
 
-The LLM-judged metrics themselves are :class:`~mlflow_ragjudge.registry.MetricSpec` entries defined beside
-their judges (``mlflow_ragjudge.judges.*``) and listed in :mod:`mlflow_ragjudge.registry`.
+The LLM-judged metrics themselves are :class:`~mlflow_ragjudge.metrics.spec.MetricSpec` entries defined beside
+their judges (``mlflow_ragjudge.metrics.*``) and listed in :mod:`mlflow_ragjudge.metrics.spec`.
 """
 
 from __future__ import annotations

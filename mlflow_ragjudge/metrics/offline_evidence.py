@@ -6,7 +6,7 @@ It scores correctness, faithfulness and the context metrics of a row from the wo
 network, no model download and no PyTorch. Its cut-points are fitted on public human labels (OpenQA-eval NQ301
 and MTRAG, one half of each) and shipped with the package (``data/offline_judge.json``); its agreement with the
 humans on the other half is in docs/offline-judge.md, with the command that reproduces it
-(:mod:`mlflow_ragjudge.offline_fit`). What it is good for: CI smoke tests, cheap triage, a floor. What it is
+(:mod:`mlflow_ragjudge.workflows.offline_fit`). What it is good for: CI smoke tests, cheap triage, a floor. What it is
 not: a judge of meaning. It cannot tell a right answer worded with other words from a wrong one, and it never
 sees that a fluent sentence built from the passages' words says something they do not.
 
@@ -37,7 +37,7 @@ How each metric is scored (the same rules as the LLM judges' definitions where a
 Answer relevancy and multi-turn need a model that writes text; under the offline judge they are skipped with
 that reason.
 
-Tokens are :func:`mlflow_ragjudge.text.tokenize`'s, then matched leniently (:func:`match_tokens`): accents
+Tokens are :func:`mlflow_ragjudge.core.text.tokenize`'s, then matched leniently (:func:`match_tokens`): accents
 folded on Latin letters, thousands separators dropped (``2,579`` is one number), number words and ordinals
 read as digits (``eight`` = ``8``, ``14th`` = ``14``), and a light English suffix stripping
 (``sharecroppers`` = ``sharecropping``). Content words are the tokens outside a short list of English function
@@ -459,7 +459,7 @@ class AnswerModel:
 @dataclass(frozen=True)
 class Calibration:
     """The fitted numbers of the offline judge (``data/offline_judge.json``, written by
-    :mod:`mlflow_ragjudge.offline_fit`).
+    :mod:`mlflow_ragjudge.workflows.offline_fit`).
 
     Attributes:
         version: calibration version (recorded with every result and in the run's params).

@@ -1,7 +1,7 @@
 """The ``retrieval`` metric: trec_eval-exact document-level measures (:mod:`mlflow_ragjudge.core.ir`) on each row's
 ``retrieved_doc_ids`` against its ``relevant_doc_ids``, and chunk-level ROUGE-L coverage of the reference by the
-``contexts`` (SPEC 2.5). The measures' functions stay importable from here (``from mlflow_ragjudge.retrieval import
-score_query``)."""
+``contexts`` (SPEC 2.5). The measures' functions stay importable from here
+(``from mlflow_ragjudge.metrics.retrieval import score_query``)."""
 
 from __future__ import annotations
 

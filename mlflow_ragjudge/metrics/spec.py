@@ -1,9 +1,9 @@
 """The metric registry: one :class:`MetricSpec` per metric, LLM-judged or not.
 
-A spec says everything the engine (:mod:`mlflow_ragjudge.evaluation`) needs to run a metric without knowing
+A spec says everything the engine (:mod:`mlflow_ragjudge.engine.evaluate`) needs to run a metric without knowing
 its name: which columns it needs, whether it needs the judge, embeddings or the six-level judge's contexts, how
 it checks its inputs and builds its state before any call, how it scores one row into
-:class:`~mlflow_ragjudge.types.JudgeResult` values (one per sub-metric it logs), how it estimates a row's cost,
+:class:`~mlflow_ragjudge.core.types.JudgeResult` values (one per sub-metric it logs), how it estimates a row's cost,
 and which table columns, run-level metrics, artifacts and params it adds. The metric list of the config, the
 CLI and the docs comes from here.
 
@@ -166,8 +166,8 @@ class MetricSpec:
         record: entries for the run's config record (``ragjudge/config.json``).
         params: extra MLflow params.
         description: one line for ``ragjudge metrics`` and the docs.
-        offline: how the offline judge (``offline:/lexical``, :mod:`mlflow_ragjudge.offline`) scores one row of a
-            judged metric: ``(OfflineEvidence, row, ctx) -> JudgeResult | {output: JudgeResult}``; None when it
+        offline: how the offline judge (``offline:/lexical``, :mod:`mlflow_ragjudge.metrics.offline`) scores one row
+            of a judged metric: ``(OfflineEvidence, row, ctx) -> JudgeResult | {output: JudgeResult}``; None when it
             cannot (the metric is then skipped under the offline judge, with ``offline_unavailable`` as the reason).
         offline_unavailable: why the offline judge cannot score this metric.
         scale: the (lowest, highest) value of its outputs that are not on the six-level scale (human labels given

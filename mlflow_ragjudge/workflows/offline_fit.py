@@ -5,14 +5,14 @@
     ragjudge offline-judge report --data ../shared/data     # the held-out agreement (docs/offline-judge.md)
     ragjudge offline-judge fit --data ../shared/data --out mlflow_ragjudge/data/offline_judge.json
 
-The data (see :mod:`mlflow_ragjudge.public_data`) is cut in two by a fixed rule (:func:`half_split`, by question
-for NQ301 and by task for MTRAG). On the **fit half**:
+The data (see :mod:`mlflow_ragjudge.workflows.public_data`) is cut in two by a fixed rule (:func:`half_split`, by
+question for NQ301 and by task for MTRAG). On the **fit half**:
 
 1. the correctness models: logistic regressions (L2, weight 1, intercept not penalised) of "a human accepts the
    response", over NQ301 (the majority's acceptable / not) and MTRAG's model responses (mean completeness >= 3,
    "mostly yes" or better) -- one on the pairs of a response and a **short** acceptable answer (:data:`USED`),
    one on the pairs with a **long** one (more than ``SHORT_ANSWER`` distinct content words, :data:`LONG_USED`;
-   :attr:`~mlflow_ragjudge.offline.Calibration.long`), or one for both when either has under
+   :attr:`~mlflow_ragjudge.metrics.offline.Calibration.long`), or one for both when either has under
    :data:`MIN_LONG_ROWS` rows. A row's features are those of its best acceptable answer under the model, so each
    fit alternates between choosing each row's best answer and refitting (three rounds, starting from the answer
    with the highest word recall);
@@ -28,8 +28,8 @@ for NQ301 and by task for MTRAG). On the **fit half**:
    of the supported share with MTRAG's mean human faithfulness.
 
 The report measures the shipped calibration on the **held-out half**, against the lexical baselines on every set
-(:mod:`~mlflow_ragjudge.offline_table`) and beside the recorded judges on the same rows, and shows how much the
-figures move when the halves are drawn at random (refitted each time).
+(:mod:`~mlflow_ragjudge.workflows.offline_table`) and beside the recorded judges on the same rows, and shows how much
+the figures move when the halves are drawn at random (refitted each time).
 """
 
 from __future__ import annotations
@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def baseline_table(data_dir: str | Path, calibration: Calibration | None = None, *, splits: int = 0,
                    seed: int = 0) -> dict[str, Any]:
-    """The offline judge against the lexical baselines on every set (:func:`~mlflow_ragjudge.offline_table.
+    """The offline judge against the lexical baselines on every set (:func:`~mlflow_ragjudge.workflows.offline_table.
     agreement_table`), the judge being ``calibration`` (default: the shipped one) on the fixed split."""
     nq, m = load_nq301(data_dir), load_mtrag(data_dir)
     cache: dict[str, Any] = {}

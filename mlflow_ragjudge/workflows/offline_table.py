@@ -152,9 +152,10 @@ def agreement_table(nq: pd.DataFrame, m: pd.DataFrame, fitter: Callable[..., Cal
     ``fitter`` gives on the fixed fit halves) and, with ``splits``, that many random halves, refitted.
 
     Args:
-        nq, m: :func:`~mlflow_ragjudge.public_data.load_nq301` and :func:`~mlflow_ragjudge.public_data.load_mtrag`.
+        nq, m: :func:`~mlflow_ragjudge.workflows.public_data.load_nq301` and
+            :func:`~mlflow_ragjudge.workflows.public_data.load_mtrag`.
         fitter: fits a calibration: ``fitter(nq_fit=..., m_fit=..., regimes=...)`` (the fit of
-            :mod:`~mlflow_ragjudge.offline_fit`, bound to the data).
+            :mod:`~mlflow_ragjudge.workflows.offline_fit`, bound to the data).
     """
     sets = _sets(nq, m)
     features = {s.key: {"recall": np.array([token_recall(r, refs) for r, refs in zip(s.response, s.references)]),
