@@ -18,9 +18,6 @@ from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
 from .parser import kv
 from .reading import SPARK_DATA, read_corpus, read_table, spark_data_kind
 
-__all__ = ["metrics_table", "config_from_args", "model_config", "run_evaluation", "summary", "exit_code",
-           "testset_command", "estimate_command", "run_spark_evaluation"]
-
 
 def metrics_table() -> str:
     """The registered metrics as a text table (from the registry, so a metric added with register_metric is

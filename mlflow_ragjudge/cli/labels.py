@@ -8,8 +8,6 @@ from pathlib import Path
 from ..core.errors import InputError
 from .evaluate import exit_code, summary
 
-__all__ = ['labels_command', 'log_saved_command']
-
 
 def labels_command(args: argparse.Namespace) -> int:
     """``ragjudge label-sample`` and ``ragjudge calibrate``."""

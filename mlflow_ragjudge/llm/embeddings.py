@@ -15,8 +15,6 @@ from .backends import safe_url
 from .client import JudgeClient
 from .local_model import LocalEmbedder
 
-__all__ = ["resolve_embedder", "EmbeddingsUnavailable", "embeddings_fix"]
-
 
 def embeddings_fix(judge: Any = None) -> str:
     """How to give answer relevancy an embedding model, on the command line and in Python; with an

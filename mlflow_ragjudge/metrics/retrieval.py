@@ -11,17 +11,19 @@ from typing import Any
 
 from ..core.ir import (
     COUNT_KEYS,
-    DEFAULT_KS,
     SET_KEYS,
     TREC_EVAL_MEASURES,
-    DocId,
-    RankedIds,
-    Relevant,
     aggregate_queries,
     metric_names,
     rank_run,
     score_queries,
     score_query,
+)
+from ..core.ir_checks import (
+    DEFAULT_KS,
+    DocId,
+    RankedIds,
+    Relevant,
     validate_ks,
     validate_retrieval_columns,
     validate_retrieval_row,

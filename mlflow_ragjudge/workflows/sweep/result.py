@@ -12,8 +12,6 @@ from ...core.constants import is_offline_judge
 from ...engine.evaluate import EvalOutput
 from ..calibration import calibrate, label_sample
 
-__all__ = ["SweepResult"]
-
 
 @dataclass
 class SweepResult:

@@ -42,8 +42,6 @@ from .variants import (
     variant_names,
 )
 
-__all__ = ["sweep", "GENERATIONS_FILE"]
-
 GENERATIONS_FILE = "ragjudge/generations.json"
 
 

@@ -17,10 +17,6 @@ from typing import Any
 from ...adapters import tracking
 from ...core.errors import InputError
 
-__all__ = ["PromptTemplate", "Identity", "identity", "is_labelled", "shown_value", "short_value", "short_key",
-           "expand_variants", "variant_name", "variant_names", "params_key", "unstable_params",
-           "resolve_prompts", "MAX_NAME", "SHORT_NAME", "SHORT_VALUE"]
-
 
 @dataclass(frozen=True)
 class PromptTemplate:
