@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 import subprocess
@@ -362,13 +363,9 @@ def test_every_public_name_is_a_real_import():
         assert module in on_use, f"{name}: __getattr__ does not import {module}"
         assert _loads_mlflow(module), f"{name}: {module} does not load mlflow, so import it at the top of __init__"
     for name, module in top.items():
-        assert getattr(rj, name) is getattr(importlib_module(module), name.replace("__version__", "VERSION"))
+        assert getattr(rj, name) is getattr(importlib.import_module(module), name.replace("__version__", "VERSION"))
     with pytest.raises(AttributeError):
         rj.no_such_name  # noqa: B018
-
-
-def importlib_module(name: str):
-    return sys.modules[name] if name in sys.modules else __import__(name, fromlist=["_"])
 
 
 def _top_names(module: str) -> set[str]:
