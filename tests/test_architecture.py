@@ -194,6 +194,18 @@ def test_the_import_graph_has_no_cycle_anywhere():
     assert not cycles, f"import cycles: {cycles}"
 
 
+#: the CLI's modules that hold sub-commands; what two of them share sits below them (cli/common.py, exits, parser,
+#: reading, streams), so a command module imports no other
+CLI_COMMANDS = ("evaluate", "labels", "sweep")
+
+
+def test_the_cli_commands_do_not_import_each_other():
+    commands = {f"{PKG}.cli.{c}" for c in CLI_COMMANDS}
+    assert commands <= set(MODULES)
+    crossing = [f"{a} -> {b}" for a in commands for b, _, _ in GRAPH[a] if b in commands]
+    assert not crossing, f"a CLI command module imports another (move what they share to cli/common.py): {crossing}"
+
+
 def test_a_cycle_in_the_cli_would_be_found():
     graph = {m: [b for b, _, _ in targets] for m, targets in GRAPH.items()}
     graph[f"{PKG}.cli.exits"] = [*graph[f"{PKG}.cli.exits"], f"{PKG}.cli.labels"]  # labels -> evaluate -> exits

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..core.errors import InputError
-from .evaluate import exit_code, summary
+from .common import exit_code, summary
 
 
 def labels_command(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE
-from .evaluate import model_config
+from .common import model_config
 from .exits import EXIT_JUDGE_FAILURES, EXIT_OK
 from .parser import kv
 from .reading import import_callable, read_grid, read_table
