@@ -48,7 +48,7 @@ JUDGED = ["correctness", "faithfulness", "context_precision", "context_recall", 
 def frame(n: int):
     import pandas as pd
 
-    from mlflow_ragjudge import example_rag
+    from mlflow_ragjudge.workflows import example_rag
 
     base = example_rag.sample_questions()
     df = pd.concat([base] * (n // len(base) + 1)).head(n).reset_index(drop=True)

@@ -214,7 +214,7 @@ def _reason(ok: bool, where: str) -> str:
 
 
 def _section(prompt: str, name: str) -> str:
-    """A section's value; values sit between <data-...> fence tags (mlflow_ragjudge.prompts)."""
+    """A section's value; values sit between <data-...> fence tags (mlflow_ragjudge.llm.prompts)."""
     m = re.search(rf'(?m)^{re.escape(name)}[^\n]*:\n<(data-[0-9a-f]+) name="\w+">\n(.*?)\n</\1>', prompt, re.S)
     return m.group(2) if m else ""
 

@@ -2,8 +2,8 @@
 
 Each study takes a data set where every row has both a judge score and a human label, treats the human mean over
 **all** rows as the truth, and then, many times over, labels a uniform random sample of ``n`` rows (without
-replacement), hides the other labels, and asks :func:`mlflow_ragjudge.ppi.ppi_mean` (or
-:func:`~mlflow_ragjudge.ppi.ppi_paired_diff`) for a 95 % interval. It reports how often each interval covers the
+replacement), hides the other labels, and asks :func:`mlflow_ragjudge.engine.ppi.ppi_mean` (or
+:func:`~mlflow_ragjudge.engine.ppi.ppi_paired_diff`) for a 95 % interval. It reports how often each interval covers the
 truth, how wide it is, the bias and spread of the point estimates, and the judge-only mean's bias::
 
     .venv/bin/python benchmarks/ppi_coverage.py --data ../shared/data              # ~35 s, Markdown on stdout

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from mlflow_ragjudge.backends import ChatRequest
 
 import mlflow_ragjudge as rj
+from mlflow_ragjudge.llm.backends import ChatRequest
 
 DATA = Path(__file__).resolve().parent / "data"
 PROMPT_NAME = "aurora-rag-answer"

@@ -1,7 +1,7 @@
 """Which retrieval settings answer best? A variant sweep of a RAG system's chunking, top-k and reranker.
 
 An example to copy: it uses only the public API (``mlflow_ragjudge.sweep`` and the bundled example RAG system,
-``mlflow_ragjudge.example_rag``). Replace ``example_rag.answer`` with your own pipeline,
+``mlflow_ragjudge.workflows.example_rag``). Replace ``example_rag.answer`` with your own pipeline,
 ``pipeline(question, **params) -> {"answer", "contexts", "retrieved_doc_ids", "citations"}``, and the grid with
 your own parameters.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 import mlflow_ragjudge as rj
-from mlflow_ragjudge import example_rag
+from mlflow_ragjudge.workflows import example_rag
 
 DATA = Path(__file__).resolve().parent / "data"
 GRID = {"chunk_size": [64, 16, 8], "top_k": [3, 1], "reranker": ["off", "coverage"]}

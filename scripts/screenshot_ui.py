@@ -30,8 +30,9 @@ def run_sweep(url: str) -> tuple[str, str, list[str]]:
     """The quickstart's sweep; returns the experiment, the parent run and the children (the baseline first)."""
     import mlflow
 
-    from mlflow_ragjudge import example_rag, sweep
+    from mlflow_ragjudge import sweep
     from mlflow_ragjudge.cli import QUICKSTART_VARIANTS
+    from mlflow_ragjudge.workflows import example_rag
 
     result = sweep(example_rag.answer, list(QUICKSTART_VARIANTS), example_rag.sample_questions(),
                    retriever=example_rag.retrieve, data_name="ragjudge-sample", experiment="ragjudge-quickstart",

@@ -1,4 +1,4 @@
-"""Claim arithmetic (mlflow_ragjudge.claims): our own vectors, and RAGChecker's recorded example outputs.
+"""Claim arithmetic (mlflow_ragjudge.core.claims): our own vectors, and RAGChecker's recorded example outputs.
 
 The RAGChecker files (amazon-science/RAGChecker @ 6091f08c ``examples/``) hold, per query, the claims
 extracted from the response and from the reference answer, the four entailment checks

@@ -1,5 +1,5 @@
-"""The bundled example RAG system (mlflow_ragjudge.example_rag) and the examples in experiments/, which use only
-the public API: a retrieval sweep, and seed 004's prompt iterations against a scripted generator."""
+"""The bundled example RAG system (mlflow_ragjudge.workflows.example_rag) and the examples in experiments/, which
+use only the public API: a retrieval sweep, and seed 004's prompt iterations against a scripted generator."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_ragjudge.example_rag import BM25Index, Chunk, chunk_documents
 from scripted_generator import ScriptedGenerator
 
-from mlflow_ragjudge import example_rag
+from mlflow_ragjudge.workflows import example_rag
+from mlflow_ragjudge.workflows.example_rag import BM25Index, Chunk, chunk_documents
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -81,8 +81,8 @@ def test_examples_use_only_the_public_api(name):
     imported = {n.module if isinstance(n, ast.ImportFrom) else a.name for n in ast.walk(tree)
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert not any(m and m.startswith("experiments") for m in imported)
-    assert not any(m and m.startswith("mlflow_ragjudge.") and m not in ("mlflow_ragjudge.example_rag",
-                                                                        "mlflow_ragjudge.backends") for m in imported)
+    public = ("mlflow_ragjudge.workflows", "mlflow_ragjudge.workflows.example_rag", "mlflow_ragjudge.llm.backends")
+    assert not any(m and m.startswith("mlflow_ragjudge.") and m not in public for m in imported)
     assert "sys.path" not in (EXPERIMENTS / name).read_text(encoding="utf-8")
 
 

@@ -1,4 +1,4 @@
-"""Tests for mlflow_ragjudge.lexical: word recall, ROUGE-L, BERTScore, local embeddings."""
+"""Tests for mlflow_ragjudge.metrics.lexical: word recall, ROUGE-L, BERTScore, local embeddings."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_context_rouge_l_rejects_a_single_string() -> None:
 
 
 def test_importing_lexical_does_not_import_torch() -> None:
-    code = "import sys, mlflow_ragjudge.lexical; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = "import sys, mlflow_ragjudge.metrics.lexical; print('torch' in sys.modules, 'transformers' in sys.modules)"
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,

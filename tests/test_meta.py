@@ -1,4 +1,4 @@
-"""Tests for mlflow_ragjudge.meta: correlations, bootstrap intervals, kappa, Figure-2 table."""
+"""Tests for mlflow_ragjudge.engine.meta: correlations, bootstrap intervals, kappa, Figure-2 table."""
 
 from __future__ import annotations
 

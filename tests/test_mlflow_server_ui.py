@@ -85,7 +85,8 @@ def test_a_sweep_over_http_and_its_parent_and_children_in_the_ui(server, monkeyp
     the chart view's first section the headline metrics, the comparison table with the variant first."""
     from mlflow_ui import CLOSE_ASSISTANT, EXPAND_PARENT_RUN, browse
 
-    from mlflow_ragjudge import example_rag, sweep
+    from mlflow_ragjudge import sweep
+    from mlflow_ragjudge.workflows import example_rag
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
     monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(tmp_path / "cache"))

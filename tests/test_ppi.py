@@ -1,4 +1,4 @@
-"""Prediction-powered inference (mlflow_ragjudge.ppi) against its reference implementation and its guarantees.
+"""Prediction-powered inference (mlflow_ragjudge.engine.ppi) against its reference implementation and its guarantees.
 
 (a) the values ``ppi_py`` (package ppi-python) gave on fixed cases, pinned in ``tests/data/ppi_reference.json`` by
     ``scripts/pin_ppi_reference.py`` -- run always, ppi_py not needed;

@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mlflow_ragjudge import example_rag, load_output
+from mlflow_ragjudge import load_output
 from mlflow_ragjudge.adapters.run_log import META_FILE, TABLE_FILE, log_output, save_local
 from mlflow_ragjudge.adapters.tracking import load_run_table
 from mlflow_ragjudge.cli import main
 from mlflow_ragjudge.engine.evaluate import evaluate_frame
+from mlflow_ragjudge.workflows import example_rag
 from mlflow_ragjudge.workflows.compare import COMPARISON_FILE, compare_runs
 
 N_ROWS = 6

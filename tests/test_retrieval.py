@@ -1,4 +1,4 @@
-"""Hand-computed checks of the document-level retrieval metrics (mlflow_ragjudge.retrieval).
+"""Hand-computed checks of the document-level retrieval metrics (mlflow_ragjudge.metrics.retrieval).
 
 Every expected value below is worked out by hand from the definitions in docs/retrieval.md; the agreement
 with trec_eval's own outputs is in test_retrieval_trec_eval.py.

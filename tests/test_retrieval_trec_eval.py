@@ -1,4 +1,4 @@
-"""Conformance of mlflow_ragjudge.retrieval with trec_eval's own expected outputs.
+"""Conformance of mlflow_ragjudge.metrics.retrieval with trec_eval's own expected outputs.
 
 The data are trec_eval's test files (github.com/usnistgov/trec_eval, ``test/``), kept in
 ``shared/data/trec_eval`` beside the repository. trec_eval's Makefile (target ``quicktest``) says which

@@ -12,8 +12,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import mlflow_ragjudge as rj
-from mlflow_ragjudge import InputError, PromptTemplate, example_rag
+from mlflow_ragjudge import InputError, PromptTemplate
 from mlflow_ragjudge.cli import main
+from mlflow_ragjudge.workflows import example_rag
 from mlflow_ragjudge.workflows.compare import paired_comparison, scores_by_row
 from mlflow_ragjudge.workflows.sweep import expand_variants, variant_name, variant_names
 
@@ -159,8 +160,8 @@ def test_prompt_templates_are_versioned_in_the_registry(tmp_tracking, questions)
     assert list(again.run_ids) == ["prompt=@v2", "prompt=@v1"]
     by_name = rj.sweep(Pipeline(), [{"prompt": v[1]["prompt"]}, {"prompt": "prompts:/capitals-answer/1"}],
                        questions, evaluator_config={"judge": "offline:/lexical", "bertscore": False},
-                       baseline="prompt=capitals-answer@v1")
-    assert by_name.baseline == "prompt=@v1"  # the baseline by its parameters written out (the names of before)
+                       baseline="prompt=@v1")
+    assert by_name.baseline == "prompt=@v1"  # the baseline by its run name, known once the prompts are registered
     assert mlflow.genai.load_prompt("prompts:/capitals-answer@latest").version == 2
 
 
@@ -238,13 +239,14 @@ def test_compare_runs_refuses_runs_over_other_questions(tmp_tracking, questions)
 
 def test_cli_sweep_with_a_grid_file(tmp_path, tmp_tracking, questions, monkeypatch, capsys):
     (tmp_path / "my_rag.py").write_text(
-        "from mlflow_ragjudge import example_rag\n"
+        "from mlflow_ragjudge.workflows import example_rag\n"
         "def answer(question, **params):\n    return example_rag.answer(question, **params)\n", encoding="utf-8")
     (tmp_path / "grid.json").write_text(json.dumps({"chunk_size": [64, 8], "top_k": [3]}), encoding="utf-8")
     example_rag.sample_questions().to_json(tmp_path / "q.jsonl", orient="records", lines=True)
     monkeypatch.chdir(tmp_path)
     rc = main(["sweep", "q.jsonl", "--pipeline", "my_rag:answer", "--grid", "grid.json", "--retriever",
-               "mlflow_ragjudge.example_rag:retrieve", "--experiment", "cli-sweep", "--config", '{"bertscore": false}'])
+               "mlflow_ragjudge.workflows.example_rag:retrieve", "--experiment", "cli-sweep",
+               "--config", '{"bertscore": false}'])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "chunk_size=8 " in out and "comparison against 'chunk_size=64'" in out  # top_k is the same in both

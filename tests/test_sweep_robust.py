@@ -19,7 +19,7 @@ from mlflow_ragjudge import InputError
 from mlflow_ragjudge.cli import main
 from mlflow_ragjudge.core.errors import UnstableParameterWarning
 from mlflow_ragjudge.workflows.sweep import expand_variants, variant_names
-from mlflow_ragjudge.workflows.sweep.variants import MAX_NAME, SHORT_NAME, long_names, short_key, short_value
+from mlflow_ragjudge.workflows.sweep.variants import MAX_NAME, SHORT_NAME, short_key, short_value
 
 OFFLINE = {"judge": "offline:/lexical", "bertscore": False}
 CORPUS = {"d1": "Paris is the capital of France.", "d2": "Berlin is the capital of Germany.",
@@ -227,9 +227,6 @@ def test_names_fit_the_ui_runs_table_or_differ_in_what_it_shows():
     names = variant_names(grid)
     assert names == ["cs=256,top_k=3", "cs=256,top_k=5", "cs=512,top_k=3", "cs=512,top_k=5"]
     assert all(len(n) <= SHORT_NAME for n in names)
-    # the names of before were cut by the table into four times the same "chunk_size=256," / "chunk_size=512,"
-    assert len({n[: SHORT_NAME - 1] for n in long_names(grid)}) == 2
-    assert long_names(grid)[0] == "chunk_size=256, top_k=3"
     # too long to fit at any level: the parameter names stay readable as long as what the table shows differs
     styles = variant_names(expand_variants({"top_k": [1, 2], "style": ["plain", "quoted"]}))
     assert styles[1] == "top_k=1,style=quoted" and len({n[: SHORT_NAME - 1] for n in styles}) == 4

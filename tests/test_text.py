@@ -1,4 +1,4 @@
-"""Tests for mlflow_ragjudge.text: tokenisation and sentence splitting."""
+"""Tests for mlflow_ragjudge.core.text: tokenisation and sentence splitting."""
 
 from __future__ import annotations
 

@@ -20,12 +20,13 @@ from fakellm import Reply
 from mlflow.entities import AssessmentSource, AssessmentSourceType
 from mlflow.tracking import MlflowClient
 
-from mlflow_ragjudge import example_rag, load_output
+from mlflow_ragjudge import load_output
 from mlflow_ragjudge.adapters.run_log import TABLE_FILE, log_output
 from mlflow_ragjudge.adapters.traces import EXPECTATION_NAME, pick_rows
 from mlflow_ragjudge.adapters.tracking import load_run_table
 from mlflow_ragjudge.cli import main
 from mlflow_ragjudge.engine.evaluate import evaluate_frame
+from mlflow_ragjudge.workflows import example_rag
 from mlflow_ragjudge.workflows.calibration_traces import calibrate_traces
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ import mlflow
 import pytest
 from mlflow_ui import CLOSE_ASSISTANT, browse, chromium_path, start_server
 
-from mlflow_ragjudge import example_rag, sweep
+from mlflow_ragjudge import sweep
+from mlflow_ragjudge.workflows import example_rag
 
 pytestmark = pytest.mark.slow
 

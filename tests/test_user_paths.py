@@ -29,9 +29,9 @@ from mlflow.tracking import MlflowClient
 from mlflow_ui import free_port
 
 import mlflow_ragjudge as rj
-from mlflow_ragjudge import example_rag
 from mlflow_ragjudge.adapters.tracking import load_run_table
 from mlflow_ragjudge.cli import main
+from mlflow_ragjudge.workflows import example_rag
 from mlflow_ragjudge.workflows.calibration import CALIBRATED_COLUMNS
 from mlflow_ragjudge.workflows.compare import COMPARISON_FILE
 

@@ -12,9 +12,6 @@ from ..core.types import Row
 from ..engine.inputs import Repairs, as_flag, as_list, as_references, passages, set_references
 from .trace_fields import answer_of, question_of, retrieved, root_span, where_answer, where_question
 
-__all__ = ["question_of", "answer_of", "reference_of", "references_of", "row_from_mlflow", "read_scorer_args",
-           "ScorerRow", "missing_fields", "SCORER_SOURCES"]
-
 
 def reference_of(expectations: dict[str, Any] | None) -> str | None:
     """The (first) reference answer of a scorer's expectations."""

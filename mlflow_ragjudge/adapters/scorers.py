@@ -2,7 +2,7 @@
 
 ::
 
-    from mlflow_ragjudge.scorers import Correctness, LexicalOverlap, RetrievalMetrics
+    from mlflow_ragjudge.adapters.scorers import Correctness, LexicalOverlap, RetrievalMetrics
     mlflow.genai.evaluate(data=records, scorers=[Correctness(judge="openai:/gpt-4o-mini")])
 
 Each scorer returns ``Feedback`` per row: the value and rationale for a scored row;

@@ -46,8 +46,6 @@ from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
 
-__all__ = ["evaluate_spark", "SparkEvaluation", "DEFAULT_TABLE_ROWS", "pandas_support_note"]
-
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
 DEFAULT_TABLE_ROWS = 1000
 #: columns the scoring pass adds and the result drops

@@ -35,9 +35,6 @@ from typing import Any
 
 from mlflow.genai.utils.trace_utils import parse_outputs_to_str
 
-__all__ = ["QUESTION_KEYS", "ANSWER_KEYS", "TraceDocument", "Retrieved", "question_of", "answer_of", "last_user_turn",
-           "retrieved", "root_span", "describe", "where_question", "where_answer"]
-
 #: keys whose text value is the question, in the order they are tried
 QUESTION_KEYS = ("question", "query", "user_question", "user_query", "user_input", "input", "inputs", "request",
                  "prompt", "query_str", "str_or_query_bundle", "message", "text", "q")

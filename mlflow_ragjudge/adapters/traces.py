@@ -47,9 +47,6 @@ from ..core.types import JudgeResult, Row, Status
 from ..metrics.spec import all_specs
 from .tracking import is_remote_uri
 
-__all__ = ["DEFAULT_MAX_TRACES", "EXPECTATION_NAME", "TRACE_NAME", "TraceLog", "log_row_traces", "log_failed_calls",
-           "pick_rows", "remove_row_traces"]
-
 #: traces a run logs by default; beyond it, a seeded uniform sample of the rows
 DEFAULT_MAX_TRACES = 2000
 #: the trace tag MLflow's evaluation gives each row (``TraceTagKey.EVAL_REQUEST_ID``); ours holds the row id

@@ -34,10 +34,6 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lock (MLflow's own behaviour)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["load_run_table", "run_traces", "run_experiment_id", "check_reachable", "check_tracking_store",
-           "safe_tracking_uri", "ui_hint", "env_command", "absolute_store_uri", "TRACKING_CHECK_TIMEOUT_S",
-           "sqlite_store_path", "store_creation_lock", "STORE_LOCK_TIMEOUT_S"]
-
 #: seconds the reachability check of an HTTP tracking server waits for an answer (MLflow's own client retries a
 #: refused connection for about four minutes before it gives up)
 TRACKING_CHECK_TIMEOUT_S = 5.0

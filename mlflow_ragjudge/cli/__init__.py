@@ -27,15 +27,14 @@ import sys
 
 from ..core.errors import InputError, Interrupted, LoggingFailed
 from ..core.stop import EXIT_SIGNAL, stop_on_signals
+from .common import exit_code, summary
 from .evaluate import (
     config_from_args,
     estimate_command,
-    exit_code,
     metrics_table,
     run_evaluation,
     run_spark_evaluation,
     stopped_message,
-    summary,
     testset_command,
 )
 from .exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_NOT_LOGGED, EXIT_OK

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["EXIT_OK", "EXIT_BAD_INPUT", "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED", "EXIT_NOT_LOGGED"]
-
 #: done, every gate passed
 EXIT_OK = 0
 #: bad input or configuration, found before any judge call (nothing was sent)

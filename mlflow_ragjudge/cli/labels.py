@@ -6,9 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..core.errors import InputError
-from .evaluate import exit_code, summary
-
-__all__ = ['labels_command', 'log_saved_command']
+from .common import exit_code, summary
 
 
 def labels_command(args: argparse.Namespace) -> int:

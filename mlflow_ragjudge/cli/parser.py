@@ -6,8 +6,6 @@ import argparse
 
 from ..core.constants import CONTEXT_MODES, DEFAULT_OFFLINE_JUDGE
 
-__all__ = ["build_parser", "kv", "model_options", "plugin_option"]
-
 
 def kv(items: list[str] | None, what: str) -> dict[str, str]:
     out: dict[str, str] = {}

@@ -15,8 +15,6 @@ import pandas as pd
 
 from ..core.errors import InputError
 
-__all__ = ['read_table', 'read_corpus', 'read_grid', 'import_callable', 'spark_data_kind']
-
 
 def _clean(value: Any, counter: list[int]) -> Any:
     """Lone surrogates (``"\\ud800"`` escapes) replaced in every string of a parsed JSON value."""

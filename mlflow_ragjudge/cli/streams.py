@@ -17,8 +17,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-__all__ = ["guarded_streams", "GuardedStream"]
-
 
 class GuardedStream:
     """A text stream whose writes never raise because the reader went away (see the module docstring).

@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE
-from .evaluate import model_config
+from .common import model_config
 from .exits import EXIT_JUDGE_FAILURES, EXIT_OK
 from .parser import kv
 from .reading import import_callable, read_grid, read_table
-
-__all__ = ['QUICKSTART_VARIANTS', 'quickstart_command', 'sweep_command', 'sweep_summary']
-
 
 #: the quickstart's three variants of the bundled example RAG system (the first is the baseline)
 QUICKSTART_VARIANTS = ({"chunk_size": 64, "top_k": 3}, {"chunk_size": 16, "top_k": 1}, {"chunk_size": 8, "top_k": 1})

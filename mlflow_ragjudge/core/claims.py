@@ -1,6 +1,6 @@
 """Claim arithmetic: the scores that follow from recorded verdicts, with no LLM.
 
-The claim-based judges (``judges/faithfulness.py``, ``judges/context.py``) ask a model for
+The claim-based judges (``metrics/faithfulness.py``, ``metrics/context_recall.py``) ask a model for
 verdicts and then call these functions, so the arithmetic can be tested on its own -- against
 our own vectors and against RAGChecker's recorded example outputs
 (``tests/test_claims_reference_data.py``). Formulas and sources are in ``docs/faithfulness.md``

@@ -8,9 +8,6 @@ from typing import Any
 #: the package's version (``mlflow_ragjudge.__version__``), recorded with every run
 VERSION = "0.1.0"
 
-__all__ = ["VERSION", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVENANCE", "OFFLINE_PROVIDER",
-           "DEFAULT_OFFLINE_JUDGE", "OFFLINE_MODELS", "is_offline_judge"]
-
 #: logical column -> what it holds (used in error messages)
 LOGICAL_COLUMNS: dict[str, str] = {
     "question": "the user's question (str)",

@@ -39,7 +39,6 @@ from .ir_checks import (
     DEFAULT_KS,
     RELEVANT_COLUMN,
     RETRIEVED_COLUMN,
-    DocId,
     RankedIds,
     Relevant,
     short_repr,
@@ -48,28 +47,9 @@ from .ir_checks import (
     validate_retrieval_row,
     validate_threshold,
 )
-from .trec_files import read_qrels, read_run
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
-
-__all__ = [
-    "DEFAULT_KS",
-    "DocId",
-    "RankedIds",
-    "Relevant",
-    "TREC_EVAL_MEASURES",
-    "aggregate_queries",
-    "metric_names",
-    "rank_run",
-    "read_qrels",
-    "read_run",
-    "score_queries",
-    "score_query",
-    "validate_ks",
-    "validate_retrieval_columns",
-    "validate_retrieval_row",
-]
 
 _Id = TypeVar("_Id", bound=Hashable)
 

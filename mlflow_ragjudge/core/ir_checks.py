@@ -8,9 +8,6 @@ import numbers
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeAlias
 
-__all__ = ["DocId", "RankedIds", "Relevant", "DEFAULT_KS", "RETRIEVED_COLUMN", "RELEVANT_COLUMN", "validate_ks",
-           "validate_threshold", "validate_retrieval_row", "validate_retrieval_columns", "short_repr"]
-
 DocId: TypeAlias = str | int
 """A document id. trec_eval treats ids as text; here ``7`` and ``"7"`` are different ids."""
 

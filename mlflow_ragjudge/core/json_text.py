@@ -17,8 +17,6 @@ from typing import Any
 
 from .errors import ParseError
 
-__all__ = ["MAX_JSON_DEPTH", "SYNTAX", "brackets", "json_depth", "too_deep", "loads", "value_depth", "dumps_text"]
-
 #: ``json.dumps(value, ensure_ascii=False)`` (every non-ASCII character kept as it is), with one encoder for all calls
 #: instead of a new one per call: a per-row table writes a few such cells per row
 dumps_text = json.JSONEncoder(ensure_ascii=False).encode

@@ -20,9 +20,6 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 
-__all__ = ["request_stop", "stop_requested", "stop_reason", "clear_stop", "grace_seconds", "stop_on_signals",
-           "await_until_stopped", "ENV_STOP_GRACE", "EXIT_SIGNAL"]
-
 ENV_STOP_GRACE = "RAGJUDGE_STOP_GRACE"
 #: the exit status of a process stopped by a signal, by the shell's convention (128 + the signal's number)
 EXIT_SIGNAL = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}

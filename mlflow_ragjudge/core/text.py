@@ -19,7 +19,7 @@ Tokenisation rule (:func:`tokenize`):
 
 For plain ASCII text this gives exactly the tokens of ``rouge_score``'s default
 tokenizer without stemming (lowercase, ``[^a-z0-9]+`` as separators), which is
-what lets :func:`mlflow_ragjudge.lexical.rouge_l` reproduce its numbers. Outside
+what lets :func:`mlflow_ragjudge.metrics.lexical.rouge_l` reproduce its numbers. Outside
 ASCII the two differ on purpose: ``rouge_score`` deletes every non-ASCII letter
 (``café`` -> ``caf``, and a Japanese sentence -> no tokens at all).
 
@@ -464,7 +464,7 @@ def nonblank_passages(passages: Sequence[object] | str | None) -> list[str]:
 def split_context_sentences(contexts: Sequence[str] | None) -> list[tuple[int, str]]:
     """``(passage number, sentence)`` for every sentence of every passage, in order.
 
-    Sentences are cut by :func:`mlflow_ragjudge.text.split_sentences` (English, Japanese and
+    Sentences are cut by :func:`mlflow_ragjudge.core.text.split_sentences` (English, Japanese and
     Chinese terminators; line breaks).
     """
     out: list[tuple[int, str]] = []

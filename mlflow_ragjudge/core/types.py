@@ -32,7 +32,6 @@ from .constants import CONTEXT_PROVENANCE
 __all__ = [
     "metric_name_part",
     "metric_name_parts",
-    "metric_name_safe",
     "Status",
     "FailureReason",
     "JudgeResult",
@@ -334,16 +333,11 @@ def metric_name_parts(texts: Iterable[Any], what: str) -> dict[str, str]:
     return out
 
 
-def metric_name_safe(text: str) -> str:
-    """Alias of :func:`metric_name_part` (kept for callers of the first versions)."""
-    return metric_name_part(text)
-
-
 @dataclass
 class Row:
     """One evaluation row as every metric sees it, whichever way it arrived (a DataFrame row of the
     evaluator or the CLI, or a scorer's inputs / outputs / expectations / trace): the input layer
-    (:mod:`mlflow_ragjudge.inputs`) builds and validates it, metrics only read it.
+    (:mod:`mlflow_ragjudge.engine.inputs`) builds and validates it, metrics only read it.
 
     ``reference`` is the reference answer; when the data gives several acceptable answers (a list, as NQ and
     TriviaQA do), ``references`` holds them all and ``reference`` is the first. :attr:`acceptable_answers` is

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["is_int", "is_number", "is_str_list"]
-
 
 def is_int(v: Any) -> bool:
     """A whole number (not a bool)."""

@@ -20,7 +20,7 @@ import pandas as pd
 from ..core.constants import is_offline_judge
 from ..core.errors import JudgeFailureWarning
 from ..core.stop import stop_reason
-from ..core.types import Aggregate, JudgeResult, Row, Status, aggregate, metric_name_safe
+from ..core.types import Aggregate, JudgeResult, Row, Status, aggregate, metric_name_part
 from ..llm.client import JudgeClient
 from ..metrics.spec import Finish, MetricSpec
 from .config import RagJudgeConfig
@@ -91,7 +91,7 @@ def output_metrics(name: str, summary: OutputSummary, judged: bool) -> dict[str,
         out[f"{name}/mean"] = agg.mean
     for g in sorted(summary.groups):
         gagg = summary.groups[g]
-        gname = metric_name_safe(g)
+        gname = metric_name_part(g)
         if gagg.mean is not None:
             out[f"{name}/mean/{gname}"] = gagg.mean
         if judged:

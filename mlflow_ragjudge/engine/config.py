@@ -22,14 +22,6 @@ from ..metrics.spec import metric_names, option_keys, recorded_options, validate
 __all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVENANCE"]
 
 
-def __getattr__(name: str) -> Any:
-    # ALL_METRICS / BUILT_METRICS: the registered metrics (mlflow_ragjudge.registry), read when asked for, so a
-    # metric added with register_metric is known to the config as well
-    if name in ("ALL_METRICS", "BUILT_METRICS"):
-        return metric_names()
-    raise AttributeError(name)
-
-
 #: key -> (accepts the value?, what it must be, an example); None is allowed where the default is None
 _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "judge": (lambda v: v is None or isinstance(v, (str, Backend)),
@@ -100,7 +92,7 @@ class RagJudgeConfig:
             one overall human rating.
         human_labels: metric -> column of human labels of that metric, on its own scale, empty where a row is
             unlabelled: gives human-calibrated estimates (``<metric>/ppi_mean`` and its interval, from a random
-            sample of labelled rows, :mod:`mlflow_ragjudge.ppi`) and the meta-evaluation of that metric against
+            sample of labelled rows, :mod:`mlflow_ragjudge.engine.ppi`) and the meta-evaluation of that metric against
             that column. Use it when humans labelled the metric itself; ``human_columns`` for a rating that is
             not one metric's.
         human_not_sure: human scores that mean "not sure", left out of meta-evaluation as the paper's expert

@@ -94,7 +94,7 @@ def calibrated_estimates(table: pd.DataFrame, specs: Sequence[MetricSpec], resul
             continue
         out.update(est.as_metrics(metric))
         record[metric] = {"labels": col, **est.as_dict(), "n_human_not_sure": unsure,
-                          "method": "PPI++ (mlflow_ragjudge.ppi.ppi_mean)"}
+                          "method": "PPI++ (mlflow_ragjudge.engine.ppi.ppi_mean)"}
         messages = [est.warning] if est.warning else []
         if est.selection_p is not None and est.selection_p < SELECTION_P:
             messages.append(f"The labelled rows of {metric!r} do not look like a random sample: the judge's mean on "

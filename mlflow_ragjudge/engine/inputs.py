@@ -1,4 +1,4 @@
-"""The input layer: one place that turns data into :class:`~mlflow_ragjudge.types.Row` objects and
+"""The input layer: one place that turns data into :class:`~mlflow_ragjudge.core.types.Row` objects and
 resolves what the six-level judge sees, for the evaluator, the CLI and the ``mlflow.genai`` scorers alike.
 
 * :func:`read_rows` reads a DataFrame (columns per SPEC 3.1, renamed with ``col_mapping``), checking every

@@ -9,7 +9,7 @@
 * :func:`meta_metrics` -- that table as flat ``meta/<metric>/<human>/<stat>``
   metrics for ``mlflow.log_metrics``.
 
-Missing values (``None``, NaN, failed or abstained :class:`~mlflow_ragjudge.types.JudgeResult`)
+Missing values (``None``, NaN, failed or abstained :class:`~mlflow_ragjudge.core.types.JudgeResult`)
 drop the pair and are counted in ``n_dropped``; an undefined statistic (constant
 input, too few pairs) is ``None`` with a ``reason``, never NaN. Bootstrap
 resampling uses a :class:`numpy.random.Generator` from an explicit seed, so the
@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..core.types import JudgeResult, Status, metric_name_part
 
@@ -88,6 +87,8 @@ def _as_list(values: Any, name: str) -> list[Any]:
 
 
 def _point(coef: str, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    from scipy import stats  # start-up time: scipy.stats takes a second to import; only meta-evaluation needs it
+
     if coef == "pearson":
         res = stats.pearsonr(x, y)
     elif coef == "spearman":
@@ -112,6 +113,8 @@ def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _bootstrap(x: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_boot: int) -> dict[str, np.ndarray]:
     """Each coefficient on ``n_boot`` resamples of the pairs (NaN where undefined)."""
+    from scipy import stats  # start-up time, as in _point
+
     n = len(x)
     out = {coef: np.full(n_boot, np.nan) for coef in COEFFICIENTS}
     # Resample in blocks so that memory stays bounded for long inputs.
@@ -353,7 +356,7 @@ def meta_evaluate(
       (the paper's "mean excluding score 0").
 
     A row counts as abstained for a metric when its cell is an abstained
-    :class:`~mlflow_ragjudge.types.JudgeResult`, when ``abstain_mask`` flags it, or
+    :class:`~mlflow_ragjudge.core.types.JudgeResult`, when ``abstain_mask`` flags it, or
     when its value is one of ``abstain_values``. Failed results and missing values
     are dropped from both subsets.
 
@@ -462,10 +465,6 @@ def _cell(
     row["reason"] = result["reason"]
     return row
 
-def _name_part(value: Any) -> str:
-    """One segment of an MLflow metric name, injective (:func:`mlflow_ragjudge.types.metric_name_part`)."""
-    return metric_name_part(value)
-
 
 def meta_metrics(table: pd.DataFrame, *, prefix: str = "meta") -> dict[str, float]:
     """Flatten a :func:`meta_evaluate` table into MLflow metrics.
@@ -475,7 +474,7 @@ def meta_metrics(table: pd.DataFrame, *, prefix: str = "meta") -> dict[str, floa
     ``<stat>`` is ``n``, ``mean``, ``human_mean``, and for each coefficient
     ``<coef>``, ``<coef>_p``, ``<coef>_ci_low``, ``<coef>_ci_high`` (e.g.
     ``meta/correctness/expert/spearman_ci_low``). A metric or column name MLflow would
-    refuse is made safe injectively (:func:`mlflow_ragjudge.types.metric_name_part`: ``expert:avg``
+    refuse is made safe injectively (:func:`mlflow_ragjudge.core.types.metric_name_part`: ``expert:avg``
     becomes ``expert_avg__<hash>``); undefined values are left out, never logged as NaN.
 
     Args:
@@ -499,9 +498,9 @@ def meta_metrics(table: pd.DataFrame, *, prefix: str = "meta") -> dict[str, floa
     ]
     out: dict[str, float] = {}
     for rec in table.to_dict(orient="records"):
-        base = f"{_name_part(prefix)}/{_name_part(rec['metric'])}/{_name_part(rec['human'])}"
+        base = f"{metric_name_part(prefix)}/{metric_name_part(rec['metric'])}/{metric_name_part(rec['human'])}"
         if rec["subset"] != "all":
-            base += f"/{_name_part(rec['subset'])}"
+            base += f"/{metric_name_part(rec['subset'])}"
         for stat in stats_order:
             value = rec.get(stat)
             if value is None or _is_missing(value):

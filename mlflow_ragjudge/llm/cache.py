@@ -35,8 +35,6 @@ from typing import Any
 
 from ..core.errors import CacheWarning
 
-__all__ = ["CallCache", "CacheWarning", "cache_key", "default_cache_dir"]
-
 ENV_CACHE_DIR = "RAGJUDGE_CACHE_DIR"
 _SCHEMA_VERSION = "1"
 _CREATE = "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)"

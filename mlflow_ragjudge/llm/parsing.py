@@ -46,8 +46,6 @@ __all__ = [
     "parse_score_reply",
 ]
 
-AMBIGUOUS = FailureReason.AMBIGUOUS
-
 _RESULT_MARK = re.compile(r"\[\s*+RESULT\s*+\]", re.IGNORECASE)
 # "Score: 4", "**Final score:** 4/5", "Rating = 4" -- a label, then ":" or "=", at a word start.
 _SCORE_LABEL = re.compile(
@@ -131,7 +129,8 @@ def _text_verdicts(text: str, allowed: Collection[int]) -> list[tuple[int, int, 
             raise ParseError(f"score {value} is not one of the allowed values {sorted(allowed)}")
         if _SECOND_VALUE.match(text, end):  # never copies the rest of the reply (one copy per marker was n**2)
             shown = text[end: end + 20].split("\n", 1)[0].rstrip()
-            raise ParseError(f"two values given as one verdict ({label} {value}{shown}): give one score", AMBIGUOUS)
+            raise ParseError(f"two values given as one verdict ({label} {value}{shown}): give one score",
+                             FailureReason.AMBIGUOUS)
         found.append((value, mark.start(), end, label))
     return found
 
@@ -153,7 +152,8 @@ def _one_value(verdicts: list[tuple[int, str]]) -> int:
     values = sorted({v for v, _ in verdicts})
     if len(values) > 1:
         shown = ", ".join(f"{label} {v}" for v, label in verdicts)
-        raise ParseError(f"the reply gives different verdicts ({shown}); give exactly one final score", AMBIGUOUS)
+        raise ParseError(f"the reply gives different verdicts ({shown}); give exactly one final score",
+                         FailureReason.AMBIGUOUS)
     return values[0]
 
 
@@ -308,7 +308,7 @@ def extract_json_object(text: str, schema: dict[str, Any] | None = None) -> dict
     if len(distinct) > 1:
         n = max(2, len({json.dumps(c, sort_keys=True, default=str) for c in candidates}))
         raise ParseError(
-            f"the reply holds {n} different JSON answers; give exactly one JSON object", AMBIGUOUS
+            f"the reply holds {n} different JSON answers; give exactly one JSON object", FailureReason.AMBIGUOUS
         )
     return distinct[0]
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["PRICES", "BATCH_DISCOUNT", "register_price", "price_for", "cost_usd"]
-
 # model name (or prefix) -> (input $/Mtok, output $/Mtok)
 PRICES: dict[str, tuple[float, float]] = {
     "gpt-4o-mini": (0.15, 0.60),

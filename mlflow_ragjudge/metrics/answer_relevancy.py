@@ -7,7 +7,7 @@ question are embedded with the ``embed`` callable (``client.embed`` for an API m
 
     answer_relevancy = (1/n) Σ_i cos(E(q), E(q_i))
 
-(:func:`mlflow_ragjudge.claims.mean_cosine`). A noncommittal response scores 0, as in RAGAS
+(:func:`mlflow_ragjudge.core.claims.mean_cosine`). A noncommittal response scores 0, as in RAGAS
 (a scored 0 with the reason in the rationale, not an abstention: the answer really does not
 address the question); so does an empty response, with no call. ragas asks for the ``n``
 questions in ``n`` separate calls; here they come in one.

@@ -2,13 +2,13 @@
 
 Two LLM calls per row, however many claims the response makes:
 
-1. the shared :class:`~mlflow_ragjudge.judges.statements.StatementExtractor` splits the response
+1. the shared :class:`~mlflow_ragjudge.metrics.statements.StatementExtractor` splits the response
    into short self-contained claims (one fact each, pronouns resolved);
 2. one verification call shows the evidence as numbered passages and *all* the claims, and gets
    back one ``{claim, reason, verdict}`` per claim, ``verdict`` being ``supported`` or
    ``unsupported``.
 
-``faithfulness = supported claims / all claims`` (:func:`mlflow_ragjudge.claims.faithfulness`).
+``faithfulness = supported claims / all claims`` (:func:`mlflow_ragjudge.core.claims.faithfulness`).
 
 States (DESIGN point 1):
 
@@ -17,7 +17,7 @@ States (DESIGN point 1):
 * a response with no claims (empty, a refusal, "I don't know") -> ``abstained("no_claims")``
   after the extraction call, and the verification call is skipped -- never NaN, never 1.0;
 * the verification call's schema is built per call: exactly one entry per claim, claim numbers
-  limited to ``1..N`` (:func:`~mlflow_ragjudge.judges.statements.numbered_list_schema`);
+  limited to ``1..N`` (:func:`~mlflow_ragjudge.metrics.statements.numbered_list_schema`);
 * verdicts are read by claim number, never by position; a reply that misses some numbers (or
   gives one two different verdicts) is salvaged: one follow-up asks about those claims only and
   the answers are merged; what is still missing fails the row ``inconsistent`` (or
@@ -137,7 +137,7 @@ class FaithfulnessJudge:
         extractor: a shared :class:`StatementExtractor` (so several judges reuse one memo);
             default: a new one on ``client``.
         max_passage_chars: each evidence passage is cut to this many characters (all passages
-            are always shown; see :func:`~mlflow_ragjudge.judges.statements.number_items`).
+            are always shown; see :func:`~mlflow_ragjudge.metrics.statements.number_items`).
 
     The evidence is what the caller passes: the retrieved contexts (RAGAS's definition) or the
     gold documents (seed 001's variant, which then also reflects retrieval quality).
@@ -228,7 +228,7 @@ class FaithfulnessJudge:
 
         Returns ``{"calls", "input_tokens", "output_tokens"}``: 0 calls without evidence or with an
         empty response, else 2 (1 when the response's claims are already memoised). Tokens are
-        rough (:func:`~mlflow_ragjudge.judges.statements.approx_tokens`) and assume about one
+        rough (:func:`~mlflow_ragjudge.metrics.statements.approx_tokens`) and assume about one
         claim per 8 tokens of response; a re-ask (only after an unreadable reply) is not counted.
         """
         passages = nonblank_passages(evidence)

@@ -6,7 +6,7 @@ BERTScore 0.082 on 132 Db2 questions). They are cheap, deterministic and useful 
 sanity checks. ROUGE-L between the retrieved contexts and the reference answer is
 also the chunk-level retrieval metric of SPEC 2.5 (:func:`context_rouge_l`).
 
-All token-based functions use :func:`mlflow_ragjudge.text.tokenize`, so Japanese
+All token-based functions use :func:`mlflow_ragjudge.core.text.tokenize`, so Japanese
 and Chinese are compared character by character instead of as one token per
 sentence.
 
@@ -59,7 +59,7 @@ def word_recall(response: str, reference: str, *, stopwords: Collection[str] | N
     """Share of the reference's distinct words that also occur in the response.
 
     ``word_recall = |W(reference) ∩ W(response)| / |W(reference)|`` where ``W`` is the
-    set of tokens from :func:`mlflow_ragjudge.text.tokenize`, minus ``stopwords``.
+    set of tokens from :func:`mlflow_ragjudge.core.text.tokenize`, minus ``stopwords``.
 
     Source: Breck et al. (2000), "How to evaluate your question answering system
     every day ... and still get real work done" (LREC), the word recall cited by
@@ -133,7 +133,7 @@ def rouge_l(candidate: str, reference: str) -> dict[str, float | None]:
     * F1 = 2 * P * R / (P + R) (0 when P + R = 0), i.e. ROUGE-1.5.5 with beta = 1.
 
     The arithmetic is ``rouge_score``'s (``rouge_scorer.RougeScorer(["rougeL"])``), the LCS a compiled one
-    (:func:`lcs_length`); the tokenizer is ours (:func:`mlflow_ragjudge.text.tokenize`). The tests check the
+    (:func:`lcs_length`); the tokenizer is ours (:func:`mlflow_ragjudge.core.text.tokenize`). The tests check the
     numbers against ``rouge_score`` itself given our tokenizer. For plain
     ASCII text our tokens equal ``rouge_score``'s default tokens (no stemming), so
     the numbers are identical to ``rouge_score``'s and to ROUGE-1.5.5's; for other

@@ -37,7 +37,7 @@ How each metric is scored (the same rules as the LLM judges' definitions where a
 Answer relevancy and multi-turn need a model that writes text; under the offline judge they are skipped with
 that reason.
 
-Tokens are :func:`mlflow_ragjudge.text.tokenize`'s, then matched leniently (:func:`match_tokens`): accents
+Tokens are :func:`mlflow_ragjudge.core.text.tokenize`'s, then matched leniently (:func:`match_tokens`): accents
 folded on Latin letters, thousands separators dropped (``2,579`` is one number), number words and ordinals
 read as digits (``eight`` = ``8``, ``14th`` = ``14``), and a light English suffix stripping
 (``sharecroppers`` = ``sharecropping``). Content words are the tokens outside a short list of English function

@@ -4,7 +4,7 @@
   ``refusal_correct`` on unanswerable rows (1 when the system refused, 0 when it answered anyway: the seed's
   "refusal failure") and ``false_refusal`` on answerable rows (1 when it refused what it could answer). A refusal
   is an answer containing one of ``refusal_phrases`` (case and spacing ignored), or, without phrases, an answer
-  that as a whole declines (:func:`mlflow_ragjudge.offline.declines_to_answer`). When the answer is a JSON
+  that as a whole declines (:func:`mlflow_ragjudge.metrics.offline.declines_to_answer`). When the answer is a JSON
   object with a string ``answer`` field (the seed's output contract), that field is what is read.
 """
 

@@ -1,7 +1,7 @@
 """The ``retrieval`` metric: trec_eval-exact document-level measures (:mod:`mlflow_ragjudge.core.ir`) on each row's
 ``retrieved_doc_ids`` against its ``relevant_doc_ids``, and chunk-level ROUGE-L coverage of the reference by the
-``contexts`` (SPEC 2.5). The measures' functions stay importable from here (``from mlflow_ragjudge.retrieval import
-score_query``)."""
+``contexts`` (SPEC 2.5). The measures' functions stay importable from here
+(``from mlflow_ragjudge.metrics.retrieval import score_query``)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,19 @@ from typing import Any
 
 from ..core.ir import (
     COUNT_KEYS,
-    DEFAULT_KS,
     SET_KEYS,
     TREC_EVAL_MEASURES,
-    DocId,
-    RankedIds,
-    Relevant,
     aggregate_queries,
     metric_names,
     rank_run,
     score_queries,
     score_query,
+)
+from ..core.ir_checks import (
+    DEFAULT_KS,
+    DocId,
+    RankedIds,
+    Relevant,
     validate_ks,
     validate_retrieval_columns,
     validate_retrieval_row,

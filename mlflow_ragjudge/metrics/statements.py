@@ -12,7 +12,7 @@ request.
 The second half of the module holds the small helpers the claim-based judges share: numbering
 passages, per-call schemas for numbered verdict lists and the salvaging request loop that reads
 them by number (:func:`ask_numbered`), mapping a failed call to a
-:class:`~mlflow_ragjudge.types.JudgeResult`, and rough token estimates.
+:class:`~mlflow_ragjudge.core.types.JudgeResult`, and rough token estimates.
 """
 
 from __future__ import annotations

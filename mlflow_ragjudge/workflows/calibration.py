@@ -210,11 +210,11 @@ class CalibrationResult:
     """What :func:`calibrate` found and logged.
 
     Attributes:
-        estimates: run name -> metric -> :class:`~mlflow_ragjudge.ppi.CalibratedEstimate` (with ``labels_only``:
-            :class:`~mlflow_ragjudge.ppi.LabelsOnlyEstimate`).
+        estimates: run name -> metric -> :class:`~mlflow_ragjudge.engine.ppi.CalibratedEstimate` (with ``labels_only``:
+            :class:`~mlflow_ragjudge.engine.ppi.LabelsOnlyEstimate`).
         method: ``"ppi++"``, ``"ppi"`` (``lam=1``), ``"fixed lambda"`` or ``"labels_only"``.
         comparison: for a sweep, the parent's comparison with :data:`CALIBRATED_COLUMNS` added; else None.
-        plans: with ``target_width``: run name -> metric -> :func:`~mlflow_ragjudge.ppi.labels_needed`'s answer.
+        plans: with ``target_width``: run name -> metric -> :func:`~mlflow_ragjudge.engine.ppi.labels_needed`'s answer.
         warnings: what the user should know (labels not from the recorded sample, not random-looking ...).
     """
 
@@ -370,12 +370,12 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
     """Human-calibrated estimates for a ``ragjudge`` run or sweep from a filled label file (or DataFrame).
 
     Every (run, metric) with labels needs at least 30 labelled rows that the judge scored
-    (:class:`~mlflow_ragjudge.ppi.TooFewLabels`, as an input error that says how many rows were labelled, how many
-    of them the judge gave no score, and what to do). See the module docstring for what is logged. ``target_width``
-    also plans how many labels an interval that wide would take (:func:`~mlflow_ragjudge.ppi.labels_needed`).
+    (:class:`~mlflow_ragjudge.engine.ppi.TooFewLabels`, as an input error that says how many rows were labelled, how
+    many of them the judge gave no score, and what to do). See the module docstring for what is logged. ``target_width``
+    also plans how many labels an interval that wide would take (:func:`~mlflow_ragjudge.engine.ppi.labels_needed`).
 
     ``labels_only=True`` gives the classical interval of the labels alone instead
-    (:func:`~mlflow_ragjudge.ppi.labels_only_mean`: every labelled row counts, whatever the judge said; logged as
+    (:func:`~mlflow_ragjudge.engine.ppi.labels_only_mean`: every labelled row counts, whatever the judge said; logged as
     ``<metric>/labels_only_mean``, ``_ci_low``, ``_ci_high``, ``labels_only_n``; for a sweep, the paired
     difference of the labels in the comparison's ``labels_only_*`` columns). It needs no judge score, and is wider.
 

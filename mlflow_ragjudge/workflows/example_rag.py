@@ -3,7 +3,7 @@
 ``answer(question, **params)`` is a pipeline in the form :func:`mlflow_ragjudge.sweep` takes::
 
     import mlflow_ragjudge as rj
-    from mlflow_ragjudge import example_rag
+    from mlflow_ragjudge.workflows import example_rag
 
     rj.sweep(example_rag.answer, {"chunk_size": [16, 64], "top_k": [1, 3]}, example_rag.sample_questions(),
              retriever=example_rag.retrieve, evaluator_config={"judge": "offline:/lexical"})

@@ -5,7 +5,7 @@ a corpus mixes such positive documents with many distractors, so retrieval is te
 ::
 
     from mlflow_ragjudge import JudgeClient
-    from mlflow_ragjudge.testset import generate_testset
+    from mlflow_ragjudge.workflows.testset import generate_testset
     df = generate_testset({"d1": "...", "d2": "..."}, JudgeClient("openai:/gpt-4o-mini"), sample=50, seed=0)
 
 The output has the evaluator's columns: ``question``, ``reference``, ``relevant_doc_ids`` (the source

@@ -3,7 +3,7 @@
 A backend turns a :class:`ChatRequest` into a provider call and the reply into a
 :class:`ChatResponse`, and classifies every error into a :class:`BackendError`
 with an :class:`ErrorKind`. It holds no policy: caching, concurrency limits,
-retries and accounting live in :class:`mlflow_ragjudge.client.JudgeClient` alone
+retries and accounting live in :class:`mlflow_ragjudge.llm.client.JudgeClient` alone
 (DESIGN point 5).
 """
 

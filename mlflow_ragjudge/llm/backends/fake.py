@@ -2,7 +2,7 @@
 
 Example::
 
-    from mlflow_ragjudge.backends import FakeBackend
+    from mlflow_ragjudge.llm.backends import FakeBackend
     judge = FakeBackend(["Feedback: matches the reference. [RESULT] 5"])
 
 Replies are consumed in order; when the script runs out, ``handler`` (if any)

@@ -1,6 +1,6 @@
 """OpenAI and OpenAI-compatible servers (vLLM, Ollama, llama.cpp, TGI, LM Studio).
 
-URI forms (see :func:`mlflow_ragjudge.backends.resolve_backend`)::
+URI forms (see :func:`mlflow_ragjudge.llm.backends.resolve_backend`)::
 
     openai:/gpt-4o-mini
     openai:/prometheus-eval/prometheus-8x7b-v2.0?base_url=http://localhost:8000/v1

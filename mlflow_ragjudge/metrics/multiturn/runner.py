@@ -71,7 +71,8 @@ class MultiTurnRunner:
             (one question plus its final judgement), at least 1 with ``"replace"``.
         language: prompt language of the agents, ``en`` or ``ja`` (inputs in any language work).
         judge: the answer judge (T3/T7); default a :class:`CorrectnessJudge` on ``client`` in ``language``.
-        max_context_chars: context budget of the default judge (see :func:`~.judges.correctness.format_contexts`).
+        max_context_chars: context budget of the default judge (see
+            :func:`~mlflow_ragjudge.metrics.correctness.format_contexts`).
         final_score: ``append`` (default; the T7 score is its own element of sigma, so at most ``n - 1``
             questions) or ``replace`` (the T7 score replaces the last T3 score; at most ``n`` questions).
         max_answer_chars: each system answer is cut to this many characters in the agents' prompts.
@@ -441,7 +442,7 @@ class MultiTurnRunner:
         Calls: ``3 * max_questions + 1`` (compose + judge per question, decide after every question but
         the last, then rewrite + final judge): ``3n - 2`` with ``final_score="append"`` (13 for n = 5),
         ``3n + 1`` with ``"replace"``. The best case is 2 (the first tentative answer scores 5). Tokens
-        are rough (:func:`~.judges.statements.approx_tokens`): each system answer, tentative and final
+        are rough (:func:`~mlflow_ragjudge.metrics.statements.approx_tokens`): each system answer, tentative and final
         answer is assumed to be twice as long as the reference (at least 400 characters), each generated
         question as long as the target question. Re-asks after an unreadable reply are not counted, and
         the system under test's own cost is not included.

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.types import FailureReason, JudgeResult, Status, aggregate, metric_name_safe
+from ...core.types import FailureReason, JudgeResult, Status, aggregate, metric_name_part
 
 __all__ = ["MULTITURN_METRICS", "STEPS", "STOP_REASONS", "FINAL_SCORE_MODES", "SYSTEM_ERROR", "TRUNCATION_MARK",
            "RagSystem", "wscore", "lscore", "mscore", "MultiTurnResult", "summarize"]
@@ -217,7 +217,7 @@ def summarize(results: Sequence[MultiTurnResult], groups: Sequence[str | None] |
     if groups is not None:
         for g in sorted({str(g) for g in groups if g is not None}):
             idx = [i for i, lab in enumerate(groups) if lab is not None and str(lab) == g]
-            gname = metric_name_safe(g)
+            gname = metric_name_part(g)
             for name in MULTITURN_METRICS:
                 agg = aggregate([per_item[i][name] for i in idx])
                 if agg.mean is not None:

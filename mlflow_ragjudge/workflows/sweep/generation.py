@@ -18,10 +18,6 @@ from ...llm.cache import CallCache, cache_key
 from ...metrics.contexts import passages_from_retriever
 from .variants import identity
 
-__all__ = ["OUTPUT_KEYS", "PipelineFailed", "Generations", "pipeline_identity", "normalise", "retriever_for",
-           "generate"]
-
-
 #: pipeline output keys that become evaluator columns
 OUTPUT_KEYS = ("answer", "contexts", "retrieved_doc_ids", "citations", "raw_output")
 

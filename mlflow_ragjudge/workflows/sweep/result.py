@@ -12,8 +12,6 @@ from ...core.constants import is_offline_judge
 from ...engine.evaluate import EvalOutput
 from ..calibration import calibrate, label_sample
 
-__all__ = ["SweepResult"]
-
 
 @dataclass
 class SweepResult:
@@ -22,7 +20,7 @@ class SweepResult:
     Attributes:
         parent_run_id: the parent run (the comparison and plots are there).
         run_ids: variant name -> child run id.
-        comparison: the paired comparison (:data:`mlflow_ragjudge.compare.COLUMNS`).
+        comparison: the paired comparison (:data:`mlflow_ragjudge.workflows.compare.COLUMNS`).
         baseline: the baseline variant's name.
         variants: variant name -> its parameters as recorded (a prompt as ``name@v<version>``).
         outputs: variant name -> its evaluation (:class:`EvalOutput`), None for a variant with no answer at all.
@@ -104,12 +102,13 @@ class SweepResult:
 
     def label_sample(self, n: int = 100, **kwargs: Any) -> pd.DataFrame:
         """A seeded random sample of the sweep's questions, in every variant, to label blind
-        (:func:`mlflow_ragjudge.calibration.label_sample` on the parent run)."""
+        (:func:`mlflow_ragjudge.workflows.calibration.label_sample` on the parent run)."""
         return label_sample(self.parent_run_id, n, **kwargs)
 
     def calibrate(self, labels: Any, **kwargs: Any) -> Any:
         """Calibrated estimates per variant and calibrated differences against the baseline, from filled labels
-        (:func:`mlflow_ragjudge.calibration.calibrate` on the parent run); ``self.comparison`` gains the columns."""
+        (:func:`mlflow_ragjudge.workflows.calibration.calibrate` on the parent run); ``self.comparison`` gains the
+        columns."""
         result = calibrate(self.parent_run_id, labels, **kwargs)
         if result.comparison is not None:
             self.comparison = result.comparison

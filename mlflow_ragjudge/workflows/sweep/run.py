@@ -35,15 +35,12 @@ from .result import SweepResult
 from .variants import (
     PromptTemplate,
     expand_variants,
-    long_names,
     params_key,
     resolve_prompts,
     shown_value,
     unstable_params,
     variant_names,
 )
-
-__all__ = ["sweep", "GENERATIONS_FILE"]
 
 GENERATIONS_FILE = "ragjudge/generations.json"
 
@@ -194,14 +191,13 @@ def _probe(plan: _Plan) -> None:
 
 def _baseline_index(baseline: int | str, names: list[str], param_list: list[dict[str, Any]]) -> int | None:
     """The baseline's index, or None when it names a prompt variant known only once its prompts are registered. A
-    name is the run name or the parameters written out (``chunk_size=64, top_k=3``, the names of earlier releases)."""
+    name is a run name (:func:`variant_names`)."""
     if isinstance(baseline, int) and not isinstance(baseline, bool):
         if not 0 <= baseline < len(names):
             raise ValueError(f"baseline={baseline} is not a variant index (0..{len(names) - 1})")
         return baseline
-    for known in (names, long_names(param_list)):
-        if baseline in known:
-            return known.index(str(baseline))
+    if baseline in names:
+        return names.index(str(baseline))
     if not any(isinstance(v, PromptTemplate) or (isinstance(v, str) and v.startswith("prompts:/"))
                for p in param_list for v in p.values()):
         raise ValueError(f"baseline {baseline!r} is not one of the variants {names}")

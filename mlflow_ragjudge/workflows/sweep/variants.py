@@ -17,10 +17,6 @@ from typing import Any
 from ...adapters import tracking
 from ...core.errors import InputError
 
-__all__ = ["PromptTemplate", "Identity", "identity", "is_labelled", "shown_value", "short_value", "short_key",
-           "expand_variants", "variant_name", "variant_names", "long_names", "params_key", "unstable_params",
-           "resolve_prompts", "MAX_NAME", "SHORT_NAME", "SHORT_VALUE"]
-
 
 @dataclass(frozen=True)
 class PromptTemplate:
@@ -150,7 +146,7 @@ def shown_value(value: Any) -> str:
 
 def params_key(params: Mapping[str, Any]) -> str:
     """A variant's parameters as the text the generation cache and the duplicate check key on (plain data as its
-    JSON, so the keys of earlier releases hold; see :func:`identity` for everything else)."""
+    JSON; see :func:`identity` for everything else)."""
     return json.dumps({k: identity(v).key for k, v in params.items()}, sort_keys=True, ensure_ascii=False)
 
 
@@ -246,13 +242,6 @@ def variant_name(params: Mapping[str, Any]) -> str:
     """One variant's run name from its parameters, in their order: compact ``key=value`` pairs (``top_k=3,style=plain``;
     ``baseline`` for a variant with none), shortened as :func:`variant_names` shortens them."""
     return variant_names([params])[0]
-
-
-def long_names(param_list: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The parameters that name each variant, written out whole (``chunk_size=64, top_k=3``): the run names of
-    earlier releases, still taken as ``baseline=``."""
-    return [", ".join(f"{k}={shown_value(p[k])}" for k in ks) or "baseline"
-            for p, ks in zip(param_list, _shown_keys(param_list))]
 
 
 def _shown_keys(param_list: Sequence[Mapping[str, Any]]) -> list[list[str]]:

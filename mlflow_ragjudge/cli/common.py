@@ -1,0 +1,137 @@
+"""What the commands share: the model flags read into the config, and a finished evaluation's summary and exit
+code (``evaluate``, ``label-sample`` / ``calibrate`` / ``log-saved`` and ``sweep`` print and exit alike)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any
+
+from ..core.constants import is_offline_judge
+from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
+
+
+def model_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    """The flags about the models beside the judge (``--embeddings``, ``--bertscore``) and ``--traces``, in cfg."""
+    if getattr(args, "embeddings", None):
+        cfg["embeddings"] = args.embeddings
+    if getattr(args, "bertscore", False):
+        cfg["bertscore"] = True
+    if getattr(args, "traces", None) is not None:
+        cfg["traces"] = args.traces  # a negative number is refused by the config check
+
+
+_AT_K = re.compile(r"_at_(\d+)/")
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def summary(run_id: str, out: Any) -> str:
+    """The headline first: each judged metric's mean, count, error and abstain rates; then the metrics
+    that need no judge (retrieval @k only at the middle cut-off); judge bookkeeping last."""
+    import mlflow
+
+    m = out.metrics
+    lines = [f"rows: {out.config['rows']}   metrics: {', '.join(out.config['metrics_run'])}"]
+    offline = is_offline_judge(out.params.get("ragjudge.judge"))
+    if offline:
+        held = (out.config.get("judge") or {}).get("held_out") or {}
+        nq = held.get("nq301") or {}
+        lines.append(
+            f"judge: {out.params['ragjudge.judge']} -- the OFFLINE judge (calibrated lexical evidence, not an LLM): "
+            "the judged numbers below are offline estimates"
+            + (f" (held-out agreement with humans: {nq['agreement']:.1%} on NQ301, Spearman "
+               f"{held['mtrag_faithfulness_spearman']:.2f} with MTRAG faithfulness; English data: other languages "
+               "are uncalibrated; docs/offline-judge.md)"
+               if nq and "mtrag_faithfulness_spearman" in held else ""))
+    elif out.params.get("ragjudge.judge", "none") != "none":
+        structured = out.params.get("ragjudge.judge.structured")
+        judge = f"judge: {out.params['ragjudge.judge']} (structured output: {structured})"
+        if out.config.get("context_mode"):
+            judge += f"   context mode: {out.config['context_mode']}"
+        lines.append(judge)
+    judged = [name for name in out.results if f"{name}/error_rate" in m]
+    if judged:
+        # counts, not rates: the mean is over the scored rows; abstained and failed rows are not in it
+        lines.append(f"  {'metric':<22} {'mean':>8} {'scored':>7} {'abstained':>10} {'failed':>7}   (of rows)")
+        for name in judged:
+            failing = {f["metric"] for f in out.failures}
+            flag = "   <-- FAILING" if name in failing or (name in ("wscore", "lscore", "mscore")
+                                                          and "multiturn" in failing) else ""
+            rows = int(m.get(f"{name}/count", 0))
+            counts = [int(m.get(f"{name}/{k}", 0)) for k in ("n_scored", "n_abstained", "n_failed")]
+            lines.append(f"  {name:<22} {_fmt(m.get(f'{name}/mean')):>8} {counts[0]:>7} {counts[1]:>10} "
+                         f"{counts[2]:>7}   ({rows}){flag}")
+    if out.skipped:
+        lines.append("skipped (not in this run):")
+        for name, reason in out.skipped.items():
+            lines.append(f"  {name}: {reason}")
+    for name, cal in (out.config.get("calibration") or {}).items():
+        if "error" in cal:
+            lines.append(f"  {name}: no calibrated estimate -- {cal['error']}")
+        else:
+            alone = f"[{cal['classical_ci_low']:.3f}, {cal['classical_ci_high']:.3f}]"
+            lines.append(f"  {name}: calibrated by {int(cal['n_labelled'])} human labels: {cal['mean']:.3f} "
+                         f"[{cal['ci_low']:.3f}, {cal['ci_high']:.3f}] (95%; labels alone {alone})"
+                         + (f"  warning: {cal['warning']}" if cal.get("warning") else ""))
+    ks = sorted({int(mt.group(1)) for k in m if (mt := _AT_K.search(k))})
+    shown_k = ks[len(ks) // 2] if ks else None
+    plain = []
+    for k in sorted(m):
+        at = _AT_K.search(k)
+        if k.count("/") != 1 or not k.endswith("/mean") or k.split("/")[0] in judged or k.startswith("judge/"):
+            continue
+        if at and int(at.group(1)) != shown_k:
+            continue
+        plain.append(f"  {k:<34} {m[k]:.4f}")
+    if plain:
+        lines.append("no judge needed:")
+        lines += plain
+        if shown_k is not None and len(ks) > 1:
+            lines.append(f"  (retrieval shown at k={shown_k}; k={ks} are all logged)")
+    if "judge/calls" in m:
+        cost = m.get("judge/cost_usd")
+        usage = out.config.get("usage") or {}
+        shared = int(m.get("judge/shared", 0))
+        lines.append(
+            f"judge usage: {int(usage.get('requests', 0))} requests sent, {int(m['judge/cache_hits'])} answered from "
+            f"the cache" + (f", {shared} shared by identical calls of this run" if shared else "")
+            + f", {int(m['judge/input_tokens'])} input / {int(m['judge/output_tokens'])} output tokens"
+            + (f", ${cost:.4f}" if cost is not None else "")
+        )
+    for g in out.gate:
+        verdict = "passed" if g["passed"] else "FAILED"
+        value = "not produced" if g["value"] is None else f"{g['value']:.4f}"
+        lines.append(f"gate {verdict}: {g['metric']} = {value} (threshold {g['threshold']:g})")
+    if offline:
+        lines.append("For LLM judgements: --judge openai:/gpt-4o-mini (OPENAI_API_KEY set), or any OpenAI-compatible "
+                     "server: --judge 'openai:/<model>?base_url=http://host:port/v1'.")
+    from ..adapters.tracking import safe_tracking_uri, ui_hint
+
+    run = mlflow.get_run(run_id)
+    lines.append(f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at "
+                 f"{safe_tracking_uri(mlflow.get_tracking_uri())}")
+    lines.append(f"  {ui_hint(run_id, experiment_id=run.info.experiment_id)}")
+    if run.data.tags.get("ragjudge.traces"):
+        lines.append(f"  traces: {run.data.tags['ragjudge.traces']} (the run's Traces tab: each row with its "
+                     "judgments as assessments)")
+    return "\n".join(lines)
+
+
+def exit_code(out: Any) -> int:
+    """3 when a judged metric failed on too many rows (each named on stderr), 4 when a gate failed, else 0."""
+    for f in out.failures:
+        print(f"WARNING: {f['message']}", file=sys.stderr)
+    if out.failures:
+        print(f"error: {len(out.failures)} judged metric(s) failed on more than max_error_rate of their rows; "
+              f"the run was logged, but its judged numbers are not usable (exit {EXIT_JUDGE_FAILURES})",
+              file=sys.stderr)
+        return EXIT_JUDGE_FAILURES
+    failed = [g for g in out.gate if not g["passed"]]
+    for g in failed:
+        value = "was not produced" if g["value"] is None else f"= {g['value']:.4f}"
+        print(f"error: gate failed: {g['metric']} {value}, below {g['threshold']:g}", file=sys.stderr)
+    return EXIT_GATE_FAILED if failed else EXIT_OK
