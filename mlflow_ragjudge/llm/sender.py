@@ -6,6 +6,7 @@ the batch runner sends its submit and poll calls through. Also the thread-safe u
 from __future__ import annotations
 
 import os
+import queue
 import random
 import threading
 import time
@@ -16,7 +17,7 @@ from typing import Any
 from ..core.stop import stop_reason, stop_requested, wait_for_stop
 from .backends import BackendError, ErrorKind
 from .backends.base import watching_wire
-from .gate import ProviderGate
+from .gate import ProviderGate, Ticket
 
 __all__ = ["Sender", "Usage", "ENV_BACKOFF_SCALE", "MAX_RATE_LIMITED_ATTEMPTS"]
 
@@ -126,7 +127,8 @@ class Sender:
             budget_used += 1
             if self._cap is not None:
                 self._cap.acquire()
-            waited += gate.acquire(self._sleep)
+            ticket = gate.acquire(self._sleep)
+            waited += ticket.waited
             if stop_requested():  # stopped while waiting for a slot or the pace
                 gate.release()
                 if self._cap is not None:
@@ -138,7 +140,7 @@ class Sender:
             try:
                 self.usage.add(requests=1)
                 limit = self._attempt_timeout(gate, timeouts)
-                value = self._attempt(fn, gate, limit, watched=not timeouts and not gate.calibrated())
+                value = self._attempt(fn, gate, ticket, limit, watched=not timeouts and not gate.calibrated())
                 return value, attempt, None, waited
             except BackendError as e:
                 err = e
@@ -209,48 +211,70 @@ class Sender:
         return self.timeout
 
     @staticmethod
-    def _attempt(fn: Callable[[float], Any], gate: ProviderGate, limit: float, *, watched: bool) -> Any:
+    def _attempt(fn: Callable[[float], Any], gate: ProviderGate, ticket: Ticket, limit: float, *,
+                 watched: bool) -> Any:
         """One request under ``limit`` seconds; a success teaches the gate its latency and the announced budget."""
         t_start = time.monotonic()
-        seq = gate.started()
 
         def on_the_wire(seconds: float) -> Any:  # the gate watches the request on the thread that sends it
             with watching_wire(gate):
                 return fn(seconds)
 
-        value = _watched(on_the_wire, gate, limit) if watched else on_the_wire(limit)
+        value = _EARLY.run(on_the_wire, gate, limit) if watched else on_the_wire(limit)
         latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
-        gate.observe(latency, getattr(value, "rate", None), seq)
+        gate.observe(latency, getattr(value, "rate", None), ticket.seq)
         gate.succeeded()
         return value
 
 
-def _watched(fn: Callable[[float], Any], gate: ProviderGate, timeout: float) -> Any:
-    """A first attempt sent before the connection knows its server's usual latency: run in a helper thread and
-    watched, so that once the first replies have taught the latency (:meth:`ProviderGate.adaptive_timeout`) a
-    request that hangs far past it is left, as a later first attempt would be, instead of holding its row for the
-    full ``timeout``. The helper finishes on its own (its reply, if any, is dropped)."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
+class _EarlyAttempts:
+    """First attempts sent before the connection knows its server's usual latency run here, on a few reused daemon
+    threads, and are watched: once the first replies have taught the latency (:meth:`ProviderGate.adaptive_timeout`),
+    one that hangs far past it is left, as a later first attempt would be, instead of holding its row for the full
+    ``timeout``. The worker finishes the left request on its own (its reply, if any, is dropped). Daemon threads,
+    because a hung request must not hold the interpreter's exit (a thread pool's workers would)."""
 
-    def run() -> None:
-        try:
-            box["value"] = fn(timeout)
-        except BaseException as e:  # handed to the caller below
-            box["error"] = e
-        finally:
-            done.set()
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
 
-    threading.Thread(target=run, name="ragjudge-first-attempt", daemon=True).start()
-    started = time.monotonic()
-    while not done.wait(0.1):
-        limit = gate.adaptive_timeout(timeout)
-        if time.monotonic() - started > limit:
-            raise BackendError(ErrorKind.TIMEOUT, f"no reply after {limit:.1f} s, far past this server's usual "
-                                                  "latency: sent again")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    def run(self, fn: Callable[[float], Any], gate: ProviderGate, timeout: float) -> Any:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def job() -> None:
+            try:
+                box["value"] = fn(timeout)
+            except BaseException as e:  # handed to the caller below
+                box["error"] = e
+            finally:
+                done.set()
+
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                threading.Thread(target=self._work, name="ragjudge-first-attempt", daemon=True).start()
+        self._jobs.put(job)
+        started = time.monotonic()
+        while not done.wait(0.1):
+            limit = gate.adaptive_timeout(timeout)
+            if time.monotonic() - started > limit:
+                raise BackendError(ErrorKind.TIMEOUT, f"no reply after {limit:.1f} s, far past this server's usual "
+                                                      "latency: sent again")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _work(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_EARLY = _EarlyAttempts()
 
 
 def _stoppable_sleep(seconds: float) -> None:
