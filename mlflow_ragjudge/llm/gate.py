@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -135,7 +134,10 @@ class ProviderGate:
             self.concurrency.enter()
             self.starts += 1
             now = time.monotonic()
-            self.budget.spend(self.starts, now, probe, self.latency.median())
+            if probe:  # the others wait for its reply (or, if it never brings one, a few round trips)
+                self.budget.send_probe(self.starts, now + max(1.0, 4.0 * self.latency.median()))
+            else:
+                self.budget.spend()
             start = self.learned.schedule(max(now, self.cooldown.until), now, self.cooldown.until)
             start, seq = self.rpm.schedule(start), self.starts
         wait = start - now
@@ -195,8 +197,8 @@ class ProviderGate:
     def adaptive_timeout(self, timeout: float) -> float:
         """The timeout for a request's first attempt (:meth:`~.pacing.Latency.tail_timeout`)."""
         with self._lock:
-            latency = Latency(deque(self.latency.seen))
-        return latency.tail_timeout(timeout)
+            seen = sorted(self.latency.seen)
+        return Latency.tail_of(seen, timeout)
 
     def calibrated(self) -> bool:
         """Whether enough replies were seen for :meth:`adaptive_timeout` to know this server's usual latency."""

@@ -155,11 +155,14 @@ class AnnouncedBudget:
             return self.probe_until  # the probe's reply will say how much is left
         return self.reset_at
 
-    def spend(self, seq: int, now: float, probe: bool, round_trip: float) -> None:
-        if probe:
-            self.left, self.probe, self.probe_until = 0, seq, now + max(1.0, 4.0 * round_trip)
-        elif self.left is not None:
+    def spend(self) -> None:
+        """A request started: one less left."""
+        if self.left is not None:
             self.left -= 1
+
+    def send_probe(self, seq: int, until: float) -> None:
+        """The request that started ``seq``-th learns the new budget; the others wait for it until ``until``."""
+        self.left, self.probe, self.probe_until = 0, seq, until
 
     def announce(self, remaining: int, reset: float | None, now: float, seq: int | None, uncounted: int) -> None:
         """A reply (of the request that started ``seq``-th) said ``remaining`` requests are left, for ``reset``
@@ -321,9 +324,13 @@ class Latency:
         return len(self.seen) >= self.MIN_OBSERVATIONS
 
     def tail_timeout(self, timeout: float) -> float:
-        seen = sorted(self.seen)
-        if len(seen) < self.MIN_OBSERVATIONS:
+        return self.tail_of(sorted(self.seen), timeout)
+
+    @classmethod
+    def tail_of(cls, seen: list[float], timeout: float) -> float:
+        """:meth:`tail_timeout` of the latencies ``seen``, sorted."""
+        if len(seen) < cls.MIN_OBSERVATIONS:
             return timeout
         p95 = seen[min(len(seen) - 1, int(0.95 * len(seen)))]
-        floor = float(os.environ.get(ENV_TAIL_TIMEOUT_FLOOR) or self.MIN_ADAPTIVE_TIMEOUT)
-        return min(timeout, max(floor, self.TAIL_FACTOR * p95))
+        floor = float(os.environ.get(ENV_TAIL_TIMEOUT_FLOOR) or cls.MIN_ADAPTIVE_TIMEOUT)
+        return min(timeout, max(floor, cls.TAIL_FACTOR * p95))
