@@ -66,6 +66,18 @@ class Usage:
 
 
 
+@dataclass
+class _Call:
+    """One call's attempts so far."""
+
+    started: float
+    attempt: int = 0
+    counted: int = 0  # attempts that count against max_attempts
+    format_refusals: int = 0  # the server refused the output format; the backend moved to a weaker mode
+    timeouts: int = 0  # attempts in a row that timed out: each next one gets twice the time (up to ``timeout``)
+    waited: float = 0.0
+
+
 class Sender:
     """Runs ``fn(timeout)`` -- one backend request -- under a provider gate, with retries.
 
@@ -114,34 +126,29 @@ class Sender:
         Returns (value or None, attempts, last error, seconds spent waiting).
         """
         gate = gate or self.gate
-        started = time.monotonic()
-        attempt = 0
-        budget_used = 0  # attempts that count against max_attempts
-        format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
-        waited = 0.0
-        timeouts = 0  # attempts in a row that timed out: each next one gets twice the time (up to ``timeout``)
+        call = _Call(time.monotonic())
         while True:
             if stop_requested():  # Ctrl-C / SIGTERM: nothing new is sent (what is in flight is awaited)
-                return None, attempt, _not_sent(), waited
-            attempt += 1
-            budget_used += 1
+                return None, call.attempt, _not_sent(), call.waited
+            call.attempt += 1
+            call.counted += 1
             if self._cap is not None:
                 self._cap.acquire()
             ticket = gate.acquire(self._sleep)
-            waited += ticket.waited
+            call.waited += ticket.waited
             if stop_requested():  # stopped while waiting for a slot or the pace
                 gate.release()
                 if self._cap is not None:
                     self._cap.release()
-                return None, attempt - 1, _not_sent(), waited
+                return None, call.attempt - 1, _not_sent(), call.waited
             with self._lock:
                 self._in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
             try:
                 self.usage.add(requests=1)
-                limit = self._attempt_timeout(gate, timeouts)
-                value = self._attempt(fn, gate, ticket, limit, watched=not timeouts and not gate.calibrated())
-                return value, attempt, None, waited
+                limit = self._attempt_timeout(gate, call.timeouts)
+                value = self._attempt(fn, gate, ticket, limit, watched=not call.timeouts and not gate.calibrated())
+                return value, call.attempt, None, call.waited
             except BackendError as e:
                 err = e
             except Exception as e:  # a bug (ours or the SDK's), not a provider error: never retried
@@ -152,54 +159,61 @@ class Sender:
                     self._in_flight -= 1
                 if self._cap is not None:
                     self._cap.release()
-            if err.kind is ErrorKind.HELD:  # never left: not a request, not an attempt; started again after the quiet
-                self.usage.add(requests=-1)
-                attempt -= 1
-                budget_used -= 1
-                continue
-            cut_short = err.kind is ErrorKind.TIMEOUT and (limit < self.timeout or "far past" in err.message)
-            timeouts = timeouts + 1 if err.kind is ErrorKind.TIMEOUT else 0
-            if err.kind is ErrorKind.RATE_LIMITED:
-                if err.retry_after is None:
-                    # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
-                    # is a rate window (requests or tokens per minute): the cool-down below waits exactly
-                    # that, and halving the concurrency too would leave the window unused once it reopens.
-                    gate.throttled()
-                self.usage.add(rate_limited=1)
-            if err.kind is ErrorKind.FORMAT_REJECTED:
-                # not a fault of this request's content: resend at once in the weaker mode; bounded by
-                # the number of modes (a backend that keeps refusing ends as a provider error)
-                format_refusals += 1
-                budget_used -= 1
-                if format_refusals <= 4:
-                    self.usage.add(format_refusals=1)
-                    continue
-                err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
-            told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
-            if told_when and attempt < MAX_RATE_LIMITED_ATTEMPTS:
-                # The server said when to come back: that wait is bounded by max_retry_time, not by
-                # max_attempts, so a long evaluation behind a busy quota does not lose rows.
-                budget_used -= 1
-            if not err.retryable or budget_used >= self.max_attempts:
-                return None, attempt, err, waited
-            if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
-                delay = err.retry_after
-                gate.cool_down(delay)  # everyone on this connection waits
-            elif cut_short:
-                delay = 0.0  # an attempt left far past the usual latency (tail): sent again at once
-            else:
-                exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-                delay = exp * (0.5 + random.random() / 2)
-                if err.retry_after is not None:
-                    delay = max(delay, err.retry_after)
-            if time.monotonic() - started + delay > self.max_retry_time:
-                err.message += f" (gave up after {attempt} attempts: retry budget of {self.max_retry_time:g}s)"
-                return None, attempt, err, waited
-            self.usage.add(retries=1)
-            if delay > 0:
-                self._sleep(delay)
-                waited += delay
+            then = self._after_error(err, call, gate, limit)
+            if isinstance(then, BackendError):
+                return None, call.attempt, then, call.waited
+            if then > 0:
+                self._sleep(then)
+                call.waited += then
 
+    def _after_error(self, err: BackendError, call: _Call, gate: ProviderGate, limit: float) -> float | BackendError:
+        """What an attempt's error means: the seconds to wait before the next attempt (0: at once), or the error the
+        call ends with. Tells the gate what the server said (a 429) and counts it."""
+        if err.kind is ErrorKind.HELD:  # never left: not a request, not an attempt; started again after the quiet
+            self.usage.add(requests=-1)
+            call.attempt -= 1
+            call.counted -= 1
+            return 0.0
+        cut_short = err.kind is ErrorKind.TIMEOUT and (limit < self.timeout or "far past" in err.message)
+        call.timeouts = call.timeouts + 1 if err.kind is ErrorKind.TIMEOUT else 0
+        told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
+        if err.kind is ErrorKind.RATE_LIMITED:
+            if not told_when:
+                # "slow down", with no word on when: fewer in flight. A 429 that says when to come back is a rate
+                # window (requests or tokens per minute): the cool-down below waits exactly that, and halving the
+                # concurrency too would leave the window unused once it reopens.
+                gate.throttled()
+            self.usage.add(rate_limited=1)
+        if err.kind is ErrorKind.FORMAT_REJECTED:
+            # not a fault of this request's content: resend at once in the weaker mode; bounded by the number of
+            # modes (a backend that keeps refusing ends as a provider error)
+            call.format_refusals += 1
+            call.counted -= 1
+            if call.format_refusals <= 4:
+                self.usage.add(format_refusals=1)
+                return 0.0
+            err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
+        if told_when and call.attempt < MAX_RATE_LIMITED_ATTEMPTS:
+            # The server said when to come back: that wait is bounded by max_retry_time, not by max_attempts, so a
+            # long evaluation behind a busy quota does not lose rows.
+            call.counted -= 1
+        if not err.retryable or call.counted >= self.max_attempts:
+            return err
+        if told_when:
+            delay = float(err.retry_after or 0.0)
+            gate.cool_down(delay)  # everyone on this connection waits
+        elif cut_short:
+            delay = 0.0  # an attempt left far past the usual latency (tail): sent again at once
+        else:
+            exp = min(self.backoff_max, self.backoff_base * 2 ** (call.attempt - 1))
+            delay = exp * (0.5 + random.random() / 2)
+            if err.retry_after is not None:
+                delay = max(delay, err.retry_after)
+        if time.monotonic() - call.started + delay > self.max_retry_time:
+            err.message += f" (gave up after {call.attempt} attempts: retry budget of {self.max_retry_time:g}s)"
+            return err
+        self.usage.add(retries=1)
+        return delay
 
     def _attempt_timeout(self, gate: ProviderGate, timeouts: int) -> float:
         """An attempt's timeout: the connection's adaptive one, doubled for each timeout in a row before it (up to
