@@ -23,6 +23,7 @@ from .pacing import (
     Latency,
     LearnedPace,
     RequestsPerMinute,
+    Rounds,
 )
 
 __all__ = ["ProviderGate", "Ticket", "gate_for", "configure_provider", "ENV_MAX_CONCURRENCY",
@@ -96,7 +97,8 @@ class ProviderGate:
                                                                                                     "_window_start")
 
     @property
-    def rounds(self) -> Any:
+    def rounds(self) -> Rounds:
+        """Slow start's rounds (part of :class:`~.pacing.Concurrency`)."""
         return self.concurrency.rounds
 
     def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
