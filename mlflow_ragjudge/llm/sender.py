@@ -6,6 +6,7 @@ the batch runner sends its submit and poll calls through. Also the thread-safe u
 from __future__ import annotations
 
 import os
+import queue
 import random
 import threading
 import time
@@ -16,7 +17,7 @@ from typing import Any
 from ..core.stop import stop_reason, stop_requested, wait_for_stop
 from .backends import BackendError, ErrorKind
 from .backends.base import watching_wire
-from .gate import ProviderGate
+from .gate import ProviderGate, Ticket
 
 __all__ = ["Sender", "Usage", "ENV_BACKOFF_SCALE", "MAX_RATE_LIMITED_ATTEMPTS"]
 
@@ -63,6 +64,18 @@ class Usage:
         with self._lock:
             return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
+
+
+@dataclass
+class _Call:
+    """One call's attempts so far."""
+
+    started: float
+    attempt: int = 0
+    counted: int = 0  # attempts that count against max_attempts
+    format_refusals: int = 0  # the server refused the output format; the backend moved to a weaker mode
+    timeouts: int = 0  # attempts in a row that timed out: each next one gets twice the time (up to ``timeout``)
+    waited: float = 0.0
 
 
 class Sender:
@@ -113,33 +126,29 @@ class Sender:
         Returns (value or None, attempts, last error, seconds spent waiting).
         """
         gate = gate or self.gate
-        started = time.monotonic()
-        attempt = 0
-        budget_used = 0  # attempts that count against max_attempts
-        format_refusals = 0  # the server refused the output format; the backend moved to a weaker mode
-        waited = 0.0
-        timeouts = 0  # attempts in a row that timed out: each next one gets twice the time (up to ``timeout``)
+        call = _Call(time.monotonic())
         while True:
             if stop_requested():  # Ctrl-C / SIGTERM: nothing new is sent (what is in flight is awaited)
-                return None, attempt, _not_sent(), waited
-            attempt += 1
-            budget_used += 1
+                return None, call.attempt, _not_sent(), call.waited
+            call.attempt += 1
+            call.counted += 1
             if self._cap is not None:
                 self._cap.acquire()
-            waited += gate.acquire(self._sleep)
+            ticket = gate.acquire(self._sleep)
+            call.waited += ticket.waited
             if stop_requested():  # stopped while waiting for a slot or the pace
                 gate.release()
                 if self._cap is not None:
                     self._cap.release()
-                return None, attempt - 1, _not_sent(), waited
+                return None, call.attempt - 1, _not_sent(), call.waited
             with self._lock:
                 self._in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
             try:
                 self.usage.add(requests=1)
-                limit = self._attempt_timeout(gate, timeouts)
-                value = self._attempt(fn, gate, limit, watched=not timeouts and not gate.calibrated())
-                return value, attempt, None, waited
+                limit = self._attempt_timeout(gate, call.timeouts)
+                value = self._attempt(fn, gate, ticket, limit, watched=not call.timeouts and not gate.calibrated())
+                return value, call.attempt, None, call.waited
             except BackendError as e:
                 err = e
             except Exception as e:  # a bug (ours or the SDK's), not a provider error: never retried
@@ -150,54 +159,61 @@ class Sender:
                     self._in_flight -= 1
                 if self._cap is not None:
                     self._cap.release()
-            if err.kind is ErrorKind.HELD:  # never left: not a request, not an attempt; started again after the quiet
-                self.usage.add(requests=-1)
-                attempt -= 1
-                budget_used -= 1
-                continue
-            cut_short = err.kind is ErrorKind.TIMEOUT and (limit < self.timeout or "far past" in err.message)
-            timeouts = timeouts + 1 if err.kind is ErrorKind.TIMEOUT else 0
-            if err.kind is ErrorKind.RATE_LIMITED:
-                if err.retry_after is None:
-                    # "slow down", with no word on when: fewer in flight. A 429 that says when to come back
-                    # is a rate window (requests or tokens per minute): the cool-down below waits exactly
-                    # that, and halving the concurrency too would leave the window unused once it reopens.
-                    gate.throttled()
-                self.usage.add(rate_limited=1)
-            if err.kind is ErrorKind.FORMAT_REJECTED:
-                # not a fault of this request's content: resend at once in the weaker mode; bounded by
-                # the number of modes (a backend that keeps refusing ends as a provider error)
-                format_refusals += 1
-                budget_used -= 1
-                if format_refusals <= 4:
-                    self.usage.add(format_refusals=1)
-                    continue
-                err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
-            told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
-            if told_when and attempt < MAX_RATE_LIMITED_ATTEMPTS:
-                # The server said when to come back: that wait is bounded by max_retry_time, not by
-                # max_attempts, so a long evaluation behind a busy quota does not lose rows.
-                budget_used -= 1
-            if not err.retryable or budget_used >= self.max_attempts:
-                return None, attempt, err, waited
-            if err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None:
-                delay = err.retry_after
-                gate.cool_down(delay)  # everyone on this connection waits
-            elif cut_short:
-                delay = 0.0  # an attempt left far past the usual latency (tail): sent again at once
-            else:
-                exp = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-                delay = exp * (0.5 + random.random() / 2)
-                if err.retry_after is not None:
-                    delay = max(delay, err.retry_after)
-            if time.monotonic() - started + delay > self.max_retry_time:
-                err.message += f" (gave up after {attempt} attempts: retry budget of {self.max_retry_time:g}s)"
-                return None, attempt, err, waited
-            self.usage.add(retries=1)
-            if delay > 0:
-                self._sleep(delay)
-                waited += delay
+            then = self._after_error(err, call, gate, limit)
+            if isinstance(then, BackendError):
+                return None, call.attempt, then, call.waited
+            if then > 0:
+                self._sleep(then)
+                call.waited += then
 
+    def _after_error(self, err: BackendError, call: _Call, gate: ProviderGate, limit: float) -> float | BackendError:
+        """What an attempt's error means: the seconds to wait before the next attempt (0: at once), or the error the
+        call ends with. Tells the gate what the server said (a 429) and counts it."""
+        if err.kind is ErrorKind.HELD:  # never left: not a request, not an attempt; started again after the quiet
+            self.usage.add(requests=-1)
+            call.attempt -= 1
+            call.counted -= 1
+            return 0.0
+        cut_short = err.kind is ErrorKind.TIMEOUT and (limit < self.timeout or "far past" in err.message)
+        call.timeouts = call.timeouts + 1 if err.kind is ErrorKind.TIMEOUT else 0
+        told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
+        if err.kind is ErrorKind.RATE_LIMITED:
+            if not told_when:
+                # "slow down", with no word on when: fewer in flight. A 429 that says when to come back is a rate
+                # window (requests or tokens per minute): the cool-down below waits exactly that, and halving the
+                # concurrency too would leave the window unused once it reopens.
+                gate.throttled()
+            self.usage.add(rate_limited=1)
+        if err.kind is ErrorKind.FORMAT_REJECTED:
+            # not a fault of this request's content: resend at once in the weaker mode; bounded by the number of
+            # modes (a backend that keeps refusing ends as a provider error)
+            call.format_refusals += 1
+            call.counted -= 1
+            if call.format_refusals <= 4:
+                self.usage.add(format_refusals=1)
+                return 0.0
+            err = BackendError(ErrorKind.PERMANENT, err.message, err.status)
+        if told_when and call.attempt < MAX_RATE_LIMITED_ATTEMPTS:
+            # The server said when to come back: that wait is bounded by max_retry_time, not by max_attempts, so a
+            # long evaluation behind a busy quota does not lose rows.
+            call.counted -= 1
+        if not err.retryable or call.counted >= self.max_attempts:
+            return err
+        if told_when:
+            delay = float(err.retry_after or 0.0)
+            gate.cool_down(delay)  # everyone on this connection waits
+        elif cut_short:
+            delay = 0.0  # an attempt left far past the usual latency (tail): sent again at once
+        else:
+            exp = min(self.backoff_max, self.backoff_base * 2 ** (call.attempt - 1))
+            delay = exp * (0.5 + random.random() / 2)
+            if err.retry_after is not None:
+                delay = max(delay, err.retry_after)
+        if time.monotonic() - call.started + delay > self.max_retry_time:
+            err.message += f" (gave up after {call.attempt} attempts: retry budget of {self.max_retry_time:g}s)"
+            return err
+        self.usage.add(retries=1)
+        return delay
 
     def _attempt_timeout(self, gate: ProviderGate, timeouts: int) -> float:
         """An attempt's timeout: the connection's adaptive one, doubled for each timeout in a row before it (up to
@@ -209,48 +225,70 @@ class Sender:
         return self.timeout
 
     @staticmethod
-    def _attempt(fn: Callable[[float], Any], gate: ProviderGate, limit: float, *, watched: bool) -> Any:
+    def _attempt(fn: Callable[[float], Any], gate: ProviderGate, ticket: Ticket, limit: float, *,
+                 watched: bool) -> Any:
         """One request under ``limit`` seconds; a success teaches the gate its latency and the announced budget."""
         t_start = time.monotonic()
-        seq = gate.started()
 
         def on_the_wire(seconds: float) -> Any:  # the gate watches the request on the thread that sends it
             with watching_wire(gate):
                 return fn(seconds)
 
-        value = _watched(on_the_wire, gate, limit) if watched else on_the_wire(limit)
+        value = _EARLY.run(on_the_wire, gate, limit) if watched else on_the_wire(limit)
         latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
-        gate.observe(latency, getattr(value, "rate", None), seq)
+        gate.observe(latency, getattr(value, "rate", None), ticket.seq)
         gate.succeeded()
         return value
 
 
-def _watched(fn: Callable[[float], Any], gate: ProviderGate, timeout: float) -> Any:
-    """A first attempt sent before the connection knows its server's usual latency: run in a helper thread and
-    watched, so that once the first replies have taught the latency (:meth:`ProviderGate.adaptive_timeout`) a
-    request that hangs far past it is left, as a later first attempt would be, instead of holding its row for the
-    full ``timeout``. The helper finishes on its own (its reply, if any, is dropped)."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
+class _EarlyAttempts:
+    """First attempts sent before the connection knows its server's usual latency run here, on a few reused daemon
+    threads, and are watched: once the first replies have taught the latency (:meth:`ProviderGate.adaptive_timeout`),
+    one that hangs far past it is left, as a later first attempt would be, instead of holding its row for the full
+    ``timeout``. The worker finishes the left request on its own (its reply, if any, is dropped). Daemon threads,
+    because a hung request must not hold the interpreter's exit (a thread pool's workers would)."""
 
-    def run() -> None:
-        try:
-            box["value"] = fn(timeout)
-        except BaseException as e:  # handed to the caller below
-            box["error"] = e
-        finally:
-            done.set()
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
 
-    threading.Thread(target=run, name="ragjudge-first-attempt", daemon=True).start()
-    started = time.monotonic()
-    while not done.wait(0.1):
-        limit = gate.adaptive_timeout(timeout)
-        if time.monotonic() - started > limit:
-            raise BackendError(ErrorKind.TIMEOUT, f"no reply after {limit:.1f} s, far past this server's usual "
-                                                  "latency: sent again")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    def run(self, fn: Callable[[float], Any], gate: ProviderGate, timeout: float) -> Any:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def job() -> None:
+            try:
+                box["value"] = fn(timeout)
+            except BaseException as e:  # handed to the caller below
+                box["error"] = e
+            finally:
+                done.set()
+
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                threading.Thread(target=self._work, name="ragjudge-first-attempt", daemon=True).start()
+        self._jobs.put(job)
+        started = time.monotonic()
+        while not done.wait(0.1):
+            limit = gate.adaptive_timeout(timeout)
+            if time.monotonic() - started > limit:
+                raise BackendError(ErrorKind.TIMEOUT, f"no reply after {limit:.1f} s, far past this server's usual "
+                                                      "latency: sent again")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _work(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_EARLY = _EarlyAttempts()
 
 
 def _stoppable_sleep(seconds: float) -> None:
