@@ -172,7 +172,22 @@ def judge_uri(fake_llm, monkeypatch, judge_api_key, judge_handler) -> str:
 
 
 @pytest.fixture
-def judge(fake_llm) -> str:
-    """A judge URI on the fake server, answered by the independent, schema-compliant model."""
+def judge(request):
+    """A judge URI on the fake server, answered by the independent, schema-compliant model.
+
+    In a test marked ``inprocess_judge``: the same model answering in-process (a ``Backend`` object, see
+    ``compliant_judge``), for a test that checks what the package does with the replies, not the wire."""
+    if request.node.get_closest_marker("inprocess_judge") is not None:
+        return request.getfixturevalue("compliant_judge")
+    fake_llm = request.getfixturevalue("fake_llm")
     fake_llm.set_handler(CompliantModel("json_schema"))
     return f"openai:/m?base_url={fake_llm.openai_base_url}"
+
+
+@pytest.fixture
+def compliant_judge():
+    """A judge answered in-process by the same independent model as ``judge`` (tests/inprocess.py): a ``Backend``
+    object, no server, no SDK. For tests of what the package does with a judge's replies; ``judge`` for the wire."""
+    from inprocess import CompliantBackend
+
+    return CompliantBackend()

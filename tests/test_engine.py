@@ -274,6 +274,7 @@ def test_embeddings_go_through_the_run_client(fake_llm, judge, emb, tmp_path):
     assert again.metrics["answer_relevancy/mean"] == first.metrics["answer_relevancy/mean"]
 
 
+@pytest.mark.inprocess_judge
 def test_client_records_are_bounded(judge):
     from mlflow_ragjudge.llm.client import RECENT_RECORDS
 
