@@ -53,6 +53,7 @@ def _reference(judge: np.ndarray, human: np.ndarray, alpha: float = 0.05) -> tup
 # --------------------------------------------------------------------------- the evaluator
 
 
+@pytest.mark.inprocess_judge
 def test_evaluator_run_with_human_labels_logs_the_calibrated_mean_equal_to_the_reference(fake_llm, judge,
                                                                                           tmp_tracking):
     df = _frame()

@@ -79,6 +79,7 @@ def added_metrics():
         unregister_metric(s.name)
 
 
+@pytest.mark.inprocess_judge
 def test_a_metric_added_through_the_public_api_runs_like_a_built_in_one(added_metrics, judge, fake_llm):
     assert {"answer_words", "concise"} <= set(metric_names())
     from mlflow_ragjudge.cli import metrics_table

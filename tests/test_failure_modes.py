@@ -155,6 +155,7 @@ def test_a_cache_in_a_read_only_directory_is_used_read_only(judge, cache_dir, tm
         _make_writable(ro_dir)
 
 
+@pytest.mark.inprocess_judge
 def test_a_cache_that_cannot_be_created_is_left_out(judge, tmp_path, monkeypatch, fake_llm):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
