@@ -255,6 +255,7 @@ def test_a_failure_after_the_judge_calls_saves_the_results_so_far(judge, tmp_pat
 # ----------------------------------------------------------------------------- kill -9 and resume
 
 
+@pytest.mark.slow
 def test_killed_mid_run_and_resumed_only_unfinished_calls_are_sent(fake_llm, tmp_path, fresh_tracking_uri):
     fake_llm.set_handler(CompliantModel("json_schema"))
     fake_llm.latency = 0.15

@@ -376,6 +376,7 @@ def test_the_cli_evaluates_a_parquet_file_on_spark(spark, tmp_path, tmp_tracking
     assert sorted(_trace_views(run["run_id"])) == list(range(60))
 
 
+@pytest.mark.slow
 def test_a_bad_spark_source_exits_2_in_one_line_without_a_java_traceback(tmp_path):
     """As a user runs it (a process of its own, its JVM's output read too): a missing Parquet path is refused before
     Spark starts; a table the session's catalog lacks gets Spark's AnalysisException, said in the same one line; a URI
