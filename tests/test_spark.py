@@ -189,7 +189,7 @@ def test_bad_input_gets_the_pandas_paths_error_before_any_call(spark, fake_llm, 
     assert fake_llm.request_count == 0
 
 
-def test_missing_credentials_on_the_executors_are_said_before_any_call(fake_llm, judged, monkeypatch):
+def test_missing_credentials_on_the_executors_are_said_before_any_call(spark, fake_llm, judged, monkeypatch):
     # a second session would share the JVM; use the driver-side check through a config whose key cannot be found
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     # no base_url and no key: the OpenAI backend refuses to start on the executors (their env has a key here, so
