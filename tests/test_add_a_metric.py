@@ -61,6 +61,7 @@ def _check_scores(values: list) -> None:
         assert (value == 0.0) if long else (value in RATINGS), (values, LONG)
 
 
+@pytest.mark.slow
 def test_through_mlflow_models_evaluate(answer_brevity, judge, fake_llm, tmp_tracking, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with mlflow.start_run() as run:
@@ -102,6 +103,7 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_through_the_cli_with_plugin(judge, fake_llm, tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")

@@ -160,6 +160,7 @@ def test_bad_data_is_refused_before_any_call(fake_llm, judge, data, extra, phras
 # ----------------------------------------------------------------------------- documented per-row / per-run outcomes
 
 
+@pytest.mark.inprocess_judge
 def test_lone_surrogates_are_replaced_with_a_warning_and_the_run_completes(fake_llm, judge, tmp_tracking):
     df = frame(answer=["X is a letter \ud800.", "Y"], group=["g\udfff", "h"])
     with pytest.warns(InvalidTextWarning, match="lone surrogates"):
@@ -176,6 +177,7 @@ def test_lone_surrogates_are_replaced_with_a_warning_and_the_run_completes(fake_
         "X is a letter \ufffd."
 
 
+@pytest.mark.inprocess_judge
 def test_long_and_odd_group_names_are_logged_under_distinct_recognisable_names(fake_llm, judge, tmp_tracking):
     long = "team-" + "x" * 300
     df = pd.DataFrame({**{k: v * 2 for k, v in BASE.items()}, "group": ["a:b", "a_b", long, "日本語"]})
@@ -194,6 +196,7 @@ def test_long_and_odd_group_names_are_logged_under_distinct_recognisable_names(f
     assert all(f"correctness/count/{n}" in logged for n in names.values())
 
 
+@pytest.mark.inprocess_judge
 def test_retriever_returning_none_means_no_contexts(fake_llm, judge):
     out = evaluate_frame(frame(), judge=judge, metrics=["correctness"], retriever=_retriever(None),
                          context_mode="reference")

@@ -66,6 +66,7 @@ def _scores(out) -> pd.DataFrame:
     return out.table[cols].astype(object).where(out.table[cols].notna(), None)
 
 
+@pytest.mark.slow
 def test_two_hundred_rows_go_through_the_batch_api_with_the_same_scores_at_half_the_price(model, tmp_path):
     df = _rows(200)
     sync = evaluate_frame(df, _config(model, cache=False))
@@ -177,6 +178,7 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_killed_run_re_attaches_to_its_batches_instead_of_submitting_again(model, tmp_path):
     df = _rows(20)
     sync = evaluate_frame(df, _config(model, cache=False, metrics=["correctness", "faithfulness"]))
@@ -236,6 +238,7 @@ def test_cli_evaluate_with_batch(model, tmp_path, tmp_tracking, capsys, monkeypa
     assert model.requests_for("openai_chat") == [] and len(model.batches.created) == 1
 
 
+@pytest.mark.slow
 def test_a_sweep_judges_every_variant_through_batches(model, tmp_path, tmp_tracking):
     import mlflow_ragjudge as rj
 
@@ -330,6 +333,7 @@ def test_a_reply_and_an_error_for_the_same_custom_id_keep_the_reply(model, provi
     pd.testing.assert_frame_equal(_scores(out), _scores(sync))
 
 
+@pytest.mark.slow
 def test_re_attaching_to_a_batch_the_provider_no_longer_has_submits_its_calls_again(model, tmp_path):
     df = _rows(20)
     metrics = ["correctness", "faithfulness"]
@@ -449,6 +453,7 @@ def _logged_run(uri: str) -> dict[str, float]:
     return runs[0].data.metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["2>&1 | head -2", "2>&-"])
 def test_cli_batch_run_with_stderr_gone_completes(model, tmp_path, fresh_tracking_uri, how):
     """``ragjudge evaluate ... --batch 2>&1 | head -2`` (both streams become a pipe nobody reads after two lines)

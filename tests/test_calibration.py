@@ -53,6 +53,8 @@ def _reference(judge: np.ndarray, human: np.ndarray, alpha: float = 0.05) -> tup
 # --------------------------------------------------------------------------- the evaluator
 
 
+@pytest.mark.slow
+@pytest.mark.inprocess_judge
 def test_evaluator_run_with_human_labels_logs_the_calibrated_mean_equal_to_the_reference(fake_llm, judge,
                                                                                           tmp_tracking):
     df = _frame()
@@ -153,6 +155,7 @@ def test_labels_chosen_by_the_judges_verdict_are_warned_about():
     assert "warning" in out.config["calibration"]["correctness"]
 
 
+@pytest.mark.slow
 def test_cli_evaluate_with_human_labels(tmp_path, tmp_tracking, capsys):
     path = tmp_path / "data.csv"
     _frame().to_csv(path, index=False)
@@ -201,6 +204,7 @@ def _fill(path, fn=_truth, only=None) -> pd.DataFrame:
     return frame
 
 
+@pytest.mark.slow
 def test_a_sweep_labelled_after_the_run_shows_the_calibrated_difference(tmp_tracking, tmp_path):
     result = _sweep()
     parent = result.parent_run_id
@@ -260,6 +264,7 @@ def test_a_sweep_labelled_after_the_run_shows_the_calibrated_difference(tmp_trac
     assert len(mlflow.load_table(COMPARISON_FILE, run_ids=[parent])) == 1
 
 
+@pytest.mark.slow
 def test_label_sample_and_calibrate_from_the_cli(tmp_tracking, tmp_path, capsys):
     result = _sweep(n=60)
     path = tmp_path / "labels.jsonl"
@@ -273,6 +278,7 @@ def test_label_sample_and_calibrate_from_the_cli(tmp_tracking, tmp_path, capsys)
     assert "calibrated difference" in text and "labels with the judge" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit, message", [
     (lambda f: f.assign(row_id=f["row_id"].where(f.index != 0, "not-a-row")), "row id\\(s\\) \\['not-a-row'\\]"),
     (lambda f: f.assign(correctness=f["correctness"].where(f.index != 1, 9)), "Label 9 for 'correctness'"),
@@ -293,6 +299,7 @@ def test_bad_label_files_are_refused_and_nothing_is_logged(tmp_tracking, tmp_pat
         assert "correctness/ppi_mean" not in MlflowClient().get_run(rid).data.metrics
 
 
+@pytest.mark.slow
 def test_labels_outside_the_drawn_sample_are_warned_about(tmp_tracking, tmp_path):
     result = _sweep(n=80)
     path = tmp_path / "labels.csv"
@@ -314,6 +321,7 @@ def test_labels_outside_the_drawn_sample_are_warned_about(tmp_tracking, tmp_path
 # --------------------------------------------------------------------------- mlflow.genai: traces
 
 
+@pytest.mark.slow
 def test_human_feedback_on_traces_calibrates_a_genai_run(tmp_tracking):
     rng = np.random.default_rng(0)
     truth = rng.integers(1, 6, size=70).astype(float)
@@ -363,6 +371,7 @@ def test_review_queue_holds_a_random_sample_of_the_runs_traces(tmp_tracking):
 # --------------------------------------------------------------------------- labels that carry no variance
 
 
+@pytest.mark.slow
 def test_cli_calibrate_with_identical_labels_reports_the_exact_bound_and_warns(tmp_tracking, tmp_path, capsys):
     """Every labelled answer of both variants rated 5: each run's labels and the paired differences (all 0) carry
     no variance. Before, calibrate printed "[5.000, 5.000]" and "[+0.000, +0.000]" as 95 % intervals."""
@@ -384,6 +393,7 @@ def test_cli_calibrate_with_identical_labels_reports_the_exact_bound_and_warns(t
         assert est.interval == "exact_no_variance" and "carry no variance" in est.warning
 
 
+@pytest.mark.slow
 def test_cli_evaluate_with_identical_human_labels_warns(tmp_path, tmp_tracking, capsys):
     path = tmp_path / "data.csv"
     _frame().assign(human_correctness=lambda f: f["human_correctness"].where(f["human_correctness"].isna(), 4.0)

@@ -62,6 +62,7 @@ def test_cli_csv_with_json_list_columns(tmp_path, tmp_tracking, capsys):
     assert "word_recall/mean" in out and "context_rougeL_recall/mean" in out
 
 
+@pytest.mark.slow
 def test_cli_bad_input_exits_2_with_the_fix(tmp_path, capsys):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"question": "q", "answer": "a"}), encoding="utf-8")
@@ -124,6 +125,7 @@ def test_a_bad_spark_path_exits_2_naming_it_before_spark_starts(tmp_path, capfd,
     assert "Traceback" not in err and "org.apache" not in err
 
 
+@pytest.mark.slow
 def test_quickstart_subprocess(tmp_path):
     env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'qs.db'}")
     proc = subprocess.run([sys.executable, "-m", "mlflow_ragjudge", "quickstart"], env=env, capture_output=True,

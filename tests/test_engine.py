@@ -80,6 +80,7 @@ def added_metrics():
         unregister_metric(s.name)
 
 
+@pytest.mark.inprocess_judge
 def test_a_metric_added_through_the_public_api_runs_like_a_built_in_one(added_metrics, judge, fake_llm):
     assert {"answer_words", "concise"} <= set(metric_names())
     from mlflow_ragjudge.cli import metrics_table
@@ -275,6 +276,7 @@ def test_embeddings_go_through_the_run_client(fake_llm, judge, emb, tmp_path):
     assert again.metrics["answer_relevancy/mean"] == first.metrics["answer_relevancy/mean"]
 
 
+@pytest.mark.inprocess_judge
 def test_client_records_are_bounded(judge):
     from mlflow_ragjudge.llm.client import RECENT_RECORDS
 

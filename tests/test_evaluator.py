@@ -450,6 +450,7 @@ def test_other_model_types_never_run_ragjudge(fake_llm, judge_uri, tmp_tracking)
     assert fake_llm.request_count == 0
 
 
+@pytest.mark.inprocess_judge
 def test_context_provenance_never_calls_testset_evidence_e3(fake_llm, judge):
     """A test set's quoted evidence is its own mode ('evidence'), never E3; every run and row records where the
     judge's contexts came from."""

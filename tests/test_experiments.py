@@ -86,6 +86,7 @@ def test_examples_use_only_the_public_api(name):
     assert "sys.path" not in (EXPERIMENTS / name).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_retrieval_sweep_example(tmp_path, capsys):
     from experiments.retrieval_sweep import main
 
@@ -109,6 +110,7 @@ def test_aurora_questions_find_the_needle_in_the_long_log():
     assert out["answer"] == "Log entry 58: the anemometer bearing was replaced with part AB-7731 after it squealed."
 
 
+@pytest.mark.slow
 def test_prompt_iterations_against_a_scripted_generator(fake_llm, tmp_path, monkeypatch, capsys):
     from experiments.prompt_iterations import main
 

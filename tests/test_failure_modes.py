@@ -155,6 +155,7 @@ def test_a_cache_in_a_read_only_directory_is_used_read_only(judge, cache_dir, tm
         _make_writable(ro_dir)
 
 
+@pytest.mark.inprocess_judge
 def test_a_cache_that_cannot_be_created_is_left_out(judge, tmp_path, monkeypatch, fake_llm):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -254,6 +255,7 @@ def test_a_failure_after_the_judge_calls_saves_the_results_so_far(judge, tmp_pat
 # ----------------------------------------------------------------------------- kill -9 and resume
 
 
+@pytest.mark.slow
 def test_killed_mid_run_and_resumed_only_unfinished_calls_are_sent(fake_llm, tmp_path, fresh_tracking_uri):
     fake_llm.set_handler(CompliantModel("json_schema"))
     fake_llm.latency = 0.15

@@ -178,6 +178,7 @@ def _judge_never_traced(*experiment_ids: str) -> None:
     assert judge_spans == [], [s.name for s in judge_spans]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rounds", [3])
 def test_openai_autologged_app_judged_over_its_traces(store, app_llm, judge_llm, autologs, rounds):
     mlflow.openai.autolog()
@@ -201,6 +202,7 @@ def test_openai_autologged_app_judged_over_its_traces(store, app_llm, judge_llm,
     _judge_never_traced(exp_id)
 
 
+@pytest.mark.slow
 def test_anthropic_autologged_app_judged_with_an_anthropic_judge(store, app_llm, judge_llm, autologs):
     mlflow.anthropic.autolog()
     mlflow.openai.autolog()  # on as well: neither SDK's judge requests may be traced
@@ -242,6 +244,7 @@ def test_plain_traced_functions_positional_and_keyword(store, judge_llm, judge_m
     assert all(f.value == 1.0 for f in found["precision_at_1"])  # the document ids from the metadata's "id"
 
 
+@pytest.mark.slow
 def test_langchain_shaped_traces(store, judge_llm):
     """The shapes LangChain's autologging records (a chain's dict input, a chat model's message dicts with
     ``type``, an ``AIMessage``-like output, retriever documents with ``page_content`` / ``metadata`` / ``id``), logged
@@ -273,6 +276,7 @@ def _means(result: Any) -> dict[str, float]:
     return {k: v for k, v in result.metrics.items() if k.endswith("/mean")}
 
 
+@pytest.mark.slow
 def test_two_judges_of_one_metric_get_distinct_names_or_are_refused(tmp_tracking, judge_llm):
     """MLflow merges the Feedbacks of scorers that share a name: the offline judge's scorer has its own name by
     default; two LLM judges under one name are refused on every row, with the fix; ``name=`` tells them apart."""
@@ -297,6 +301,7 @@ def test_two_judges_of_one_metric_get_distinct_names_or_are_refused(tmp_tracking
                                                  trace=None).error is None
 
 
+@pytest.mark.slow
 def test_the_judge_is_never_traced_whatever_autologging_is_on(tmp_tracking, judge_llm, autologs):
     """With OpenAI and Anthropic autologging on (a user's notebook, or mlflow.genai.evaluate's own): a scorer called
     directly, a plain-Python evaluation and an mlflow.genai.evaluate send their judge requests, and none of them

@@ -193,6 +193,7 @@ def rows_file(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_default_configuration_against_a_plain_text_server(fake_llm, rows_file, tmp_tracking, capsys):
     fake_llm.set_handler(CompliantModel("text"))
     rc = main(["evaluate", str(rows_file), "--judge", f"openai:/my-model?base_url={fake_llm.openai_base_url}",
@@ -264,6 +265,7 @@ def _files_containing(root: Path, needles: list[str]) -> list[str]:
     return hits
 
 
+@pytest.mark.slow
 def test_no_credential_reaches_any_file_or_log(fake_llm, tmp_path, tmp_tracking, monkeypatch, rows_file, capsys):
     password, api_key, header = "pw-Zq81xVt0", "sk-live-KEYa7f3e9", "gw-token-55b1c0"
     monkeypatch.setenv("OPENAI_API_KEY", api_key)

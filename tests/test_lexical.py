@@ -237,6 +237,7 @@ def test_bertscore_paraphrase_beats_unrelated(scorer: BertScorer) -> None:
     assert 0 < other["f1"] < paraphrase["f1"] < 1
 
 
+@pytest.mark.slow
 def test_bertscore_batching_does_not_change_scores(scorer: BertScorer) -> None:
     cands = [
         "a short one",
@@ -251,6 +252,7 @@ def test_bertscore_batching_does_not_change_scores(scorer: BertScorer) -> None:
             assert b[key] == pytest.approx(s[key], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_bertscore_and_embedder_can_share_threads(scorer: BertScorer, embedder: LocalEmbedder) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -313,6 +315,7 @@ def test_embedder_unit_vectors_and_similarity(embedder: LocalEmbedder) -> None:
         embedder.embed("one string")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_embedder_matches_sentence_transformers(embedder: LocalEmbedder) -> None:
     st = pytest.importorskip("sentence_transformers")
     texts = ["How do I remove duplicates?", "東京は日本の首都です。", "x " * 400]

@@ -84,6 +84,7 @@ def test_bootstrap_interval_brackets_the_estimate(paired: tuple[np.ndarray, np.n
     assert wide["pearson_ci_high"] - wide["pearson_ci_low"] > out["pearson_ci_high"] - out["pearson_ci_low"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("coef", ["pearson", "spearman"])
 def test_bootstrap_interval_agrees_with_scipy_bootstrap(
     coef: str, paired: tuple[np.ndarray, np.ndarray]

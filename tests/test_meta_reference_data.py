@@ -104,6 +104,7 @@ def test_mtrag_ragas_faithfulness_baseline() -> None:
     assert everyone["n"] == 477 and everyone["spearman"] < out["spearman"] - 0.03
 
 
+@pytest.mark.slow
 @needs_mtrag
 def test_mtrag_figure2_table() -> None:
     models = _mtrag()[lambda d: d["model_id"] != "reference"].reset_index(drop=True)
@@ -140,6 +141,7 @@ def test_mtrag_recorded_rougel_equals_ours_on_ascii_text() -> None:
     np.testing.assert_allclose(ours, ascii_rows["RougeL"].to_numpy(), rtol=0, atol=1e-9)
 
 
+@pytest.mark.slow
 @needs_mtrag
 def test_mtrag_our_lexical_baselines() -> None:
     """Our word recall and ROUGE-L (response vs reference answer) against the humans."""

@@ -166,6 +166,7 @@ def _faithfulness_rows(answers: list[str]) -> list[dict[str, Any]]:
             for q, a, r in zip(QUESTIONS, answers, REFERENCES)]
 
 
+@pytest.mark.slow
 def test_pass_if_decides_evaluation_result_passed(tmp_tracking):
     def scorer() -> Faithfulness:
         return Faithfulness(judge=OFFLINE, name="faithfulness", pass_if=lambda v: v >= 0.5)

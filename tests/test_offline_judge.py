@@ -306,6 +306,7 @@ def test_offline_uri_forms():
                        judge="offline:/bert", metrics=["correctness"])
 
 
+@pytest.mark.slow
 def test_the_main_job_runs_without_torch(tmp_path):
     """The quickstart with torch made unimportable: the offline judge and every metric run (BERTScore is not asked
     for: it runs only when asked), and nothing imports torch."""

@@ -35,6 +35,7 @@ def test_loaders(shared_data):
     assert 0.4 < len(fit) / 301 < 0.6 and fit == half_split(reversed(list(nq["question_id"])), "s")
 
 
+@pytest.mark.slow
 def test_the_shipped_calibration_is_what_the_documented_fit_produces(shared_data):
     shipped = Calibration.shipped()
     fitted = fit_calibration(load_nq301(shared_data), load_mtrag(shared_data))
@@ -55,6 +56,7 @@ def _table(data_dir: str) -> dict:
     return baseline_table(data_dir, splits=20)
 
 
+@pytest.mark.slow
 def test_the_judge_is_above_every_lexical_baseline_on_every_set(shared_data):
     """Issue 27: on each set the package reads, the offline judge's kappa with the humans is at least the best
     lexical baseline's (exact match, token recall with its threshold fitted on the fit half, containment) + 0.02
@@ -120,6 +122,7 @@ def test_aliases_count_on_nq(shared_data):
     assert best > first + 0.02
 
 
+@pytest.mark.slow
 def test_no_passing_level_without_the_answer_on_the_public_rows(shared_data):
     """On every NQ301 and MTRAG row: a response that contains none of any acceptable answer (answer_found false
     for each) is never level 4 or 5, whatever the models' probability."""

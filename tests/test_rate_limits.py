@@ -88,6 +88,7 @@ def test_the_budget_a_server_announces_is_followed_without_429s(fake_llm, api):
     assert fake_llm.request_count - fake_llm.rate_limited_count == 70
 
 
+@pytest.mark.slow
 def test_without_headers_the_window_learned_from_the_first_429_is_kept(fake_llm):
     """The same window, but the server says only ``retry-after`` on a 429: it kept the client out longer than the
     client took to fill it, so the gate learns a window (its length and what it holds) and from then on starts
@@ -135,6 +136,7 @@ def test_what_the_first_429_says_decides_between_a_window_and_a_pace():
     assert abs(bucket.learned_rate - 0.995 * 20 / 1.0) < 1e-9  # 20 over the span, at least a second
 
 
+@pytest.mark.slow
 def test_a_bucket_that_refills_by_the_moment_teaches_a_pace(fake_llm):
     """A token bucket (10 requests at once, 40 more a second) refuses with a ``retry-after`` of one token's refill
     time: shorter than the client took to empty it, so the gate learns an even pace, not a window -- every call

@@ -91,6 +91,7 @@ def test_llm_context_recall_counts_the_best_answer_in_one_attribution_call(fake_
     assert res.details["matched_reference"] == ["Madison", "James Madison"][best - 1]
 
 
+@pytest.mark.inprocess_judge
 def test_precision_and_recall_still_share_their_combined_call(fake_llm, judge, df):
     out = evaluate_frame(df.iloc[:1], judge=judge, metrics=["context_precision", "context_recall"], cache=False)
     assert out.metrics["context_precision/error_rate"] == 0 and out.metrics["context_recall/error_rate"] == 0

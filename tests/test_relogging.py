@@ -94,6 +94,7 @@ def test_metrics_logged_again_with_the_same_values_stay_one_point(tmp_tracking, 
         [out.metrics["correctness/mean"] - 1, out.metrics["correctness/mean"]])
 
 
+@pytest.mark.inprocess_judge
 def test_a_run_logged_again_with_another_evaluation_holds_that_evaluation_only(tmp_tracking, judge):
     """The second evaluation (4 rows, an LLM judge on the fake server, so with transcripts) replaces the first
     (6 rows, the offline judge) in the run: table, meta-evaluation table and transcripts are the second's."""

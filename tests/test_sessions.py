@@ -127,6 +127,7 @@ def test_the_docs_example_judges_every_recorded_session(store, servers):
     assert any(GOLD["chat-42"] in p for p in composer)  # the gold answer came from the logged expectation
 
 
+@pytest.mark.slow
 def test_sessions_with_e3_contexts_from_a_retriever(tmp_tracking, servers):
     app, judge = servers
     exp_id = _record(app.openai_base_url)

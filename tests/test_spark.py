@@ -189,7 +189,7 @@ def test_bad_input_gets_the_pandas_paths_error_before_any_call(spark, fake_llm, 
     assert fake_llm.request_count == 0
 
 
-def test_missing_credentials_on_the_executors_are_said_before_any_call(fake_llm, judged, monkeypatch):
+def test_missing_credentials_on_the_executors_are_said_before_any_call(spark, fake_llm, judged, monkeypatch):
     # a second session would share the JVM; use the driver-side check through a config whose key cannot be found
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     # no base_url and no key: the OpenAI backend refuses to start on the executors (their env has a key here, so
@@ -376,6 +376,7 @@ def test_the_cli_evaluates_a_parquet_file_on_spark(spark, tmp_path, tmp_tracking
     assert sorted(_trace_views(run["run_id"])) == list(range(60))
 
 
+@pytest.mark.slow
 def test_a_bad_spark_source_exits_2_in_one_line_without_a_java_traceback(tmp_path):
     """As a user runs it (a process of its own, its JVM's output read too): a missing Parquet path is refused before
     Spark starts; a table the session's catalog lacks gets Spark's AnalysisException, said in the same one line; a URI

@@ -107,6 +107,7 @@ def _runs(uri: str) -> list:
     return client.search_runs([client.get_experiment_by_name("stops").experiment_id])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_the_cli_logs_what_is_done_marks_the_run_killed_and_says_how_to_resume(fake_llm, tmp_path,
                                                                                fresh_tracking_uri, sig, code):
@@ -136,6 +137,7 @@ def test_the_cli_logs_what_is_done_marks_the_run_killed_and_says_how_to_resume(f
     assert len(finished) == 1 and finished[0].data.metrics["correctness/n_failed"] == 0
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once_even_with_a_hung_request(fake_llm, tmp_path, fresh_tracking_uri):
     fake_llm.set_handler(CompliantModel("json_schema"))
     fake_llm.latency = 600  # every request hangs
@@ -153,6 +155,7 @@ def test_a_second_ctrl_c_exits_at_once_even_with_a_hung_request(fake_llm, tmp_pa
     assert "exiting now" in stderr
 
 
+@pytest.mark.slow
 def test_a_batch_run_stops_waiting_and_a_rerun_reattaches_without_buying_again(fake_llm, tmp_path,
                                                                                fresh_tracking_uri):
     fake_llm.set_handler(CompliantModel("json_schema"))
@@ -195,6 +198,7 @@ def answer(question, delay=0):
 '''
 
 
+@pytest.mark.slow
 def test_a_sweep_stops_without_waiting_for_a_hung_pipeline_and_ends_its_runs_killed(tmp_path, fresh_tracking_uri):
     (tmp_path / "hung_rag.py").write_text(HUNG_PIPELINE)
     (tmp_path / "grid.json").write_text('{"delay": [0, 1, 2]}')

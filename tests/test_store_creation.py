@@ -39,6 +39,7 @@ WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_processes_starting_at_once_on_a_new_sqlite_store_all_succeed_and_the_store_works(tmp_path):
     uri = f"sqlite:///{tmp_path / 'new.db'}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),

@@ -70,6 +70,7 @@ def test_expand_variants_and_names():
         expand_variants([{"top-k": 1}])
 
 
+@pytest.mark.slow
 def test_a_sweep_is_a_parent_run_with_one_child_per_variant(tmp_tracking, questions):
     pipe = Pipeline()
     res = rj.sweep(pipe, {"top_k": [1, 2], "style": ["plain", "quoted"]}, questions, experiment="sweeps",
@@ -141,6 +142,7 @@ def test_the_headline_metrics_asked_for_come_first_in_the_runs_and_the_plots(tmp
         rj.sweep(Pipeline(), [{"top_k": 1}], questions, headline="correctness")
 
 
+@pytest.mark.slow
 def test_prompt_templates_are_versioned_in_the_registry(tmp_tracking, questions):
     pipe = Pipeline()
     v = [{"prompt": PromptTemplate("capitals-answer", "Briefly: {{question}} {{contexts}}")},
@@ -237,6 +239,7 @@ def test_compare_runs_refuses_runs_over_other_questions(tmp_tracking, questions)
         rj.compare_runs([a.run_ids["top_k=1"], b.run_ids["top_k=1"]])
 
 
+@pytest.mark.slow
 def test_cli_sweep_with_a_grid_file(tmp_path, tmp_tracking, questions, monkeypatch, capsys):
     (tmp_path / "my_rag.py").write_text(
         "from mlflow_ragjudge.workflows import example_rag\n"
@@ -270,6 +273,7 @@ def test_cli_sweep_with_a_grid_file(tmp_path, tmp_tracking, questions, monkeypat
     assert mlflow.genai.load_prompt("prompts:/cli-prompt/2").template == "Long. {{question}} {{contexts}}"
 
 
+@pytest.mark.slow
 def test_quickstart_is_a_small_sweep(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'qs.db'}"
     assert main(["quickstart", "--tracking-uri", uri]) == 0

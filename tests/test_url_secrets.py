@@ -61,6 +61,7 @@ def _assert_nowhere(tmp_path: Path, proc: subprocess.CompletedProcess, uri: str)
         assert TOKEN not in blob
 
 
+@pytest.mark.slow
 def test_a_token_in_the_base_url_query_reaches_the_server_as_a_query_and_nowhere_else(fake_llm, tmp_path):
     fake_llm.set_handler(CompliantModel("json_schema"))
     judge = f"openai:/judge-model?base_url={fake_llm.openai_base_url}?token={TOKEN}"
@@ -75,6 +76,7 @@ def test_a_token_in_the_base_url_query_reaches_the_server_as_a_query_and_nowhere
     assert "token=***" in json.dumps(config)
 
 
+@pytest.mark.slow
 def test_a_server_that_echoes_the_token_in_its_errors_does_not_leak_it(fake_llm, tmp_path):
     def echoing(request):  # a real server's 404 names the URL it was asked for, query and all
         query = "&".join(f"{k}={v[0]}" for k, v in request.query.items())
