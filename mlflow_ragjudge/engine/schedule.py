@@ -30,10 +30,8 @@ def _progress_bar(total: int, desc: str, setting: bool | str) -> Any:
     stream = sys.stderr
     if setting is False or stream is None or (setting == "auto" and not _isatty(stream)):
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
+    from tqdm.auto import tqdm  # (here, not at the top: a run without a bar does not pay for importing it)
+
     try:
         return tqdm(total=total, desc=desc, unit="task", file=stream)
     except Exception:  # its first write failed: no bar, the run goes on
