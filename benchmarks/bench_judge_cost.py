@@ -10,9 +10,11 @@ What is measured. Every judge runs on every row of ``mlflow_ragjudge/data/sample
 real ``openai`` SDK against ``tests/fakellm.py`` (cache off), and the script records the chat requests
 that reach the server and the prompt/completion token counts the server reports in ``usage``. The fake
 server counts *whitespace-separated words*, not BPE tokens: English prose is about 1.3 tokens per word
-with OpenAI's tokenizers, so multiply by ~1.3 for real tokens. The replies come from a scripted
-word-overlap "judge" below (not a language model), so the completion sizes are of the right shape (one
-short reason per verdict) but not a real model's length. Each row's contexts are padded to ``--k`` chunks
+with OpenAI's tokenizers, so multiply by ~1.3 for real tokens. The replies come from the independent
+schema-following model of the tests (``tests/compliant_model.py``: it follows the JSON schema a request carries and
+never reads our wording), so the completion sizes are of the right shape but not a real model's length. (Until
+2026-11-27 a scripted word-overlap judge that routed on our prompts' wording answered here; it broke when the
+passages were fenced one by one.) Each row's contexts are padded to ``--k`` chunks
 with distractor passages from the other rows (k is what context precision's cost depends on).
 
 The ragas column follows ragas's published design (``ragas/metrics/collections/*/metric.py``): two calls
@@ -30,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,10 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from compliant_model import CompliantModel  # noqa: E402
 from fakellm import FakeLLMServer  # noqa: E402
 
-from mlflow_ragjudge.core.text import split_sentences, word_set  # noqa: E402
-from mlflow_ragjudge.llm.backends import ChatRequest  # noqa: E402
+from mlflow_ragjudge.core.text import split_sentences  # noqa: E402
+from mlflow_ragjudge.llm.backends import ChatRequest, JsonSchema  # noqa: E402
 from mlflow_ragjudge.llm.client import JudgeClient  # noqa: E402
 from mlflow_ragjudge.metrics import ContextPrecisionJudge, ContextRecallJudge, ContextRelevanceJudge  # noqa: E402
 from mlflow_ragjudge.metrics.answer_relevancy import AnswerRelevancyJudge  # noqa: E402
@@ -55,70 +57,6 @@ METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_rec
 
 
 # --------------------------------------------------------------------------- a scripted overlap "judge"
-
-
-def _section(prompt: str, name: str) -> str:
-    """A section's value; values sit between <data-...> fence tags (mlflow_ragjudge.llm.prompts)."""
-    m = re.search(rf'(?m)^{re.escape(name)}[^\n]*:\n<(data-[0-9a-f]+) name="\w+">\n(.*?)\n</\1>', prompt, re.S)
-    return m.group(2) if m else ""
-
-
-def _numbered(block: str) -> list[str]:
-    return [m.group(1) for m in re.finditer(r"(?m)^\[\d+\] (.*)$", block)]
-
-
-def _overlap(a: str, b: str) -> float:
-    wa = word_set(a)
-    return len(wa & word_set(b)) / len(wa) if wa else 0.0
-
-
-def _reason(ok: bool, where: str) -> str:
-    if ok:
-        return f"The statement is stated almost word for word in {where}."
-    return "None of the passages mentions this, so the evidence does not back it."
-
-
-def overlap_judge(req: Any) -> Any:
-    """Replies of the right shape for each of our prompts, decided by word overlap."""
-    if req.api == "openai_embeddings":
-        return None
-    text = req.last_user_text
-    if "Break the TEXT below" in text:
-        return {"statements": split_sentences(_section(text, "TEXT"))}
-    if "Decide for each numbered CLAIM" in text:
-        evidence = _section(text, "EVIDENCE")
-        claims = _numbered(_section(text, "CLAIMS"))
-        out = []
-        for i, c in enumerate(claims, 1):
-            ok = _overlap(c, evidence) >= 0.5
-            out.append({"claim": i, "reason": _reason(ok, "the evidence"),
-                        "verdict": "supported" if ok else "unsupported"})
-        return {"verdicts": out}
-    if "were retrieved for the QUESTION" in text:
-        ref = _section(text, "REFERENCE ANSWER")
-        passages = _numbered(_section(text, "PASSAGES"))
-        flags = [_overlap(ref, p) >= 0.3 for p in passages]
-        return {"verdicts": [
-            {"passage": i, "reason": _reason(ok, f"passage {i}"), "relevant": ok} for i, ok in enumerate(flags, 1)
-        ]}
-    if "come from the reference answer" in text:
-        ctx = _section(text, "CONTEXT")
-        statements = _numbered(_section(text, "STATEMENTS"))
-        flags = [_overlap(s, ctx) >= 0.5 for s in statements]
-        return {"verdicts": [
-            {"statement": i, "reason": _reason(ok, "the context"), "attributed": ok} for i, ok in enumerate(flags, 1)
-        ]}
-    if "numbered sentences. Select" in text:
-        q = _section(text, "QUESTION")
-        sentences = _numbered(_section(text, "CONTEXT"))
-        chosen = [i for i, s in enumerate(sentences, 1) if _overlap(q, s) >= 0.3]
-        return {"sentences": chosen}
-    m = re.search(r"Write (\d+) different questions", text)
-    if m:
-        words = _section(text, "RESPONSE").split()
-        n = int(m.group(1))
-        return {"questions": [f"What is {' '.join(words[i:i + 6])}?" for i in range(n)], "noncommittal": False}
-    return {"error": "unexpected prompt"}
 
 
 # --------------------------------------------------------------------------- measurement
@@ -183,7 +121,8 @@ def ragas_pattern(metric: str) -> Callable[[JudgeClient, dict], None]:
             judge = AnswerRelevancyJudge(client, embed=client.embed, n=1)
             questions: list[str] = []
             for _ in range(3):
-                request = ChatRequest.of(judge._messages(r["answer"]), max_tokens=judge.max_tokens)  # noqa: SLF001
+                request = ChatRequest.of(judge._messages(r["answer"]), max_tokens=judge.max_tokens,  # noqa: SLF001
+                                         json_schema=JsonSchema("answer_relevancy_questions", judge.call_schema()))
                 call = client.call(request, parse=judge._parse, purpose="ragas_pattern")  # noqa: SLF001
                 questions += call.parsed["questions"] if call.ok else []
             client.embed([r["question"]])
@@ -196,7 +135,9 @@ def ragas_pattern(metric: str) -> Callable[[JudgeClient, dict], None]:
             judge = ContextRecallJudge(client)
             statements = split_sentences(r["reference"])
             messages = judge._messages(r["question"], statements, r["chunks"])  # noqa: SLF001 - bench only
-            client.call(ChatRequest.of(messages, max_tokens=2048), purpose="ragas_pattern")
+            client.call(ChatRequest.of(messages, max_tokens=2048,
+                                       json_schema=JsonSchema("context_recall_verdicts", judge.schema)),
+                        purpose="ragas_pattern")
         else:
             ContextRelevanceJudge(client).judge(r["question"], r["chunks"])
 
@@ -234,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_rows(args.k)
     results: dict[str, dict[str, dict]] = {}
     with FakeLLMServer() as server:
-        server.set_handler(overlap_judge)
+        server.set_handler(CompliantModel("json_schema"))
         os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-real-key"
         uri = f"openai:/judge-model?base_url={server.openai_base_url}"
         for metric in METRICS:
