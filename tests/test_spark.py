@@ -506,13 +506,17 @@ def test_a_killed_task_is_retried_without_paying_twice_and_no_row_is_lost(spark,
     scores = {k: v for k, v in ref.metrics.items() if not k.startswith("judge/")}
     assert not _close(scores, {k: v for k, v in res.metrics.items() if not k.startswith("judge/")})
     # not paying twice: every paid reply is stored once; the retried tasks read what the killed ones stored, and
-    # only the calls in flight at the kill (at most 4) are sent again
+    # only what the kill caught between sending and storing is sent again: the calls in flight (at most 4, the gate's
+    # slots) and the replies just received, whose slot is free again while they wait for the cache's write lock (the
+    # two executors share the file): at most one more per slot unless the lock is held for long (a CI run saw 5; the
+    # first version of this test allowed 4)
     with sqlite3.connect(tmp_path / "calls.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == pandas_requests
     usage = res.config["usage"]  # the attempts that finished
     killed_sent = fake_llm.request_count - usage["requests"]
-    assert killed_sent > 0 and usage["cache_hits"] >= killed_sent - 4
-    assert fake_llm.request_count - pandas_requests <= 4, (fake_llm.request_count, pandas_requests, usage)
+    caught = 2 * 4
+    assert killed_sent > 0 and usage["cache_hits"] >= killed_sent - caught
+    assert fake_llm.request_count - pandas_requests <= caught, (fake_llm.request_count, pandas_requests, usage)
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the Python workers through /proc (Linux)")
