@@ -27,28 +27,40 @@ def _no_freezing() -> Iterator[Callable[[], None]]:
     yield lambda: None
 
 
+def alternate(rows: int, pairs: int, variants: dict[str, Callable[[], None]]) -> None:
+    """``evaluate_frame`` on ``rows`` of the offline rows, ``pairs`` times under each variant (each a function that
+    switches the package to it), alternating which goes first; prints each variant's CPU ms per row."""
+    df = make_rows(rows)
+    cfg = {"judge": "offline:/lexical", "metrics": list(OFFLINE_METRICS), "bertscore": False, "cache": False,
+           "progress": False}
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        evaluate_frame(df.head(20), cfg)  # warm-up
+        for i in range(pairs):
+            for name in (list(runs) if i % 2 == 0 else list(runs)[::-1]):  # alternating which goes first
+                variants[name]()
+                cpu0 = time.process_time()
+                evaluate_frame(df, cfg)
+                runs[name].append(1000 * (time.process_time() - cpu0) / rows)
+    for name, ms in runs.items():
+        print(f"{name:16s} median {statistics.median(ms):.3f} CPU ms/row  runs {[round(x, 3) for x in ms]}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--rows", type=int, default=2000)
     p.add_argument("--pairs", type=int, default=6)
     a = p.parse_args()
-    df = make_rows(a.rows)
-    cfg = {"judge": "offline:/lexical", "metrics": list(OFFLINE_METRICS), "bertscore": False, "cache": False,
-           "progress": False}
     tuned = schedule.results_kept_frozen
-    runs: dict[str, list[float]] = {"with the tuning": [], "without": []}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        evaluate_frame(df.head(20), cfg)  # warm-up
-        for i in range(a.pairs):
-            for name in (list(runs) if i % 2 == 0 else list(runs)[::-1]):  # alternating which goes first
-                schedule.results_kept_frozen = tuned if name == "with the tuning" else _no_freezing  # type: ignore
-                cpu0 = time.process_time()
-                evaluate_frame(df, cfg)
-                runs[name].append(1000 * (time.process_time() - cpu0) / a.rows)
-    schedule.results_kept_frozen = tuned  # type: ignore[assignment]
-    for name, ms in runs.items():
-        print(f"{name:16s} median {statistics.median(ms):.3f} CPU ms/row  runs {[round(x, 3) for x in ms]}")
+
+    def use(kept: Callable[..., contextlib.AbstractContextManager[Callable[[], None]]]) -> Callable[[], None]:
+        return lambda: setattr(schedule, "results_kept_frozen", kept)
+
+    try:
+        alternate(a.rows, a.pairs, {"with the tuning": use(tuned), "without": use(_no_freezing)})
+    finally:
+        schedule.results_kept_frozen = tuned  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

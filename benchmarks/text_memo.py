@@ -10,13 +10,10 @@ per row of every run and their medians (docs/scaling.md, "Speed tricks on the ma
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-import warnings
+from collections.abc import Callable
 
-from throughput import OFFLINE_METRICS, make_rows
+from gc_freeze import alternate
 
-from mlflow_ragjudge import evaluate_frame
 from mlflow_ragjudge.core.text import TextMemo
 
 
@@ -29,23 +26,15 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=2000)
     p.add_argument("--pairs", type=int, default=4)
     a = p.parse_args()
-    df = make_rows(a.rows)
-    cfg = {"judge": "offline:/lexical", "metrics": list(OFFLINE_METRICS), "bertscore": False, "cache": False,
-           "progress": False}
     remembered = TextMemo.__call__
-    runs: dict[str, list[float]] = {"with the memos": [], "without": []}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        evaluate_frame(df.head(20), cfg)  # warm-up
-        for i in range(a.pairs):
-            for name in (list(runs) if i % 2 == 0 else list(runs)[::-1]):  # alternating which goes first
-                TextMemo.__call__ = remembered if name == "with the memos" else _pass_through  # type: ignore
-                cpu0 = time.process_time()
-                evaluate_frame(df, cfg)
-                runs[name].append(1000 * (time.process_time() - cpu0) / a.rows)
-    TextMemo.__call__ = remembered  # type: ignore[method-assign]
-    for name, ms in runs.items():
-        print(f"{name:15s} median {statistics.median(ms):.3f} CPU ms/row  runs {[round(x, 3) for x in ms]}")
+
+    def use(call: Callable[..., object]) -> Callable[[], None]:
+        return lambda: setattr(TextMemo, "__call__", call)
+
+    try:
+        alternate(a.rows, a.pairs, {"with the memos": use(remembered), "without": use(_pass_through)})
+    finally:
+        TextMemo.__call__ = remembered  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
