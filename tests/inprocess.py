@@ -37,6 +37,8 @@ class CompliantBackend(FakeBackend):
     def _answer(self, request: ChatRequest) -> Any:
         body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in request.messages],
                                 "temperature": request.temperature, "max_tokens": request.max_tokens}
+        if request.seed is not None:
+            body["seed"] = request.seed
         if request.json_schema is not None:
             body["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": request.json_schema.name, "schema": request.json_schema.schema, "strict": True}}

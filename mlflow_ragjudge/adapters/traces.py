@@ -172,6 +172,13 @@ def _row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, An
                      run_id: str, calls: dict[tuple[str, int], list[str]], user: str) -> list[Any]:
     found = []
     for col in table.columns:
+        if "/score@" in col:  # a panel's judge (or a cascade's): one Feedback of its own, the judge as its source
+            name, _, label = col.partition("/score@")
+            value = _plain(table[col].iloc[i])
+            if value is None:  # this judge gave no score here (or was not asked: a cascade): the row's own says why
+                continue
+            found.append(feedback_for(f"{name}@{label}", value, None, _spec_for(name, owners), label, run_id, []))
+            continue
         if not col.endswith("/score"):
             continue
         name = col[: -len("/score")]

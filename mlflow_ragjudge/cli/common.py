@@ -12,6 +12,18 @@ from ..core.constants import is_offline_judge
 from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
 
 
+def judge_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    """``--judge`` (repeated: a panel) and the judge-noise flags (``--repeats`` ...), in cfg."""
+    judges = getattr(args, "judge", None)
+    if judges:
+        cfg["judge"] = judges[0] if len(judges) == 1 else list(judges)
+    for flag in ("repeats", "repeat_temperature", "panel_rule", "escalate_to"):
+        if getattr(args, flag, None) is not None:
+            cfg[flag] = getattr(args, flag)  # a bad value is refused by the config check, naming it
+    if getattr(args, "escalate_when", None):
+        cfg["escalate_when"] = [w.strip() for w in args.escalate_when.split(",") if w.strip()]
+
+
 def model_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
     """The flags about the models beside the judge (``--embeddings``, ``--bertscore``) and ``--traces``, in cfg."""
     if getattr(args, "embeddings", None):

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
 from ..core.errors import InputError, LoggingFailed
-from .common import model_config
+from .common import judge_config, model_config
 from .parser import kv
 from .reading import SPARK_DATA, read_corpus, read_table, spark_data_kind
 
@@ -39,7 +39,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
     if args.judge:
-        cfg["judge"] = args.judge
+        judge_config(args, cfg)
     elif args.command == "evaluate":
         cfg.setdefault("judge", DEFAULT_OFFLINE_JUDGE)  # no model configured: the offline judge, labelled as such
     if args.metrics:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.constants import CONTEXT_MODES, DEFAULT_OFFLINE_JUDGE
+from ..core.constants import CONTEXT_MODES, DEFAULT_OFFLINE_JUDGE, PANEL_RULES
 
 
 def kv(items: list[str] | None, what: str) -> dict[str, str]:
@@ -40,9 +40,11 @@ def _evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("data", help="dataset file (.jsonl, .csv, .parquet); with --spark a Parquet path or a table name")
     p.add_argument(
         "--judge",
+        action="append",
         help="judge model URI, e.g. openai:/gpt-4o-mini (default: offline:/lexical, the "
-        "offline judge: calibrated lexical evidence, no LLM)",
+        "offline judge: calibrated lexical evidence, no LLM); repeat it for a panel of judges",
     )
+    judge_noise_options(p)
     p.add_argument(
         "--metrics", help="comma-separated metric names (default: all the data supports); `ragjudge metrics` lists them"
     )
@@ -165,7 +167,9 @@ def _sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--retriever", metavar="MODULE:FUNCTION", help="the E3 retriever, retriever(query, **params) -> passages"
     )
-    p.add_argument("--judge", help="judge URI (default: offline:/lexical, the offline judge)")
+    p.add_argument("--judge", action="append",
+                   help="judge URI (default: offline:/lexical, the offline judge); repeat it for a panel")
+    judge_noise_options(p)
     p.add_argument("--metrics", help="comma-separated metric names (default: all the data supports)")
     p.add_argument("--compare", help="comma-separated metrics to compare (default: all but near-duplicates)")
     p.add_argument("--baseline", default="0", help="the baseline variant: its index in the grid or its name")
@@ -276,6 +280,23 @@ def plugin_option(p: argparse.ArgumentParser) -> None:
         help="import this module (or path/to/file.py) first, for the metrics it registers with register_metric "
         "(repeatable; docs/extending.md)",
     )
+
+
+def judge_noise_options(p: argparse.ArgumentParser) -> None:
+    """The options about the judge's own noise: repeated draws, a panel's rule, the cascade (docs/judge-noise.md)."""
+    p.add_argument("--repeats", type=int, metavar="N",
+                   help="judge every judged call N times (independent draws, each cached): logs each row's "
+                        "combined score and spread, the flip rate and the judge's share of the variance")
+    p.add_argument("--repeat-temperature", type=float, metavar="T",
+                   help="the temperature of the repeated draws (default: each metric's own, 0)")
+    p.add_argument("--panel-rule", choices=list(PANEL_RULES),
+                   help="how draws and a panel's judges are combined (default auto: majority on the six "
+                        "levels, mean elsewhere)")
+    p.add_argument("--escalate-to", metavar="URI",
+                   help="a second judge for the rows the first is unsure about (abstains, draws disagree, or "
+                        "at a --fail-under threshold): the cheap-first cascade")
+    p.add_argument("--escalate-when", metavar="WHEN",
+                   help="comma-separated: which rows are escalated, of abstain,spread,threshold (default all)")
 
 
 def model_options(p: argparse.ArgumentParser) -> None:

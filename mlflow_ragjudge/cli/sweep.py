@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE
-from .common import model_config
+from .common import judge_config, model_config
 from .exits import EXIT_JUDGE_FAILURES, EXIT_OK
 from .parser import kv
 from .reading import import_callable, read_grid, read_table
@@ -70,9 +70,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--config is not valid JSON ({e})") from None
     if not isinstance(config, dict):
         raise ValueError("--config must be a JSON object")
-    config.setdefault("judge", args.judge or DEFAULT_OFFLINE_JUDGE)
-    if args.judge:
-        config["judge"] = args.judge
+    config.setdefault("judge", DEFAULT_OFFLINE_JUDGE)
+    judge_config(args, config)
     if args.metrics:
         config["metrics"] = [m.strip() for m in args.metrics.split(",") if m.strip()]
     if args.col:

@@ -50,3 +50,9 @@ def is_offline_judge(judge: Any) -> bool:
     """Whether ``judge`` names the offline judge (``offline:/lexical``; ``offline`` alone is accepted too)."""
     return isinstance(judge, str) and (judge.strip().lower() == OFFLINE_PROVIDER
                                        or judge.strip().lower().startswith(OFFLINE_PROVIDER + ":/"))
+
+#: how the draws of a row (repeats) and the judges of a panel are combined into the row's value (docs/judge-noise.md):
+#: ``auto`` takes the majority on the six-level outputs (a level stays a level) and the mean elsewhere
+PANEL_RULES = ("auto", "mean", "majority", "median")
+#: when the cascade's first judge is unsure about a row, so that ``escalate_to`` judges it again
+ESCALATE_WHEN = ("abstain", "spread", "threshold")

@@ -24,8 +24,10 @@ from ..core.types import Aggregate, JudgeResult, Row, Status, aggregate, metric_
 from ..llm.client import JudgeClient
 from ..metrics.spec import Finish, MetricSpec
 from .config import RagJudgeConfig
+from .draws import Draws, draws_record
 from .human import calibrated_estimates, meta_evaluation
 from .inputs import row_ids
+from .noise import draw_columns, escalation_metrics, noise_metrics, noise_sums, panel_metrics
 from .prepare import Plan
 from .record import judge_params, offline_params, run_record
 from .schedule import ERROR_KEY, by_output
@@ -328,6 +330,8 @@ class EvalOutput:
     summaries: dict[str, dict[str, OutputSummary]] = field(default_factory=dict, repr=False)
     #: metric -> the counts its ``finish`` hook added (they add up over parts of the data)
     counts: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
+    #: every draw of a run with repeats, a panel or a cascade (:mod:`.draws`); None for one draw per row
+    draws: Draws | None = field(default=None, repr=False)
 
     @property
     def gate_passed(self) -> bool:
@@ -367,18 +371,27 @@ def _metrics(checked: Checked, specs: Sequence[MetricSpec], results: dict[str, d
     return metrics_out, failures, summaries
 
 
-def _usage(client: JudgeClient | None) -> tuple[dict[str, Any], dict[str, float]]:
-    """The judge client's usage, and the ``judge/...`` metrics it gives."""
+def _usage(client: JudgeClient | None, others: Sequence[JudgeClient] = ()) -> tuple[dict[str, Any], dict[str, float]]:
+    """The judge clients' usage (the run's client and a panel's or cascade's other judges, summed), and the
+    ``judge/...`` metrics it gives."""
     if client is None:
         return {}, {}
     usage = client.summary()
+    for other in others:
+        for k, v in other.summary().items():
+            if k in ("peak_in_flight", "connection_limit"):
+                usage[k] = max(usage.get(k) or 0, v or 0)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and isinstance(usage.get(k), (int, float)):
+                usage[k] += v
+            elif k == "cost_usd":  # a price unknown for one judge: the total is unknown
+                usage[k] = None
     return usage, usage_metrics(usage, client.batch is not None)
 
 
-def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str, JudgeResult]]], seconds: float
-                  ) -> EvalOutput:
+def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str, JudgeResult]]], seconds: float,
+                  draws: Draws | None = None) -> EvalOutput:
     """Step 4: the run's numbers, table, record and params from the per-row results of step 3 (``seconds``: how
-    long step 3 took)."""
+    long step 3 took; ``draws``: every draw of a run with repeats, a panel or a cascade, :mod:`.draws`)."""
     cfg, client, specs, ctx = checked.cfg, plan.ctx.client, plan.specs, plan.ctx
     results = {s.name: by_output(s, per_row[s.name]) for s in specs}
     finishes = _finish_metrics(checked, plan, results)
@@ -386,11 +399,15 @@ def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str
     metrics_out, failures, summaries = _metrics(checked, specs, results, finishes)
     all_results = {name: res for s in specs for name, res in results[s.name].items()}
     table = build_table(checked.rows, specs, results, per_row, finishes, checked.data, cfg)
+    if draws is not None:
+        table = pd.concat([table, pd.DataFrame(draw_columns(draws, len(checked.rows)), index=table.index)], axis=1)
+        metrics_out.update(noise_metrics(noise_sums(draws), draws.judges, draws.repeats))
+        metrics_out.update(panel_metrics(draws))
     meta_frame, meta_metrics = meta_evaluation(table, cfg)
     metrics_out.update(meta_metrics)
     calibrated, calibration = calibrated_estimates(table, specs, all_results, cfg) if cfg.human_labels else ({}, {})
     metrics_out.update(calibrated)
-    usage, judge_metrics = _usage(client)
+    usage, judge_metrics = _usage(client, [c for _, c in plan.judges[1:]])
     metrics_out.update(judge_metrics)
     prompt_versions: dict[str, str] = {}
     for spec in specs:
@@ -416,6 +433,11 @@ def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str
     per_metric = usage_by_metric(transcripts, len(checked.rows))
     metrics_out.update({f"judge/{name}/{k}": v for name, u in per_metric.items() for k, v in u.items()})
     record["usage_by_metric"] = per_metric
+    if draws is not None:
+        metrics_out.update(escalation_metrics(draws, transcripts, len(checked.rows)))
+        record["draws"] = draws_record(draws)
+        params.update({"ragjudge.repeats": str(draws.repeats), "ragjudge.judges": ",".join(draws.judges),
+                       "ragjudge.panel_rule": draws.rule})
     if client is None and is_offline_judge(cfg.judge):
         params.update(offline_params(cfg))
     if client is not None:
@@ -430,4 +452,4 @@ def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str
                                  "results": sum(len(res) for res in all_results.values())}
     return EvalOutput(metrics_out, table, all_results, transcripts, params, record, meta_frame, skipped,
                       artifacts, failures, gate, list(checked.rows), summaries,
-                      {name: dict(f.counts) for name, f in finishes.items()})
+                      {name: dict(f.counts) for name, f in finishes.items()}, draws)

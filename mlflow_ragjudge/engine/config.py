@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.constants import CONTEXT_MODES, CONTEXT_PROVENANCE, LOGICAL_COLUMNS
+from ..core.constants import CONTEXT_MODES, CONTEXT_PROVENANCE, ESCALATE_WHEN, LOGICAL_COLUMNS, PANEL_RULES
 from ..core.values import is_int, is_number, is_str_list
 from ..llm.backends import Backend, safe_judge_uri
 from ..llm.batch import BatchOptions
@@ -24,8 +24,10 @@ __all__ = ["RagJudgeConfig", "LOGICAL_COLUMNS", "CONTEXT_MODES", "CONTEXT_PROVEN
 
 #: key -> (accepts the value?, what it must be, an example); None is allowed where the default is None
 _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
-    "judge": (lambda v: v is None or isinstance(v, (str, Backend)),
-              "a judge URI (str) or a Backend object", "'openai:/gpt-4o-mini'"),
+    "judge": (lambda v: v is None or isinstance(v, (str, Backend)) or (
+        isinstance(v, (list, tuple)) and len(v) >= 1 and all(isinstance(x, (str, Backend)) for x in v)),
+              "a judge URI (str), a Backend object, or a list of them (a panel)",
+              "'openai:/gpt-4o-mini' or ['openai:/gpt-4o-mini', 'anthropic:/claude-haiku-4-5']"),
     "metrics": (lambda v: v is None or isinstance(v, str) or is_str_list(v), "a list of metric names",
                 "['correctness', 'faithfulness']"),
     "context_mode": (lambda v: isinstance(v, str) or (isinstance(v, (list, tuple)) and len(v) >= 1 and all(
@@ -60,6 +62,14 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "traces": (lambda v: is_int(v) and v >= 0, "a whole number >= 0 (0 = no traces)", "2000"),
     "batch": (lambda v: isinstance(v, (bool, dict)), "True, False, or a dict of batch options",
               "True or {'poll_interval': 30}"),
+    "repeats": (lambda v: is_int(v) and 1 <= v <= 100, "a whole number from 1 to 100 (judge draws per row)", "3"),
+    "repeat_temperature": (lambda v: v is None or (is_number(v) and 0 <= v <= 2),
+                           "None (the metric's own temperature) or a number from 0 to 2", "1.0"),
+    "panel_rule": (lambda v: v in PANEL_RULES, "one of " + ", ".join(PANEL_RULES), "'majority'"),
+    "escalate_to": (lambda v: v is None or isinstance(v, (str, Backend)),
+                    "a judge URI (str) or a Backend object", "'openai:/gpt-4o'"),
+    "escalate_when": (lambda v: isinstance(v, (list, tuple)) and len(v) >= 1 and all(x in ESCALATE_WHEN for x in v),
+                      "a list of " + ", ".join(ESCALATE_WHEN), "['abstain', 'threshold']"),
 }
 
 
@@ -118,6 +128,20 @@ class RagJudgeConfig:
             means ``<name>/mean``; a full metric name such as ``faithfulness/mean/<group>`` works too).
             The outcome is recorded on the run; ``ragjudge evaluate --fail-under`` exits non-zero when
             a threshold is not met.
+        repeats: judge every judged call this many times, as independent draws (each its own seed, and
+            ``repeat_temperature`` when set; each its own cache entry, so a re-run is free): per row the draws'
+            combination (``panel_rule``) and their spread, per output the flip rate and the judge's share of the
+            variance (docs/judge-noise.md). Default 1.
+        repeat_temperature: the temperature of the repeated draws; None (default) keeps each metric's own (0), so
+            the draws measure the noise of the judge as it is configured.
+        panel_rule: how a row's draws and a panel's judges are combined: ``auto`` (default: majority on six-level
+            outputs, mean elsewhere), ``mean``, ``majority``, ``median``. A judge given as a list (``judge=[uri,
+            uri, ...]``) is a panel: every judge scores every row, each judge's scores are kept and their agreement
+            (Fleiss' kappa, Krippendorff's alpha) is logged.
+        escalate_to: a second judge for the rows the first is unsure about (the cheap-first cascade): the rows it
+            abstains on, whose repeated draws disagree, or whose score sits at a ``fail_under`` threshold
+            (``escalate_when``); the second judge's verdict replaces the first's on those rows.
+        escalate_when: which rows the cascade escalates: any of ``abstain``, ``spread``, ``threshold`` (default all).
         traces: the most rows logged as MLflow traces (each with its metrics as assessments) into the run
             by the ``ragjudge`` evaluator, ``ragjudge evaluate`` and sweeps; beyond it a seeded uniform
             sample (``seed``), and 0 logs none. Default 2000.
@@ -148,6 +172,13 @@ class RagJudgeConfig:
     fail_under: dict[str, float] = field(default_factory=dict)
     batch: bool | dict[str, Any] = False
     traces: int = 2000
+    repeats: int = 1
+    repeat_temperature: float | None = None
+    panel_rule: str = "auto"
+    escalate_to: str | Backend | None = None
+    escalate_when: list[str] = field(default_factory=lambda: list(ESCALATE_WHEN))
+    #: the judges of a panel (``judge`` given as a list: its first is ``judge``); empty for one judge
+    panel: list[str | Backend] = field(default_factory=list)
     #: the metrics' own settings given (every key a registered metric declares, :class:`~.metrics.spec.Option`), as
     #: given; each metric reads its own through its Option (``Option.read(cfg)``: the value, else its default)
     options: dict[str, Any] = field(default_factory=dict)
@@ -155,7 +186,7 @@ class RagJudgeConfig:
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> RagJudgeConfig:
         cfg = dict(cfg or {})
-        names = [f.name for f in dataclasses.fields(cls) if f.name != "options"]
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("options", "panel")]
         opts = option_keys()
         given_options = {**dict(cfg.pop("options", None) or {}), **{k: cfg.pop(k) for k in list(cfg) if k in opts}}
         unknown = sorted(set(cfg) - set(names))
@@ -179,6 +210,7 @@ class RagJudgeConfig:
         setting before any data is read or any judge call is made.
         """
         _check_types(self)
+        self._check_judges()
         if isinstance(self.context_mode, (list, tuple)):
             modes = list(dict.fromkeys(self.context_mode))
             bad = [m for m in modes if m not in CONTEXT_MODES or m == "auto"]
@@ -226,10 +258,31 @@ class RagJudgeConfig:
             BatchOptions.of(self.batch)  # unknown options are refused here
         validate_options(self.options)  # each key by every metric declaring it; kept as given
 
+    def _check_judges(self) -> None:
+        """A judge list becomes a panel (``judge`` its first); repeats and panels need LLM judges; a cascade
+        starts from one judge."""
+        if isinstance(self.judge, (list, tuple)):
+            judges = list(self.judge)
+            self.judge, self.panel = judges[0], judges if len(judges) > 1 else []
+        offline = [j for j in [self.judge, *self.panel, self.escalate_to] if isinstance(j, str) and
+                   j.startswith("offline:")]
+        if offline and (self.repeats > 1 or self.panel or self.escalate_to is not None):
+            raise ValueError(f"judge {offline[0]!r} is the offline judge: it is deterministic (repeats would all "
+                             "agree) and its metrics are its own, so it cannot take part in repeats, a panel or a "
+                             "cascade; use LLM judges there, e.g. judge=['openai:/gpt-4o-mini', "
+                             "'anthropic:/claude-haiku-4-5'].")
+        if self.panel and self.escalate_to is not None:
+            raise ValueError("escalate_to (a cascade) starts from one judge, but judge is a panel of "
+                             f"{len(self.panel)}; give one judge with escalate_to, or a panel without it.")
+        if isinstance(self.escalate_when, tuple):
+            self.escalate_when = list(self.escalate_when)
+
     def as_dict(self) -> dict[str, Any]:
         """Every setting as given (the inverse of :meth:`from_dict`): the run's keys and the metrics' options."""
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"},
-                **self.options}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("options", "panel")}
+        if self.panel:
+            out["judge"] = list(self.panel)
+        return {**out, **self.options}
 
     def column(self, logical: str) -> str:
         return self.col_mapping.get(logical, logical)
@@ -262,6 +315,12 @@ class RagJudgeConfig:
             "traces": self.traces,
             "fail_under": dict(self.fail_under),
             "batch": self.batch,
+            "repeats": self.repeats,
+            "repeat_temperature": self.repeat_temperature,
+            "panel_rule": self.panel_rule,
+            "panel": [safe_judge_uri(j) for j in self.panel],
+            "escalate_to": safe_judge_uri(self.escalate_to) if self.escalate_to is not None else None,
+            "escalate_when": list(self.escalate_when),
         }
         out.update(recorded_options(self.options))
         return out

@@ -30,6 +30,7 @@ from ..llm.pricing import cost_usd
 from ..metrics.spec import metric_names
 from .aggregate import EvalOutput, aggregate_run
 from .config import RagJudgeConfig
+from .draws import has_draws, schedule_draws
 from .prepare import Plan, prepare
 from .record import run_record, save_partial
 from .schedule import schedule
@@ -87,8 +88,12 @@ def _evaluate(data: Any, config: RagJudgeConfig | dict[str, Any] | None, client:
     t0 = time.perf_counter()
     per_row: dict[str, list[dict[str, JudgeResult]]] = {}
     try:
-        per_row = schedule(plan.specs, plan.states, checked.rows, plan.ctx)  # 3
-        return aggregate_run(checked, plan, per_row, time.perf_counter() - t0)  # 4
+        draws = None
+        if has_draws(checked):  # repeats, a panel or a cascade: several draws per row, combined
+            per_row, draws = schedule_draws(checked, plan)  # 3
+        else:
+            per_row = schedule(plan.specs, plan.states, checked.rows, plan.ctx)  # 3
+        return aggregate_run(checked, plan, per_row, time.perf_counter() - t0, draws)  # 4
     except Exception as e:
         if client is None or client.summary()["requests"] == 0:
             raise  # nothing was paid for: the error as it is
@@ -111,9 +116,12 @@ def _dry_run(checked: Checked, plan: Plan) -> EvalOutput:
     """Estimate judge calls and tokens per metric (each metric's ``estimate`` hook); nothing is sent."""
     rows, client, ctx = checked.rows, plan.ctx.client, plan.ctx
     lines: list[dict[str, Any]] = []
+    # a judged metric is scored once per draw of every judge of a panel (a cascade's second judge: only on the rows
+    # its first is unsure about, unknown before they are judged -- not counted)
+    draws = checked.cfg.repeats * max(1, len(checked.cfg.panel))
     for spec in plan.specs:
         est = [spec.estimate(plan.states[spec.name], r, ctx) for r in rows] if spec.estimate is not None else []
-        sums: dict[str, int] = {k: sum(e[k] for e in est) for k in _ESTIMATED}
+        sums: dict[str, int] = {k: sum(e[k] for e in est) * (draws if spec.judged else 1) for k in _ESTIMATED}
         lines.append({"metric": spec.name, "rows": len(rows), **sums})
     table = pd.DataFrame(lines, columns=["metric", "rows", *_ESTIMATED])
     table["calls_per_row"] = table["calls"] / max(1, len(rows))

@@ -8,13 +8,15 @@ the data and computes the run's metrics from the totals with the same functions 
 uses -- a mean is the sum of the scored values over their number, never a mean of the parts' means.
 
 What needs every row at once is not split: meta-evaluation and calibrated estimates (human labels), and multi-turn
-(its finish reads the conversations); :func:`check_splittable` refuses them before anything runs."""
+(its finish reads the conversations); :func:`check_splittable` refuses them before anything runs. With repeats, each
+part hands back its judge-noise sums (:class:`~.noise.NoiseSums`); a panel's agreement (kappa, alpha) is not merged
+over parts: a split run logs each judge's scores and the panel's, not their agreement (docs/judge-noise.md)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -26,6 +28,7 @@ from ..metrics.spec import get_metric
 from .aggregate import OutputSummary, run_metrics, usage_metrics
 from .config import RagJudgeConfig
 from .evaluate import EvalOutput, _evaluate
+from .noise import NoiseSums, noise_metrics, noise_sums
 from .prepare import run_prepare_hooks
 from .validate import validate
 
@@ -90,6 +93,10 @@ def part_summary(out: EvalOutput, first_row: int, usage: dict[str, Any] | None =
         "params": out.params,
         "prompt_versions": out.config.get("prompt_versions", {}),
         "seconds": out.config.get("seconds", 0.0),
+        # a run with repeats: each judge's judge-noise sums per output (they add up over parts)
+        "noise": {name: [astuple(j) for j in per_judge] for name, per_judge in noise_sums(out.draws).items()}
+        if out.draws is not None else {},
+        "draws": {"judges": out.draws.judges, "repeats": out.draws.repeats} if out.draws is not None else None,
     }
 
 
@@ -126,7 +133,11 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
     by_metric: dict[str, dict[str, float]] = {}
     prompt_versions: dict[str, str] = {}
     params: dict[str, str] = {}
+    noise: dict[str, list[NoiseSums]] = {}
     for p in parts:
+        for name, per_judge in (p.get("noise") or {}).items():
+            sums = [NoiseSums(*j) for j in per_judge]
+            noise[name] = [a.merge(b) for a, b in zip(noise[name], sums)] if name in noise else sums
         for m in names:
             got = p["summaries"].get(m, {})
             for o in outputs[m]:
@@ -157,5 +168,8 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
     if usage:
         metrics.update(usage_metrics(usage, bool(cfg.batch)))
     metrics.update({f"judge/{m}/{k}": v for m, u in by_metric.items() for k, v in u.items()})
+    drawn = next((p["draws"] for p in parts if p.get("draws")), None)
+    if drawn is not None and noise:
+        metrics.update(noise_metrics(noise, drawn["judges"], drawn["repeats"]))
     return Merged(metrics, failures, skipped, params, n_rows, usage, by_metric, prompt_versions,
                   sum(float(p["seconds"]) for p in parts))

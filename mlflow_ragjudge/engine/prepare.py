@@ -6,18 +6,21 @@ built; none changes the list of metrics it is given."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.constants import is_offline_judge
 from ..core.errors import EmbeddingsUnavailable, InputError, MetricUnavailable
+from ..core.types import metric_name_part
+from ..llm.backends import Backend
 from ..llm.client import JudgeClient
 from ..llm.embeddings import embeddings_fix, resolve_embedder
 from ..metrics.spec import MetricSpec, Prepared, RunContext
 from .config import RagJudgeConfig
 from .validate import Checked
 
-__all__ = ["Plan", "prepare", "run_prepare_hooks", "prepare_metrics", "build_client", "setup_metrics", "run_embeddings"]
+__all__ = ["Plan", "prepare", "run_prepare_hooks", "prepare_metrics", "build_client", "setup_metrics", "run_embeddings",
+           "judge_clients", "judge_label"]
 
 Embed = Callable[[list[str]], list[list[float]]]
 
@@ -32,6 +35,10 @@ class Plan:
         ctx: what the metrics share: the judge client (None offline), the embeddings, the rows.
         found: what the ``prepare`` hooks found (record entries and params: the context mode ...).
         skipped: metric -> why it does not run, from steps 1 and 2.
+        judges: every judge of the run as ``(label, client)``: the first is ``ctx.client``; more for a panel
+            (``judge=[...]``); the cascade's second judge (``escalate_to``) last. Empty offline.
+        prepared: what the ``prepare`` hooks built on ``ctx`` (``ctx.shared`` objects made before any client): every
+            judge of a panel and every draw of a repeat reads the same (one retrieval, not one per judge).
     """
 
     specs: tuple[MetricSpec, ...]
@@ -39,6 +46,8 @@ class Plan:
     ctx: RunContext
     found: Prepared
     skipped: dict[str, str]
+    judges: tuple[tuple[str, JudgeClient], ...] = ()
+    prepared: dict[str, object] = field(default_factory=dict)
 
 
 def prepare(checked: Checked, client: JudgeClient | None = None) -> Plan:
@@ -51,13 +60,15 @@ def prepare(checked: Checked, client: JudgeClient | None = None) -> Plan:
     """
     cfg, specs = checked.cfg, checked.specs
     ctx, found = run_prepare_hooks(checked)
+    prepared = ctx.shared_now()
     if client is None and cfg.judge is not None and not is_offline_judge(cfg.judge) and any(s.judged for s in specs):
         client = build_client(cfg)
     ctx.client = client
+    judges = judge_clients(cfg, client) if client is not None else ()
     ctx.embed, specs, without_embeddings = run_embeddings(specs, cfg, client)
     states, specs, unavailable = setup_metrics(specs, ctx, asked=cfg.metrics is not None)
     ctx.metrics = tuple(s.name for s in specs)
-    return Plan(specs, states, ctx, found, {**checked.skipped, **without_embeddings, **unavailable})
+    return Plan(specs, states, ctx, found, {**checked.skipped, **without_embeddings, **unavailable}, judges, prepared)
 
 
 def run_prepare_hooks(checked: Checked) -> tuple[RunContext, Prepared]:
@@ -83,9 +94,27 @@ def prepare_metrics(specs: Sequence[MetricSpec], ctx: RunContext) -> Prepared:
     return found
 
 
-def build_client(cfg: RagJudgeConfig) -> JudgeClient:
+def judge_clients(cfg: RagJudgeConfig, first: JudgeClient) -> tuple[tuple[str, JudgeClient], ...]:
+    """Every judge of the run, labelled (:func:`judge_label`): ``first`` (the run's client), the rest of a panel,
+    and the cascade's second judge, each a client of its own (its own connection's limits) sharing the run's
+    settings."""
+    others = [*cfg.panel[1:], *([cfg.escalate_to] if cfg.escalate_to is not None else [])]
+    clients = [first, *(build_client(cfg, judge) for judge in others)]
+    labels: list[str] = []
+    for c in clients:
+        label = judge_label(c)
+        labels.append(label if label not in labels else f"{label}_{len(labels) + 1}")
+    return tuple(zip(labels, clients))
+
+
+def judge_label(client: JudgeClient) -> str:
+    """A judge's short name in metric names and columns: its model, in the characters MLflow takes."""
+    return metric_name_part(client.model or client.backend.provider) or "judge"
+
+
+def build_client(cfg: RagJudgeConfig, judge: str | Backend | None = None) -> JudgeClient:
     return JudgeClient(
-        cfg.judge,  # type: ignore[arg-type]  # checked by select_metrics: judged metrics need a judge
+        judge if judge is not None else cfg.judge,  # type: ignore[arg-type]  # judged metrics need a judge
         cache=cfg.cache,
         max_concurrency=cfg.max_concurrency,
         requests_per_minute=cfg.requests_per_minute,

@@ -16,6 +16,8 @@ Backends stay thin (DESIGN point 5): they translate requests and classify errors
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as _dt
 import os
 import threading
@@ -222,7 +224,32 @@ class JudgeClient:
         if batch:
             self.batch = BatchRunner(self.backend, self.sender, self.cache, self.usage, BatchOptions.of(batch))
 
+    #: the draw this view of the client sends (:meth:`for_draw`); None for the client itself
+    draw: int | None = None
+    #: the temperature of a draw (None: each request's own)
+    draw_temperature: float | None = None
+
     # ------------------------------------------------------------------ public
+
+    def for_draw(self, draw: int, temperature: float | None = None) -> JudgeClient:
+        """A view of this client for draw ``draw`` (0, 1, ...) of a repeated judgement: the same connection,
+        cache, memory of identical calls and usage, with every request sent as that draw -- ``seed=draw`` from draw
+        1 on (draw 0 keeps each request's own seed, so it is the plain request) and ``temperature`` when given.
+        Each draw's requests are thus distinct calls with their own cache entries (a re-run of a repeated
+        evaluation is free), and the metrics of one draw still share their identical calls."""
+        if not (isinstance(draw, int) and draw >= 0):
+            raise ValueError(f"draw={draw!r} must be a whole number >= 0")
+        view = copy.copy(self)
+        view.draw, view.draw_temperature = draw, temperature
+        return view
+
+    def _drawn(self, request: ChatRequest) -> ChatRequest:
+        """The request as this view's draw sends it (itself for the client itself)."""
+        if self.draw is None:
+            return request
+        return dataclasses.replace(
+            request, seed=request.seed if self.draw == 0 else self.draw,
+            temperature=request.temperature if self.draw_temperature is None else self.draw_temperature)
 
     @property
     def gate(self) -> ProviderGate:
@@ -274,6 +301,7 @@ class JudgeClient:
             prompt_version: the prompt's version, part of the cache key.
             purpose: a label for the transcript (``correctness``, ``claims`` ...).
         """
+        request = self._drawn(request)
         # A cached reply that does not parse is re-asked about, like a fresh one. It is sent again instead when no
         # re-ask follows, or when this call already saw it (an identical re-ask: a second draw, not the same reply).
         reasks = self.sender.max_attempts - 1 if self.max_reasks is None else self.max_reasks
@@ -424,6 +452,8 @@ class JudgeClient:
             "params": request.params(),
             "structured_mode": self.backend.structured_mode if request.json_schema is not None else None,
         }
+        if self.draw is not None:
+            record["draw"] = self.draw
         self.usage.add(calls=1)
         t0 = time.perf_counter()
         # 0. an identical call of this client, finished recently (memo) or in flight (wait for it): nothing is
@@ -563,6 +593,7 @@ class JudgeClient:
         """Whether an identical request's reply is in this client's memory (``dedupe``): it would cost nothing."""
         if not self.dedupe:
             return False
+        request = self._drawn(request)
         key = cache_key("chat", self.identity(), {"messages": list(request.messages), "params": request.params()},
                         prompt_version)
         with self._lock:

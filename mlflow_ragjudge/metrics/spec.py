@@ -396,6 +396,17 @@ class RunContext:
                 self._shared[key] = factory()
             return cast(T, self._shared[key])
 
+    def shared_now(self) -> dict[str, object]:
+        """A copy of the run's shared objects as they are now."""
+        with self._lock:
+            return dict(self._shared)
+
+    def for_client(self, client: JudgeClient, shared: dict[str, object]) -> RunContext:
+        """This run's context for another judge (or another draw of one): the same config, rows and embeddings,
+        ``client`` instead, and ``shared`` (what was built before any client) instead of what this one shared since
+        -- so each judge's metrics build their own judge objects around their own client."""
+        return dataclasses.replace(self, client=client, _shared=dict(shared), _lock=threading.RLock())
+
     @property
     def judge_client(self) -> JudgeClient:
         if self.client is None:
