@@ -478,3 +478,22 @@ def test_cli_batch_run_with_stderr_gone_completes(model, tmp_path, fresh_trackin
     assert metrics["correctness/count"] == 4 and metrics["correctness/n_failed"] == 0
     assert metrics["correctness/n_scored"] + metrics["correctness/n_abstained"] == 4
     assert len(model.batches.submitted) == 4 and model.requests_for("openai_chat") == []
+
+
+def test_repeats_go_through_the_batch_api_each_draw_its_own_line(model, tmp_path):
+    """``repeats`` composes with batch mode: every draw of every call is a batch line of its own (its seed differs),
+    the same calls the synchronous repeated run sends, and an identical re-run submits nothing."""
+    df = _rows(8)
+    cfg = _config(model, metrics=["correctness", "faithfulness"], repeats=2, cache=False)
+    sync = evaluate_frame(df, cfg)
+    sync_chat = len(model.requests_for("openai_chat"))
+    model.reset()
+    out = evaluate_frame(df, {**cfg, "cache": str(tmp_path / "cache"), "batch": FAST})
+    lines = model.batches.submitted
+    assert model.requests_for("openai_chat") == []
+    assert len(lines) == sync_chat and len(set(lines)) == len(lines)
+    assert out.metrics["correctness/repeats"] == 2 and "faithfulness/flip_rate" in out.metrics
+    pd.testing.assert_frame_equal(_scores(out), _scores(sync))
+    before = len(model.batches.created)
+    evaluate_frame(df, {**cfg, "cache": str(tmp_path / "cache"), "batch": FAST})
+    assert len(model.batches.created) == before
