@@ -77,6 +77,7 @@ def summary(run_id: str, out: Any) -> str:
             counts = [int(m.get(f"{name}/{k}", 0)) for k in ("n_scored", "n_abstained", "n_failed")]
             lines.append(f"  {name:<22} {_fmt(m.get(f'{name}/mean')):>8} {counts[0]:>7} {counts[1]:>10} "
                          f"{counts[2]:>7}   ({rows}){flag}")
+    lines += noise_lines(out)
     if out.skipped:
         lines.append("skipped (not in this run):")
         for name, reason in out.skipped.items():
@@ -131,6 +132,39 @@ def summary(run_id: str, out: Any) -> str:
         lines.append(f"  traces: {run.data.tags['ragjudge.traces']} (the run's Traces tab: each row with its "
                      "judgments as assessments)")
     return "\n".join(lines)
+
+
+def noise_lines(out: Any) -> list[str]:
+    """What a run with repeats, a panel or a cascade says about its judges' noise (docs/judge-noise.md)."""
+    drawn = out.config.get("draws")
+    if not drawn:
+        return []
+    m, lines = out.metrics, []
+    names = [k[: -len("/repeats")] for k in m if k.endswith("/repeats")]
+    if names:
+        lines.append(f"judge noise ({drawn['repeats']} draws per row; each row's score combines them "
+                     f"({drawn['panel_rule']}), so the means' intervals include the judge's noise):")
+        for name in names:
+            if f"{name}/flip_rate" not in m:
+                continue
+            share = m.get(f"{name}/judge_share")
+            lines.append(f"  {name:<22} flip rate {m[f'{name}/flip_rate']:.3f} [{m[f'{name}/flip_rate_ci_low']:.3f}, "
+                         f"{m[f'{name}/flip_rate_ci_high']:.3f}]   judge variance {m[f'{name}/judge_variance']:.4f}"
+                         + (f"   judge's share {share:.2f}" if share is not None else ""))
+    if len(drawn["judges"]) > 1 and not drawn["cascade"]:
+        lines.append(f"panel of {len(drawn['judges'])} judges ({', '.join(drawn['judges'])}), combined by "
+                     f"{drawn['panel_rule']}:")
+        for k in sorted(m):
+            if k.endswith("/panel/fleiss_kappa"):
+                name = k[: -len("/panel/fleiss_kappa")]
+                alpha = m.get(f"{name}/panel/alpha")
+                lines.append(f"  {name:<22} Fleiss kappa {m[k]:.3f}"
+                             + (f"   Krippendorff alpha {alpha:.3f}" if alpha is not None else ""))
+    if drawn["cascade"]:
+        escalated = ", ".join(f"{metric} {n} of {out.config['rows']}" for metric, n in drawn["escalated"].items())
+        lines.append(f"cascade: rows sent to {drawn['judges'][-1]}: {escalated or 'none'}; "
+                     f"{int(m.get('judge/escalation/requests_saved', 0))} of its requests not sent")
+    return lines
 
 
 def exit_code(out: Any) -> int:

@@ -195,7 +195,8 @@ def escalation_metrics(draws: Draws, transcripts: Sequence[dict[str, Any]], n_ro
 
 def draw_columns(draws: Draws, n_rows: int) -> dict[str, list[Any]]:
     """The per-row table's columns of a run's draws: ``<output>/draws`` (every draw's value, a JSON list, null where
-    a draw did not score) and ``<output>/spread`` (their standard deviation) with repeats; ``<output>/score@<judge>``
+    a draw did not score), ``<output>/draws_mean`` and ``<output>/spread`` (their mean and standard deviation) with
+    repeats; ``<output>/score@<judge>``
     (each judge's own value) for a panel or a cascade, and ``<metric>/escalated`` for a cascade."""
     cols: dict[str, list[Any]] = {}
     for name in draws.results:
@@ -203,7 +204,9 @@ def draw_columns(draws: Draws, n_rows: int) -> dict[str, list[Any]]:
         if draws.repeats > 1 or len(draws.judges) > 1:
             cols[f"{name}/draws"] = [json.dumps(v) for v in values]
         if draws.repeats > 1:
-            cols[f"{name}/spread"] = [_sd([x for x in v if x is not None]) for v in values]
+            scored = [[x for x in v if x is not None] for v in values]
+            cols[f"{name}/draws_mean"] = [math.fsum(v) / len(v) if v else None for v in scored]
+            cols[f"{name}/spread"] = [_sd(v) for v in scored]
         if len(draws.judges) > 1:
             for j, label in enumerate(draws.judges):
                 cols[f"{name}/score@{label}"] = draws.judge_values(name, j)
