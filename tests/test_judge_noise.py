@@ -317,3 +317,16 @@ def test_a_sweep_with_repeats_logs_the_flip_rate_of_every_variant(tmp_tracking):
         metrics = mlflow.get_run(run_id).data.metrics
         assert metrics["correctness/repeats"] == 2 and "correctness/flip_rate" in metrics
     assert math.isfinite(result.comparison["mean_diff"].iloc[0])
+
+
+def test_a_row_whose_draw_a_stop_left_unjudged_is_interrupted_not_scored_from_fewer_draws():
+    from mlflow_ragjudge.core.types import JudgeResult, Status
+    from mlflow_ragjudge.engine.draws import combine
+
+    done = [JudgeResult.scored(4.0, "ok"), JudgeResult.scored(5.0, "ok")]
+    stopped = JudgeResult.failed("interrupted", "not judged: the evaluation was stopped (SIGINT) first")
+    row = combine([*done, stopped], "mean")
+    assert row.status is Status.FAILED and row.reason == "interrupted"
+    # a draw that failed for another reason is left out, as an abstaining row is left out of a mean
+    row = combine([*done, JudgeResult.failed("parse_error", "unreadable")], "mean")
+    assert row.status is Status.SCORED and row.value == 4.5

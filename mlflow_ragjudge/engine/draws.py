@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from ..core.types import JudgeResult, Row, Status
+from ..core.types import FailureReason, JudgeResult, Row, Status
 from ..llm.client import JudgeClient
 from ..metrics.spec import MetricSpec
 from .prepare import Plan, setup_metrics
@@ -112,8 +112,12 @@ def combined_value(values: Sequence[float], rule: str) -> float | None:
 def combine(results: Sequence[JudgeResult], rule: str, what: str = "draws") -> JudgeResult:
     """One row's draws as one result: scored when any draw scored, its value the scored draws' combination (an
     abstaining or failed draw is left out, as a run's mean leaves out an abstaining row), its evidence the scored
-    draw nearest that value; else the first abstention, else the first failure. Every draw's calls are kept."""
+    draw nearest that value; else the first abstention, else the first failure. A draw that a stop (Ctrl-C, SIGTERM)
+    left unjudged fails the row ``interrupted``, as a row of one draw would. Every draw's calls are kept."""
     calls = [c for r in results for c in r.calls]
+    stopped = next((r for r in results if r.reason == FailureReason.INTERRUPTED.value), None)
+    if stopped is not None:  # a draw the stop left unjudged: the row is not judged yet (a re-run finishes it)
+        return JudgeResult(Status.FAILED, None, stopped.rationale, stopped.reason, None, {}, calls)
     values = _scored(results)
     value = combined_value(values, rule)
     if value is not None:
