@@ -15,7 +15,9 @@ from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
 def judge_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
     """``--judge`` (repeated: a panel) and the judge-noise flags (``--repeats`` ...), in cfg."""
     judges = getattr(args, "judge", None)
-    if judges:
+    if isinstance(judges, str):
+        cfg["judge"] = judges
+    elif judges:
         cfg["judge"] = judges[0] if len(judges) == 1 else list(judges)
     for flag in ("repeats", "repeat_temperature", "panel_rule", "escalate_to"):
         if getattr(args, flag, None) is not None:

@@ -108,7 +108,9 @@ def _evaluate(sub: argparse._SubParsersAction) -> None:
 def _estimate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="estimate judge calls and tokens for a dataset, calling nothing")
     p.add_argument("data")
-    p.add_argument("--judge", required=True)
+    p.add_argument("--judge", required=True, action="append",
+                   help="judge model URI; repeat it for a panel (every judge's calls are counted)")
+    judge_noise_options(p)
     p.add_argument("--metrics")
     p.add_argument("--context-mode", default="auto", choices=list(CONTEXT_MODES))
     p.add_argument("--col", action="append", metavar="LOGICAL=COLUMN")
