@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.types import JudgeResult, Status, metric_name_part
+from .agreement import cohen_kappa, complete_pairs
 
 __all__ = [
     "COEFFICIENTS",
@@ -241,7 +241,8 @@ def agreement(labels_a: Iterable[Hashable | None], labels_b: Iterable[Hashable |
 
     With ``p_o`` the share of rows where the labels are equal and
     ``p_e = Σ_k p_a(k) p_b(k)`` the agreement expected by chance from each side's
-    label frequencies, ``kappa = (p_o - p_e) / (1 - p_e)`` (Cohen 1960). Labels are
+    label frequencies, ``kappa = (p_o - p_e) / (1 - p_e)`` (Cohen 1960; computed by
+    :func:`mlflow_ragjudge.engine.agreement.cohen_kappa`). Labels are
     compared with ``==`` (so ``1`` and ``"1"`` differ). Rows where either label is
     missing (``None``/NaN) are dropped.
 
@@ -264,27 +265,22 @@ def agreement(labels_a: Iterable[Hashable | None], labels_b: Iterable[Hashable |
         raise ValueError(
             f"labels_a and labels_b must be aligned row by row, got {len(a_list)} and {len(b_list)} labels"
         )
-    pairs = [(a, b) for a, b in zip(a_list, b_list, strict=True) if not (_is_missing(a) or _is_missing(b))]
+    pairs, n_dropped = complete_pairs(a_list, b_list)
     n = len(pairs)
     out: dict[str, Any] = {
         "agreement": None,
         "cohen_kappa": None,
         "n": n,
-        "n_dropped": len(a_list) - n,
+        "n_dropped": n_dropped,
         "reason": None,
     }
     if n == 0:
         out["reason"] = "no rows with both labels"
         return out
-    p_o = sum(a == b for a, b in pairs) / n
-    count_a = Counter(a for a, _ in pairs)
-    count_b = Counter(b for _, b in pairs)
-    p_e = sum(count_a[k] * count_b.get(k, 0) for k in count_a) / (n * n)
-    out["agreement"] = p_o
-    if math.isclose(p_e, 1.0):
+    out["agreement"] = sum(a == b for a, b in pairs) / n
+    out["cohen_kappa"] = cohen_kappa([a for a, _ in pairs], [b for _, b in pairs])
+    if out["cohen_kappa"] is None:
         out["reason"] = "chance agreement is 1 (both sides use one single label): kappa is undefined"
-    else:
-        out["cohen_kappa"] = (p_o - p_e) / (1 - p_e)
     return out
 
 
