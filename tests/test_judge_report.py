@@ -138,6 +138,14 @@ def test_threshold_turns_a_score_into_pass_fail(tmp_tracking: str, tmp_path: Pat
     assert (report.agreement, report.kappa, report.disagreements) == (1.0, 1.0, [])
 
 
+def test_a_pass_fail_label_off_the_scale_is_refused(tmp_tracking: str, tmp_path: Path) -> None:
+    run_id = _run(VERDICT)
+    with pytest.raises(InputError, match=r"Label '4' in column 'label' \(row id a\).*a number in 0..1"):
+        judge_report(run_id, _labels(tmp_path, {"a": 4}, "label"), metric="verdict")
+    with pytest.raises(InputError, match=r"Label 'maybe'.*yes/no, pass/fail"):
+        judge_report(run_id, _labels(tmp_path, {"a": "maybe"}, "label"), metric="verdict")
+
+
 def test_self_consistency_over_draws_by_hand(tmp_tracking: str, tmp_path: Path) -> None:
     run_id = _run(VERDICT)
     s = judge_report(run_id, _labels(tmp_path, VERDICT_HUMAN, "label"), metric="verdict").self_consistency

@@ -72,6 +72,8 @@ class _Scale:
 
     kind: str  # "levels" | "binary"
     threshold: float | None = None
+    #: the range numeric human labels must lie in (a pass/fail metric scored in [0, 1]: (0, 1)); None = any number
+    bounds: tuple[float, float] | None = None
 
     @property
     def labels(self) -> list[Hashable]:
@@ -108,12 +110,14 @@ class _Scale:
             if text in _YES or text in _NO:
                 return PASS if text in _YES else FAIL
         number = _number(raw)
-        if self.kind == "binary" and number is not None:
+        if self.kind == "binary" and number is not None and (
+                self.bounds is None or self.bounds[0] <= number <= self.bounds[1]):
             return PASS if number >= float(self.threshold) else FAIL  # type: ignore[arg-type]
         if self.kind == "levels" and number is not None and number == int(number) and 0 <= number <= 5:
             return "not sure" if number == 0 else int(number)
+        within = "" if self.bounds is None else f" in {self.bounds[0]:g}..{self.bounds[1]:g}"
         accepted = ("a whole number 1..5 (0 = not sure)" if self.kind == "levels" else
-                    f"yes/no, pass/fail, true/false, 1/0 or a number (pass at >= {self.threshold:g})")
+                    f"yes/no, pass/fail, true/false, 1/0 or a number{within} (pass at >= {self.threshold:g})")
         raise InputError(f"Label {raw!r} in column {column!r} (row id {row_id}) is not on the metric's scale: give "
                          f"{accepted}, or leave the cell empty where the row is not labelled.")
 
@@ -143,12 +147,12 @@ def _scale_of_metric(table: pd.DataFrame, metric: str, threshold: float | None) 
     if threshold is not None:
         if not math.isfinite(threshold):
             raise InputError(f"threshold={threshold!r} must be a finite number (e.g. 0.5)")
-        return _Scale("binary", float(threshold))
+        return _Scale("binary", float(threshold), scale_of(metric))
     if len(scores) and (scores.min() < 0 or scores.max() > 1):
         raise InputError(f"Metric {metric!r} has scores from {scores.min():g} to {scores.max():g}, not in [0, 1] and "
                          "not on the six-level scale: give --threshold T (Python: threshold=T) to read a score >= T "
                          "as pass.")
-    return _Scale("binary", 0.5)
+    return _Scale("binary", 0.5, (0.0, 1.0))
 
 
 # --------------------------------------------------------------------------- the report
@@ -590,5 +594,5 @@ def _ui(run_id: str, traces: bool) -> str | None:
     except Exception:  # noqa: BLE001 - only a hint
         return None
     if traces:
-        return hint + "; a row's trace: the run's Traces tab, search trace.client_request_id = '<row id>'"
+        return hint + "; each row is a trace in the run's Traces tab (request id = the row id)"
     return hint + "; a row: the per-row table ragjudge/eval_results_table.json (Artifacts tab), by its row_id"
