@@ -214,6 +214,14 @@ def test_labels_without_the_row_id_column_fail_before_anything_is_logged(tmp_tra
         judge_report(run_id, _labels(tmp_path, {"zz": 3}, "correctness"))
     with pytest.raises(InputError, match=r"Label '7' in column 'correctness' \(row id r0\)"):
         judge_report(run_id, _labels(tmp_path, {"r0": 7}, "correctness"))
+    with pytest.raises(InputError, match=r"Label 'inf'"):
+        judge_report(run_id, _labels(tmp_path, {"r0": "inf"}, "correctness"))
+    with mlflow.start_run() as other:
+        pass
+    with pytest.raises(InputError, match="holds no ragjudge evaluation"):
+        judge_report(other.info.run_id, _labels(tmp_path, SIX_HUMAN, "correctness"))
+    with pytest.raises(InputError, match="No MLflow run 'not-a-run'"):
+        judge_report("not-a-run", _labels(tmp_path, SIX_HUMAN, "correctness"))
     assert not any(k.startswith("judge_report/") for k in mlflow.get_run(run_id).data.metrics)
     assert not [a for a in mlflow.MlflowClient().list_artifacts(run_id, "ragjudge") if a.path == REPORT_FILE]
 

@@ -128,13 +128,12 @@ class _Scale:
 
 
 def _number(raw: Any) -> float | None:
-    if isinstance(raw, numbers.Real) and not isinstance(raw, bool):
-        return None if math.isnan(float(raw)) else float(raw)
+    """A label as a finite number, or None (text, NaN, infinity)."""
     try:
-        value = float(str(raw).strip())
+        value = float(raw) if isinstance(raw, numbers.Real) else float(str(raw).strip())
     except ValueError:
         return None
-    return None if math.isnan(value) else value
+    return value if math.isfinite(value) else None
 
 
 def _scale_of_metric(table: pd.DataFrame, metric: str, threshold: float | None) -> _Scale:
@@ -455,10 +454,14 @@ def _check_run(run_id: str) -> None:
 
 def _load_run(run_id: str) -> Any:
     _check_run(run_id)
+    if tracking.get_run(run_id).data.tags.get("ragjudge.sweep") == "parent":
+        children = [c.info.run_id for c in tracking.child_runs(run_id, "ragjudge.sweep.parent")]
+        raise InputError(f"Run {run_id} is a sweep's parent run; report each variant run on its own: {children}.")
     try:
         out = load_output(run_id)
-    except ValueError as e:
-        raise InputError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - not a ragjudge evaluation: the store's own words are quoted
+        raise InputError(f"Run {run_id} holds no ragjudge evaluation to report on ({type(e).__name__}: "
+                         f"{str(e)[:200]}); give the run ragjudge evaluate or mlflow.models.evaluate logged.") from None
     if "row_id" not in out.table.columns:
         raise InputError(f"Run {run_id} has no row_id column in its per-row table: it was evaluated by an older "
                          "mlflow-ragjudge. Evaluate it again to compare it with labels.")
