@@ -214,6 +214,18 @@ def test_labels_without_the_row_id_column_fail_before_anything_is_logged(tmp_tra
         judge_report(run_id, _labels(tmp_path, {"zz": 3}, "correctness"))
     with pytest.raises(InputError, match=r"Label '7' in column 'correctness' \(row id r0\)"):
         judge_report(run_id, _labels(tmp_path, {"r0": 7}, "correctness"))
+    with pytest.raises(InputError, match=r"No row of run .* has a label in 'correctness'"):
+        judge_report(run_id, _labels(tmp_path, {"r0": None, "r1": ""}, "correctness"))
+    other_runs = tmp_path / "other_run.csv"
+    pd.DataFrame({"run_id": ["abc123"], "row_id": ["r0"], "correctness": [5]}).to_csv(other_runs, index=False)
+    with pytest.raises(InputError, match=r"labels are for run\(s\) \['abc123'\]"):
+        judge_report(run_id, other_runs)
+    # a label-sample file of a sweep holds every variant's lines: only this run's are read
+    sweep_file = tmp_path / "sweep_labels.csv"
+    pd.DataFrame({"run_id": [run_id, "abc123"], "row_id": ["r0", "zz"], "correctness": [5, 1]}).to_csv(sweep_file,
+                                                                                                     index=False)
+    only_this_run = judge_report(run_id, sweep_file, log=False)
+    assert (only_this_run.labelled, only_this_run.n) == (1, 1)
     with pytest.raises(InputError, match=r"Label 'inf'"):
         judge_report(run_id, _labels(tmp_path, {"r0": "inf"}, "correctness"))
     with mlflow.start_run() as other:

@@ -332,7 +332,11 @@ def _human_from_file(frame: pd.DataFrame, run_id: str, known: set[str], row_id_c
                          "or name your id column with --row-id-column.")
     if "run_id" in frame.columns and row_id_column != "run_id":
         ids = frame["run_id"].astype(str).str.strip()
-        if (ids == run_id).any():
+        named = sorted({i for i in ids if i and i.lower() not in ("nan", "none")})
+        if named and run_id not in named:
+            raise InputError(f"The labels are for run(s) {named[:3]} (their run_id column), not {run_id}: report on "
+                             "the run they were drawn from, or drop the run_id column if the rows are this run's.")
+        if named:
             frame = frame[ids == run_id]  # a label-sample file of a sweep: this run's rows
     row_ids = frame[row_id_column].astype(str).str.strip()
     unknown = sorted(set(row_ids) - known)
@@ -535,6 +539,9 @@ def judge_report(run_id: str, labels: Any = None, *, metric: str | None = None, 
         column = f"human feedback {metric!r}"
         raw, trace_ids = _human_from_traces(run_id, metric)
     compared, judge, human, left, labelled = _compare(table, metric, scale, raw, column)
+    if labelled == 0:
+        raise InputError(f"No row of run {run_id} has a label in {column!r}: fill it on the metric's scale (blank = "
+                         "not labelled), or name the column holding the labels with --label-column.")
     if log_to is not None and log_to != run_id:
         _check_run(log_to)  # an unknown run to log into fails here, before anything is logged
     if not trace_ids:
