@@ -38,6 +38,7 @@ from .evaluate import (
     testset_command,
 )
 from .exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_NOT_LOGGED, EXIT_OK
+from .judge_report import judge_report_command
 from .labels import labels_command, log_saved_command
 from .parser import build_parser
 from .reading import load_plugins, read_grid, read_table
@@ -103,6 +104,8 @@ def _main(argv: list[str]) -> int:
             return labels_command(args)
         elif args.command == "log-saved":
             return log_saved_command(args)
+        elif args.command == "judge-report":
+            return judge_report_command(args)
         elif args.command == "testset":
             return testset_command(args)
         elif args.command == "estimate":

@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         _label_sample,
         _calibrate,
         _log_saved,
+        _judge_report,
     ):
         add(sub)
     return parser
@@ -259,6 +260,27 @@ def _log_saved(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--experiment", help="MLflow experiment name for the new run (created if missing)")
     p.add_argument("--run-name", help="the new run's name")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _judge_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "judge-report",
+        help="how well the run's judge agrees with human labels: agreement, Cohen's kappa, the confusion matrix, the "
+        "rows where they disagree, self-consistency over repeats, a panel's judges (docs/judge-report.md)",
+    )
+    p.add_argument("run_id", help="a ragjudge run (its per-row table has row_id and <metric>/score)")
+    p.add_argument("--labels", help="human labels: .csv, .tsv, .jsonl or .xlsx with a row id column and a label "
+                                     "column (without it: human feedback on the run's traces)")
+    p.add_argument("--metric", help="the judged metric (default: the run's only one, or the one the labels name)")
+    p.add_argument("--label-column", help="the labels' column (default: the metric's name, else 'label' or 'human')")
+    p.add_argument("--row-id-column", default="row_id", help="the labels' row id column (default row_id)")
+    p.add_argument("--threshold", type=float, help="pass/fail metrics: a judge score >= this passes (default 0.5 "
+                                                   "for scores in [0, 1])")
+    p.add_argument("--log-to", metavar="RUN", help="log the report into this run instead of RUN")
+    p.add_argument("--no-log", action="store_true", help="print the report only, log nothing")
+    p.add_argument("--show", type=int, default=20, metavar="N", help="disagreeing rows to print (default 20; all "
+                                                                      "are in ragjudge/judge_report.json)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
 
 

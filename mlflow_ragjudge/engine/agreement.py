@@ -37,6 +37,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Literal
 
 __all__ = [
+    "Weights",
+    "Level",
     "is_missing",
     "complete_pairs",
     "cohen_kappa",
