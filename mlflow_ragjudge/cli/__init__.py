@@ -40,6 +40,7 @@ from .evaluate import (
 from .exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_NOT_LOGGED, EXIT_OK
 from .labels import labels_command, log_saved_command
 from .parser import build_parser
+from .planning import plan_command
 from .reading import load_plugins, read_grid, read_table
 from .streams import guarded_streams
 from .sweep import QUICKSTART_VARIANTS, quickstart_command, sweep_command
@@ -107,6 +108,8 @@ def _main(argv: list[str]) -> int:
             return testset_command(args)
         elif args.command == "estimate":
             return estimate_command(args)
+        elif args.command == "plan":
+            return plan_command(args)
         else:
             return quickstart_command(args)
     except Interrupted as e:

@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         _label_sample,
         _calibrate,
         _log_saved,
+        _plan,
     ):
         add(sub)
     return parser
@@ -253,6 +254,23 @@ def _log_saved(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--experiment", help="MLflow experiment name for the new run (created if missing)")
     p.add_argument("--run-name", help="the new run's name")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="how many rows, repeats (judge draws per row) and labels a target needs, planned from a run; "
+        "docs/planning.md",
+    )
+    p.add_argument("run_id", help="the pilot run (or a sweep's parent run: its variants against the baseline)")
+    p.add_argument("run_b", nargs="?", help="a second run over the same rows: plan the paired comparison RUN - RUN_B")
+    p.add_argument("--metric", required=True, help="the output to plan for, e.g. correctness")
+    goal = p.add_mutually_exclusive_group(required=True)
+    goal.add_argument("--width", type=float, help="reach an interval this wide (ci_high - ci_low), e.g. 0.2")
+    goal.add_argument("--detect", type=float, help="detect a difference this large between two variants, e.g. 0.1")
+    p.add_argument("--power", type=float, default=0.8, help="with --detect: the power (default 0.8)")
+    p.add_argument("--alpha", type=float, default=0.05, help="error level (default 0.05: 95%% intervals)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
 
 
