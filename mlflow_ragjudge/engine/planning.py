@@ -359,7 +359,9 @@ def _with_notes(p: Plan) -> Plan:
         notes.append(f"with the pilot's {c.rows} rows no number of repeats reaches a {what} of {p.target:.4g}: the "
                      f"rows' own spread (σ²_b) sets a floor of {p.floor:.4g}. Only more rows help: at least "
                      f"{p.rows_unlimited_repeats} (with many repeats), {p.options[0].rows} with one draw each")
-    elif p.repeats_at_pilot_rows is not None and p.repeats_at_pilot_rows > 1:
+    elif p.repeats_at_pilot_rows == 1:
+        notes.append(f"the pilot's own {c.rows} rows already reach it with one draw per row")
+    elif p.repeats_at_pilot_rows is not None:
         notes.append(f"with the pilot's {c.rows} rows, {p.repeats_at_pilot_rows} draws per row reach it (the floor "
                      f"any number of repeats reaches there is {p.floor:.4g})")
     if p.factor == 2:
