@@ -326,3 +326,40 @@ def test_plan_needs_exactly_one_target_and_a_known_run(tmp_tracking):
         plan("nope", metric="correctness", width=0.2)
     with pytest.raises(SystemExit):  # argparse: --width and --detect are exclusive
         main(["plan", "x", "--metric", "correctness", "--width", "0.2", "--detect", "0.1"])
+
+
+def test_a_sweep_parent_plans_the_comparison_that_needs_the_most_rows(tmp_tracking, capsys):
+    rng = np.random.default_rng(4)
+    true = rng.normal(3.0, 0.8, 150)
+    base = _run_output(true=true, seed=1)
+    near = _run_output(true=true + rng.normal(0, 0.2, 150), seed=2)
+    far = _run_output(true=true + rng.normal(0, 1.0, 150), seed=3)  # its differences from the baseline vary most
+    with mlflow.start_run(run_name="sweep", tags={"ragjudge.sweep": "parent"}) as parent:
+        pid = parent.info.run_id
+    ids = {}
+    for name, out in (("base", base), ("near", near), ("far", far)):
+        tags = {"ragjudge.sweep.parent": pid, **({"ragjudge.sweep.baseline": "true"} if name == "base" else {})}
+        with mlflow.start_run(run_name=name, tags=tags) as run:
+            log_output(out, run.info.run_id)
+        ids[name] = run.info.run_id
+    got = plan(pid, metric="correctness", detect=0.3)
+    want = plan_evaluation(paired_components(far, base, "correctness"), detect=0.3, variants=3,
+                           cost=DrawCost(2.0, 880.0, 0.0004))
+    assert got.variants == 3
+    assert [(o.rows, o.draws, o.requests, o.tokens) for o in got.options] == \
+        [(o.rows, o.draws, o.requests, o.tokens) for o in want.options]
+    assert [o.usd for o in got.options] == pytest.approx([o.usd for o in want.options])
+    assert "a sweep of 3 variants" in got.text() and "far" in got.components.source
+    assert main(["plan", pid, "--metric", "correctness", "--detect", "0.3"]) == 0
+    assert "(paired)" in capsys.readouterr().out
+
+
+def test_the_offline_judge_has_no_judge_noise_and_costs_no_requests():
+    out = _run_output(n=60)
+    out.table = out.table.drop(columns=["correctness/draws"])
+    out.transcripts, out.params = [], {"ragjudge.judge": "offline:/lexical"}
+    c = variance_components(out, "correctness")
+    assert c.within == 0.0 and "offline judge" in c.source
+    p = plan_evaluation(c, width=0.3, cost=draw_cost(out, "correctness"))
+    assert len({o.rows for o in p.options}) == 1 and all(o.requests == 0 for o in p.options)
+    assert "repeats change nothing" in p.text()

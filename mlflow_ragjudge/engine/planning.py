@@ -351,6 +351,8 @@ def _with_notes(p: Plan) -> Plan:
     if c.row_variance == 0:
         notes.append(f"the pilot's {c.rows} row scores are all the same: no variance to plan with, so every plan is "
                      f"the {MIN_ROWS}-row minimum; run a pilot whose rows differ")
+    if c.within == 0 and c.row_variance > 0:
+        notes.append("the judge gives every draw of a row the same score here (σ²_w = 0): repeats change nothing")
     if c.within is None:
         notes.append("the pilot judged each row once, so the judge's own noise (σ²_w) is not separated from the "
                      "rows' spread: rows for more than 1 draw are a range (all of the variance the judge's .. none of "
@@ -413,7 +415,7 @@ def _render(p: Plan) -> str:
         tail.append("rows x draws grows with the draws: when more questions can be had, more rows cost fewer judge "
                     "requests than more draws; draws pay when the questions are what is scarce")
     if p.variants > 1:
-        tail.append(f"costs count both variants' draws ({p.variants} x rows x draws)")
+        tail.append(f"costs count every variant's draws ({p.variants} x rows x draws)")
     if p.labels is not None:
         tail.append(f"labels are for the calibrated interval of the human mean (judge bias removed), planned from "
                     f"{p.labels.pilot_labels} pilot labels for an interval {p.labels.equivalent_width:.4g} wide "

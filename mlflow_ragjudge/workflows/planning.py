@@ -36,6 +36,7 @@ import pandas as pd
 
 from ..adapters import tracking
 from ..adapters.run_load import load_output
+from ..core.constants import is_offline_judge
 from ..core.errors import InputError, TooFewLabels
 from ..engine.evaluate import EvalOutput
 from ..engine.planning import DEFAULT_REPEATS, DrawCost, Plan, VarianceComponents, plan_evaluation
@@ -123,6 +124,15 @@ def _not_judged(out: EvalOutput, metric: str) -> bool:
     return f"{metric}/status" not in out.table.columns
 
 
+def _deterministic(out: EvalOutput, metric: str) -> str | None:
+    """Why ``metric`` has no judge noise in this run (computed, or the offline judge's), or None."""
+    if _not_judged(out, metric):
+        return f"{metric} is computed, not judged"
+    if is_offline_judge(out.params.get("ragjudge.judge")):
+        return "the offline judge is deterministic"
+    return None
+
+
 def variance_components(out: EvalOutput, metric: str, *, name: str = "the run") -> VarianceComponents:
     """The variance components of one run's ``metric`` (module docstring).
 
@@ -138,8 +148,8 @@ def variance_components(out: EvalOutput, metric: str, *, name: str = "the run") 
     var_means = float(np.var(means, ddof=1))
     within, r0 = _within(draws), _pilot_repeats(draws)
     source = f"the per-row draws of {name}"
-    if within is None and _not_judged(out, metric):
-        within, source = 0.0, f"{name} ({metric} is computed, not judged: no judge noise)"
+    if within is None and (why := _deterministic(out, metric)):
+        within, source = 0.0, f"{name} ({why}: no judge noise, repeats change nothing)"
     if within is None and (logged := _metric_within(out, metric)) is not None:
         within, r0 = logged
         source = f"{name}'s {metric}/judge_variance and /repeats metrics"
@@ -170,7 +180,7 @@ def paired_components(out_a: EvalOutput, out_b: EvalOutput, metric: str, *, name
     var_d = float(np.var(diffs, ddof=1))
     r0 = max(_pilot_repeats(da), _pilot_repeats(db))
     source = f"the per-row differences {names[0]} − {names[1]} on {len(common)} shared rows"
-    wa, wb = (_within(d) if not _not_judged(o, metric) else 0.0 for d, o in ((da, out_a), (db, out_b)))
+    wa, wb = (0.0 if _deterministic(o, metric) else _within(d) for d, o in ((da, out_a), (db, out_b)))
     if wa is None or wb is None:
         return VarianceComponents(var_d, None, len(common), r0, paired=True, source=source)
     noise = float(np.mean([wa / len(a) + wb / len(b) for a, b in zip(da, db)]))
@@ -192,7 +202,7 @@ def draw_cost(out: EvalOutput, metric: str, repeats: int = 1) -> DrawCost | None
     if not records:
         per_row = out.metrics.get(f"judge/{spec}/requests_per_row")
         if per_row is None:
-            return DrawCost(0.0, 0.0, 0.0) if _not_judged(out, metric) else None
+            return DrawCost(0.0, 0.0, 0.0) if _deterministic(out, metric) else None
         hits = out.metrics.get(f"judge/{spec}/cache_hits", 0.0) / rows
         return DrawCost((per_row + hits) / repeats)
     calls = [r for r in records if not (r.get("cache_hit") and r.get("shared"))]
