@@ -244,12 +244,20 @@ def test_the_labels_column_is_labels_needed_for_the_same_target(goal):
         width = goal["width"]
     else:  # the width whose labels give the power: 2 δ z_{α/2} / (z_{α/2} + z_β), / √2 for two samples
         width = 2 * 0.3 * Z95 / (Z95 + NormalDist().inv_cdf(0.8)) / (math.sqrt(2) if goal.get("unpaired") else 1)
-    want = labels_needed(est, width)
     assert p.labels is not None and p.labels.equivalent_width == pytest.approx(width)
-    assert (p.labels.ppi, p.labels.classical) == (want["ppi"], want["classical"])
-    frame = p.to_frame()
-    assert frame.loc[frame["option"] == "human labels (PPI)", "labels"].item() == want["ppi"]
-    assert frame.loc[frame["option"] == "human labels (alone)", "labels"].item() == want["classical"]
+    # PPI at the pilot's 400 judged rows, and at 2 and 4 times the rows the judge alone needs with one draw
+    one = p.option(1).rows
+    assert [m for m, _ in p.labels.ppi] == sorted({400, 2 * one, 4 * one})
+    for m, n in p.labels.ppi:
+        assert n == labels_needed(est, width, n_rows=m)["ppi"]
+    assert p.labels.classical == labels_needed(est, width)["classical"]
+    frame = p.to_frame().set_index("option")
+    for m, n in p.labels.ppi:
+        line = frame.loc[f"human labels + judge (PPI), {m} rows x 2 draw(s)"]
+        assert line["labels"] == n and line["judged_draws"] == m * 2 * p.variants
+    assert frame.loc["human labels alone", "labels"] == p.labels.classical
+    more_rows = [n for _, n in p.labels.ppi if n is not None]
+    assert more_rows == sorted(more_rows, reverse=True)  # more judged rows, fewer labels
 
 
 # ----------------------------------------------------------------------------- (e) saved runs, the CLI, bad input
@@ -295,11 +303,13 @@ def test_cli_plan_of_two_runs_is_paired_and_a_calibrated_run_gets_the_labels_lin
     printed = capsys.readouterr().out
     est = ppi_mean(a.table["correctness/score"].to_numpy(),
                    labels.set_index("row_id")["correctness"].reindex(a.table["row_id"]).to_numpy())
-    want = labels_needed(est, 0.4)
-    ppi_line = next(ln for ln in printed.splitlines() if ln.startswith("labels, with judge (PPI)"))
+    ppi_lines = [ln.split() for ln in printed.splitlines() if ln.startswith("labels + 3 draw(s)/row")]
+    assert ppi_lines and ppi_lines[0][4] == "200"  # the pilot's rows first
+    for line in ppi_lines:
+        want = labels_needed(est, 0.4, n_rows=int(line[4].replace(",", "")))
+        assert line[-1] == (f"{want['ppi']:,}" if want["ppi"] is not None else "-")
     alone_line = next(ln for ln in printed.splitlines() if ln.startswith("labels alone"))
-    assert ppi_line.split()[-1] == (f"{want['ppi']:,}" if want["ppi"] is not None else "-")
-    assert alone_line.split()[-1] == f"{want['classical']:,}"
+    assert alone_line.split()[-1] == f"{labels_needed(est, 0.4)['classical']:,}"
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -141,15 +141,21 @@ class PlanOption:
 
 @dataclass(frozen=True)
 class LabelPlan:
-    """Human labels for the calibrated (PPI) interval of the human mean: ``ppi`` labels with the judge (None: even
-    labelling every row would not reach it), ``classical`` with the labels alone, per variant; ``equivalent_width``
-    the interval width asked of :func:`~mlflow_ragjudge.engine.ppi.labels_needed`; ``rows`` the judged rows it
-    assumed."""
+    """Human labels for the calibrated (PPI) interval of the human mean, per variant.
 
-    ppi: int | None
+    Attributes:
+        ppi: ``(judged rows M, labels)`` pairs: the labels PPI needs with the judge scoring ``M`` rows (None: even
+            labelling all ``M`` would not reach it). PPI's interval shrinks with both (``se² ≈ σ²_r / n + σ²_u /
+            (M − n)``), so the rows are listed at the pilot's count and at 2 and 4 times the rows the judge alone
+            needs with one draw: more judged rows, fewer labels.
+        classical: the labels alone (no judge).
+        equivalent_width: the interval width asked of :func:`~mlflow_ragjudge.engine.ppi.labels_needed`.
+        pilot_labels: the labels the pilot had.
+    """
+
+    ppi: tuple[tuple[int, int | None], ...]
     classical: int | None
     equivalent_width: float
-    rows: int
     pilot_labels: int
 
 
@@ -192,6 +198,17 @@ class Plan:
     repeats_at_pilot_rows: int | None
     labels: LabelPlan | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    cost: DrawCost | None = None
+
+    def judging_cost(self, rows: int, repeats: int) -> PlanOption:
+        """What judging ``rows`` rows ``repeats`` times costs (every variant), as a :class:`PlanOption`."""
+        draws = rows * repeats * self.variants
+        c = self.cost
+        if c is None:
+            return PlanOption(repeats, rows, None, draws)
+        return PlanOption(repeats, rows, None, draws, draws * c.requests,
+                          draws * c.tokens if c.tokens is not None else None,
+                          draws * c.usd if c.usd is not None else None)
 
     def option(self, repeats: int) -> PlanOption:
         """The option with ``repeats`` draws per row."""
@@ -209,10 +226,15 @@ class Plan:
              "judge_requests": o.requests, "tokens": o.tokens, "usd": o.usd, "labels": None}
             for o in self.options]
         if self.labels is not None:
-            for kind, n in (("PPI", self.labels.ppi), ("alone", self.labels.classical)):
-                lines.append({"option": f"human labels ({kind})", "repeats": None, "rows": self.labels.rows,
-                              "rows_low": None, "rows_high": None, "judged_draws": None, "judge_requests": None,
-                              "tokens": None, "usd": None, "labels": n})
+            r0 = self.components.repeats
+            for m, n in self.labels.ppi:
+                o = self.judging_cost(m, r0)
+                lines.append({"option": f"human labels + judge (PPI), {m} rows x {r0} draw(s)", "repeats": r0,
+                              "rows": m, "rows_low": m, "rows_high": m, "judged_draws": o.draws,
+                              "judge_requests": o.requests, "tokens": o.tokens, "usd": o.usd, "labels": n})
+            lines.append({"option": "human labels alone", "repeats": None, "rows": None, "rows_low": None,
+                          "rows_high": None, "judged_draws": None, "judge_requests": None, "tokens": None,
+                          "usd": None, "labels": self.labels.classical})
         return pd.DataFrame(lines)
 
     def text(self) -> str:
@@ -300,13 +322,16 @@ def plan_evaluation(components: VarianceComponents, *, metric: str = "metric", w
     label_plan = None
     if labels is not None:
         eq_width = 2 * target * z_a / (mult * math.sqrt(factor))
-        got = labels_needed(labels, eq_width)
-        label_plan = LabelPlan(ppi=got["ppi"], classical=got["classical"], equivalent_width=eq_width,
-                               rows=int(got["rows"]), pilot_labels=int(got["pilot_labels"]))
+        one_draw = options[0].rows or _ceil_rows(k2 * c.row_variance)
+        pilot_rows = labels.n_labelled + labels.n_unlabelled
+        ms = sorted({pilot_rows, 2 * one_draw, 4 * one_draw})
+        got = [labels_needed(labels, eq_width, n_rows=m) for m in ms]
+        label_plan = LabelPlan(ppi=tuple((m, g["ppi"]) for m, g in zip(ms, got)), classical=got[0]["classical"],
+                               equivalent_width=eq_width, pilot_labels=labels.n_labelled)
     plan = Plan(metric=metric, goal="width" if width is not None else "detect", width=width, detect=detect,
                 power=power, alpha=alpha, multiplier=mult, target=target, factor=factor, variants=variants,
                 components=c, options=options, floor=floor, rows_unlimited_repeats=rows_inf,
-                repeats_at_pilot_rows=at_pilot, labels=label_plan)
+                repeats_at_pilot_rows=at_pilot, labels=label_plan, cost=cost)
     return _with_notes(plan)
 
 
@@ -405,7 +430,10 @@ def _render(p: Plan) -> str:
         rows.append((f"{o.repeats} draw(s)/row", n, *(up_to + _fmt(v, d) if v is not None else "-" for v, d in
                                                       ((o.draws, 0), (o.requests, 0), (o.tokens, 0), (o.usd, 2))), ""))
     if p.labels is not None:
-        rows.append(("labels, with judge (PPI)", _fmt(p.labels.rows), "", "", "", "", _fmt(p.labels.ppi)))
+        for m, labels in p.labels.ppi:
+            o = p.judging_cost(m, c.repeats)
+            rows.append((f"labels + {c.repeats} draw(s)/row", _fmt(m), *(_fmt(v, d) for v, d in (
+                (o.draws, 0), (o.requests, 0), (o.tokens, 0), (o.usd, 2))), _fmt(labels)))
         rows.append(("labels alone", "", "", "", "", "", _fmt(p.labels.classical)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     table = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
@@ -418,8 +446,8 @@ def _render(p: Plan) -> str:
         tail.append(f"costs count every variant's draws ({p.variants} x rows x draws)")
     if p.labels is not None:
         tail.append(f"labels are for the calibrated interval of the human mean (judge bias removed), planned from "
-                    f"{p.labels.pilot_labels} pilot labels for an interval {p.labels.equivalent_width:.4g} wide "
-                    f"with {p.labels.rows} judged rows; '-' = not reachable by labelling those rows")
+                    f"{p.labels.pilot_labels} pilot labels for an interval {p.labels.equivalent_width:.4g} wide, "
+                    "the judge scoring the rows shown (as in the pilot); '-' = not reachable with those rows")
     else:
         tail.append("labels: no human labels on this run to plan from; label a random sample (ragjudge "
                     "label-sample RUN --n 100 --out labels.csv, then ragjudge calibrate) to see that option too")
