@@ -50,8 +50,8 @@ import pandas as pd
 
 from .ppi import MIN_LABELS, CalibratedEstimate, labels_needed
 
-__all__ = ["VarianceComponents", "DrawCost", "PlanOption", "LabelPlan", "Plan", "plan_evaluation", "MIN_ROWS",
-           "DEFAULT_REPEATS"]
+__all__ = ["VarianceComponents", "DrawCost", "PlanOption", "LabelPlan", "Plan", "plan_evaluation", "check_target",
+           "MIN_ROWS", "DEFAULT_REPEATS"]
 
 #: no plan asks for fewer rows than this: the normal interval the plan rests on needs them (as labels_needed's floor)
 MIN_ROWS = MIN_LABELS
@@ -267,6 +267,24 @@ def _ceil_rows(x: float) -> int:
     return max(MIN_ROWS, math.ceil(x - 1e-9))
 
 
+def check_target(*, width: float | None, detect: float | None, power: float = 0.8,
+                 alpha: float = 0.05) -> tuple[float, float, float]:
+    """The target checked: ``(t, m, z_{1−α/2})`` with ``t`` the half-width ``h`` or the difference ``δ`` and ``m``
+    the multiplier ``z_{1−α/2}`` or ``z_{1−α/2} + z_{1−β}``.
+
+    Raises:
+        ValueError: neither or both of ``width`` / ``detect``, a target that is not a positive number, ``alpha`` or
+            ``power`` outside (0, 1); the message names the value and an example.
+    """
+    if (width is None) == (detect is None):
+        raise ValueError(f"give width= (an interval that wide, e.g. 0.1) or detect= (a difference to detect, e.g. "
+                         f"0.05), exactly one of them (got width={width!r}, detect={detect!r})")
+    z_a = _quantile(alpha, "alpha", upper=True)
+    if width is not None:
+        return _positive("width", width, "0.1") / 2, z_a, z_a
+    return _positive("detect", detect, "0.05"), z_a + _quantile(power, "power", upper=False), z_a
+
+
 def plan_evaluation(components: VarianceComponents, *, metric: str = "metric", width: float | None = None,
                     detect: float | None = None, power: float = 0.8, alpha: float = 0.05,
                     cost: DrawCost | None = None, repeats: Sequence[int] = DEFAULT_REPEATS,
@@ -296,15 +314,7 @@ def plan_evaluation(components: VarianceComponents, *, metric: str = "metric", w
         ValueError: neither or both of ``width`` / ``detect``, a non-positive target, ``alpha`` or ``power`` outside
             (0, 1), repeats that are not whole numbers >= 1.
     """
-    if (width is None) == (detect is None):
-        raise ValueError(f"give width= (an interval that wide, e.g. 0.1) or detect= (a difference to detect, e.g. "
-                         f"0.05), exactly one of them (got width={width!r}, detect={detect!r})")
-    z_a = _quantile(alpha, "alpha", upper=True)
-    if width is not None:
-        target, mult = _positive("width", width, "0.1") / 2, z_a
-    else:
-        target = _positive("detect", detect, "0.05")
-        mult = z_a + _quantile(power, "power", upper=False)
+    target, mult, z_a = check_target(width=width, detect=detect, power=power, alpha=alpha)
     reps = sorted({_repeat(r) for r in repeats})
     factor = 2.0 if (detect is not None and unpaired and not components.paired) else 1.0
     if variants is None:

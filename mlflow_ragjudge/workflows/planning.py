@@ -39,7 +39,14 @@ from ..adapters.run_load import load_output
 from ..core.constants import is_offline_judge
 from ..core.errors import InputError, TooFewLabels
 from ..engine.evaluate import EvalOutput
-from ..engine.planning import DEFAULT_REPEATS, DrawCost, Plan, VarianceComponents, plan_evaluation
+from ..engine.planning import (
+    DEFAULT_REPEATS,
+    DrawCost,
+    Plan,
+    VarianceComponents,
+    check_target,
+    plan_evaluation,
+)
 from ..engine.ppi import CalibratedEstimate, ppi_mean, ppi_paired_diff
 from ..metrics.spec import all_specs
 from .calibration import LABELS_FILE, _judge_scores, _runs_of, scale_of
@@ -281,8 +288,7 @@ def plan(run: str | EvalOutput, run_b: str | EvalOutput | None = None, *, metric
         InputError: an unknown run, a metric the run does not have, too few scored rows.
         ValueError: a bad target (neither or both, or not positive), ``alpha`` or ``power`` outside (0, 1).
     """
-    plan_evaluation(VarianceComponents(1.0, 1.0, 2), width=width, detect=detect, power=power, alpha=alpha,
-                    repeats=repeats)  # the target checked before any run is read
+    check_target(width=width, detect=detect, power=power, alpha=alpha)  # before any run is read
     notes: list[str] = []
     pairs = _pairs(run, run_b)
     plans = []
