@@ -41,6 +41,7 @@ from .exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_N
 from .judge_report import judge_report_command
 from .labels import labels_command, log_saved_command
 from .parser import build_parser
+from .planning import plan_command
 from .reading import load_plugins, read_grid, read_table
 from .streams import guarded_streams
 from .sweep import QUICKSTART_VARIANTS, quickstart_command, sweep_command
@@ -110,6 +111,8 @@ def _main(argv: list[str]) -> int:
             return testset_command(args)
         elif args.command == "estimate":
             return estimate_command(args)
+        elif args.command == "plan":
+            return plan_command(args)
         else:
             return quickstart_command(args)
     except Interrupted as e:

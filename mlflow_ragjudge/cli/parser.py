@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         _calibrate,
         _log_saved,
         _judge_report,
+        _plan,
     ):
         add(sub)
     return parser
@@ -281,6 +282,23 @@ def _judge_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-log", action="store_true", help="print the report only, log nothing")
     p.add_argument("--show", type=int, default=20, metavar="N", help="disagreeing rows to print (default 20; all "
                                                                       "are in ragjudge/judge_report.json)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="how many rows, repeats (judge draws per row) and labels a target needs, planned from a run; "
+        "docs/planning.md",
+    )
+    p.add_argument("run_id", help="the pilot run (or a sweep's parent run: its variants against the baseline)")
+    p.add_argument("run_b", nargs="?", help="a second run over the same rows: plan the paired comparison RUN - RUN_B")
+    p.add_argument("--metric", required=True, help="the output to plan for, e.g. correctness")
+    goal = p.add_mutually_exclusive_group(required=True)
+    goal.add_argument("--width", type=float, help="reach an interval this wide (ci_high - ci_low), e.g. 0.2")
+    goal.add_argument("--detect", type=float, help="detect a difference this large between two variants, e.g. 0.1")
+    p.add_argument("--power", type=float, default=0.8, help="with --detect: the power (default 0.8)")
+    p.add_argument("--alpha", type=float, default=0.05, help="error level (default 0.05: 95%% intervals)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
 
 
