@@ -106,6 +106,8 @@ class Merged:
     usage_by_metric: dict[str, dict[str, float]] = field(default_factory=dict)
     prompt_versions: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # the parts' own time, added up (not the wall time)
+    #: metric -> output -> the merged sums and counts (what the gates' intervals are computed from)
+    summaries: dict[str, dict[str, OutputSummary]] = field(default_factory=dict)
 
 
 def _absent(rows: int, groups: dict[str, int]) -> OutputSummary:
@@ -158,4 +160,4 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
         metrics.update(usage_metrics(usage, bool(cfg.batch)))
     metrics.update({f"judge/{m}/{k}": v for m, u in by_metric.items() for k, v in u.items()})
     return Merged(metrics, failures, skipped, params, n_rows, usage, by_metric, prompt_versions,
-                  sum(float(p["seconds"]) for p in parts))
+                  sum(float(p["seconds"]) for p in parts), merged)
