@@ -215,7 +215,8 @@ def test_cli_interval_gate_passes_fails_and_is_undecided_with_exit_6_naming_more
     captured = capsys.readouterr()
     more = math.ceil(40 * ((high - low) / 2 / 0.05) ** 2) - 40
     assert f"gate UNDECIDED: precision/mean = 0.7500, 95% interval [{low:.4f}, {high:.4f}]" in captured.out
-    assert f"straddles 0.7: undecided; about {more} more rows at the same spread would decide it" in captured.out
+    assert (f"straddles 0.7: undecided; about {more} more rows ({40 + more} in all) at the same spread would decide it"
+            in captured.out)
     assert "error: gate undecided: precision/mean" in captured.err
     run = MlflowClient().search_runs(["0"], order_by=["attributes.start_time DESC"])[0]
     assert run.data.tags["ragjudge.gate"] == "undecided"
@@ -227,7 +228,7 @@ def test_cli_interval_gate_passes_fails_and_is_undecided_with_exit_6_naming_more
 
 def test_cli_point_rule_by_name_reproduces_the_old_gate(rows_40, tmp_tracking, capsys):
     assert _cli(rows_40, "precision=0.7", "point") == EXIT_OK  # the mean 0.75 >= 0.7
-    assert "gate passed: precision/mean = 0.7500" in capsys.readouterr().out
+    assert "the mean is at or above 0.7 (point rule): passed" in capsys.readouterr().out
     assert _cli(rows_40, "precision=0.8", "point") == EXIT_GATE_FAILED  # 0.75 < 0.8 ...
     assert _cli(rows_40, "precision=0.8") == EXIT_GATE_UNDECIDED  # ... which the interval does not decide
 

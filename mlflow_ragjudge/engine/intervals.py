@@ -122,10 +122,11 @@ def decide_gate(metric: str, threshold: float, value: float | None, iv: MeanInte
     if iv is not None:
         shown += f", {LEVEL:.0%} interval [{_num(iv.low)}, {_num(iv.high)}] over {iv.n} rows"
     if rule == "point" or iv is None:
-        why = "" if rule == "point" else f" (no interval: {no_interval}; the point rule decided)"
+        why = "point rule" if rule == "point" else f"no interval: {no_interval}; the point rule decided"
         ok = value >= threshold
         return {**entry, "rule": "point", "outcome": "pass" if ok else "fail", "passed": ok,
-                "message": f"{shown} {'>=' if ok else '<'} {threshold:g}{why}: {'passed' if ok else 'failed'}"}
+                "message": f"{shown}; the mean is {'at or above' if ok else 'below'} {threshold:g} ({why}): "
+                           f"{'passed' if ok else 'failed'}"}
     if iv.low >= threshold:
         return {**entry, "outcome": "pass", "passed": True, "message": f"{shown}, all of it >= {threshold:g}: passed"}
     if iv.high < threshold:
@@ -137,7 +138,7 @@ def decide_gate(metric: str, threshold: float, value: float | None, iv: MeanInte
     if rows is None:
         advice = "the mean sits on the threshold: no number of rows at this mean decides it"
     else:
-        advice = f"about {rows} more rows at the same spread would decide it"
+        advice = f"about {rows} more rows ({iv.n + rows} in all) at the same spread would decide it"
     if judge is not None:
         reps = more_repeats(iv, distance, *judge)
         entry["more_repeats"] = reps
