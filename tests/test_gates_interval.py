@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -284,3 +285,38 @@ def test_compare_decides_better_worse_undecided_on_the_interval_of_the_differenc
     assert table.loc[("up", "m"), "more_rows"] is None
     # the Holm p-values are as before: decided rows here are also significant, the undecided one is not
     assert table.loc[("up", "m"), "significant"] and not noisy["significant"]
+
+
+@pytest.mark.slow
+def test_spark_gates_on_the_merged_sums_as_one_process_does(tmp_path):
+    """``evaluate_spark`` over three partitions: the same intervals and the same gate entries as ``evaluate_frame``
+    (the gate is computed on the driver from the partitions' merged sums)."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    import shutil
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (17 or newer)")
+    from pyspark.sql import SparkSession
+
+    from mlflow_ragjudge.core.errors import SparkPandasWarning
+    from mlflow_ragjudge.spark import evaluate_spark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (SparkSession.builder.master("local[2]").appName("ragjudge-gates").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    try:
+        df = _retrieval_rows(hits=30, misses=10)
+        cfg = {"metrics": ["retrieval"], "fail_under": {"precision": 0.7, "recall": 0.5, "map": 0.95}, "cache": False}
+        one = evaluate_frame(df, cfg)
+        with warnings.catch_warnings():  # PySpark's note on pandas 3 (tests/test_spark.py checks it)
+            warnings.simplefilter("ignore", SparkPandasWarning)
+            res = evaluate_spark(spark.createDataFrame(df).repartition(3), cfg, log=False)
+        assert [g["outcome"] for g in res.gate] == ["undecided", "pass", "fail"]
+        for got, want in zip(res.gate, one.gate):
+            assert {k: v for k, v in got.items() if k not in ("ci_low", "ci_high")} == {
+                k: v for k, v in want.items() if k not in ("ci_low", "ci_high")}
+            assert got["ci_low"] == pytest.approx(want["ci_low"], abs=1e-12)
+        assert res.metrics["precision/ci_high"] == pytest.approx(one.metrics["precision/ci_high"], abs=1e-12)
+        res.unpersist()
+    finally:
+        spark.stop()
