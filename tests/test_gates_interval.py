@@ -281,6 +281,7 @@ def test_compare_decides_better_worse_undecided_on_the_interval_of_the_differenc
     noisy = table.loc[("noise", "m")]
     assert noisy["ci_low"] < 0 < noisy["ci_high"]
     half = noisy["mean_diff"] - noisy["ci_low"] if noisy["mean_diff"] > 0 else noisy["ci_high"] - noisy["mean_diff"]
+    assert type(noisy["more_rows"]) is int
     assert noisy["more_rows"] == max(1, math.ceil(50 * (half / abs(noisy["mean_diff"])) ** 2) - 50)
     assert table.loc[("up", "m"), "more_rows"] is None
     # the Holm p-values are as before: decided rows here are also significant, the undecided one is not
@@ -320,3 +321,20 @@ def test_spark_gates_on_the_merged_sums_as_one_process_does(tmp_path):
         res.unpersist()
     finally:
         spark.stop()
+
+
+def test_the_sweeps_summary_shows_each_decision_and_their_counts():
+    from mlflow_ragjudge.workflows.sweep import SweepResult
+
+    rng = np.random.default_rng(4)
+    base = {i: float(v) for i, v in enumerate(rng.uniform(0.2, 0.6, 30))}
+    scores = {"base": {"m": base}, "up": {"m": {i: v + 0.3 + rng.normal(0, 0.02) for i, v in base.items()}},
+              "noise": {"m": {i: v + rng.normal(0.02, 0.3) for i, v in base.items()}}}
+    table = paired_comparison(scores, "base", n_boot=300)
+    result = SweepResult("parent", {}, table, "base", {})
+    text = result.summary(headline=())
+    noisy = table[table["variant"] == "noise"].iloc[0]
+    assert noisy["decision"] == "undecided" and type(noisy["more_rows"]) is int
+    assert f"undecided (~{noisy['more_rows']} more rows)" in text
+    assert "BETTER" in text and "1 better, 0 worse, 1 undecided" in text
+    assert list(result.decided("better")["variant"]) == ["up"]

@@ -191,7 +191,11 @@ def paired_comparison(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], b
         row["significant"] = bool(p is not None and p < alpha)
         row["decision"], row["more_rows"] = decision(row["mean_diff"], row["ci_low"], row["ci_high"], row["n"],
                                                      row["metric"] in LOWER_IS_BETTER)
-    return pd.DataFrame(rows, columns=COLUMNS).astype(object).where(lambda f: f.notna(), None)
+    table = pd.DataFrame(rows, columns=COLUMNS).astype(object).where(lambda f: f.notna(), None)
+    # (a count beside None is read as a float column: back to whole numbers)
+    table["more_rows"] = pd.Series([None if v is None else int(v) for v in table["more_rows"]], index=table.index,
+                                   dtype=object)
+    return table
 
 
 # --------------------------------------------------------------------------- plots
