@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from ..core.errors import LoggingFailed
 from ..engine.evaluate import EvalOutput
+from ..engine.intervals import gate_status
 from ..engine.record import local_output_root
 from .traces import DEFAULT_MAX_TRACES, TraceLog, log_row_traces, remove_row_traces
 from .tracking import replace_table
@@ -210,6 +211,6 @@ def _tags(out: EvalOutput) -> dict[str, str]:
     for f in out.failures:
         tags[f"ragjudge.failure.{f['metric']}"[:250]] = f["message"][:5000]
     if out.gate:
-        tags["ragjudge.gate"] = "passed" if out.gate_passed else "failed"
+        tags["ragjudge.gate"] = str(gate_status(out.gate))  # passed, failed or undecided
         tags["ragjudge.gate.detail"] = json.dumps(out.gate)[:5000]
     return tags

@@ -80,7 +80,7 @@ class SparkEvaluation:
     params: dict[str, str]
     failures: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
-    #: the ``fail_under`` quality gate, as ``EvalOutput.gate``
+    #: the ``fail_under`` quality gate, as ``EvalOutput.gate`` (on the intervals of the merged sums)
     gate: list[dict[str, Any]] = field(default_factory=list)
 
     scored: Any = field(default=None, repr=False)
@@ -451,7 +451,7 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
         scored.unpersist()
         raise RuntimeError(_task_failure(e, cfg)) from e
     merged = merge_parts(parts, cfg)
-    gate = gate_outcome(cfg.fail_under, merged.metrics)
+    gate = gate_outcome(cfg.fail_under, merged.metrics, merged.summaries, cfg.gate_rule)
     # 4. the per-row result columns, typed, and the row ids as one process numbers them
     types: dict[str, str] = {}
     for p in sorted(parts, key=lambda p: p["first_row"]):

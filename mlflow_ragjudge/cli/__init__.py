@@ -4,20 +4,24 @@
 creates an MLflow run with metrics, the per-row table, transcripts and config,
 and prints a short summary and the run's location.
 
-Exit codes (docs/judge-client.md):
+Exit codes (docs/failure-modes.md):
 
 * 0 -- the run completed and every gate passed;
 * 2 -- bad input or configuration, found before any judge call (nothing was sent);
 * 3 -- the run completed and was logged, but a judged metric failed on more than
   ``--max-error-rate`` of its rows (the judge is not working: see the warning); for ``sweep``, also a variant
   whose pipeline failed on more than ``max_error_rate`` of its questions;
-* 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate was not met;
+* 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate failed: the 95 % interval of
+  the metric's mean lies below VALUE (with ``--gate-rule point``: the mean does);
 * 5 -- the evaluation completed but could not be logged to MLflow; the message names the local folder
   where its results (table, transcripts, config, metrics) were saved first;
+* 6 -- the run completed and was logged, no gate failed, but a gate is undecided: the interval straddles VALUE;
+  the message names about how many more rows (or, with repeats, how many repeats) would decide it;
 * 130 / 143 -- stopped by Ctrl-C (SIGINT) / SIGTERM: what was done is logged (run status KILLED) and the message
   says how to finish; a second Ctrl-C exits at once.
 
-When both 3 and 4 apply the exit code is 3: a gate measured by a failing judge means nothing.
+When both 3 and 4 (or 6) apply the exit code is 3: a gate measured by a failing judge means nothing; when a gate
+failed and another is undecided, 4.
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ from .evaluate import (
     stopped_message,
     testset_command,
 )
-from .exits import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_NOT_LOGGED, EXIT_OK
+from .exits import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE_FAILED,
+    EXIT_GATE_UNDECIDED,
+    EXIT_JUDGE_FAILURES,
+    EXIT_NOT_LOGGED,
+    EXIT_OK,
+)
 from .judge_report import judge_report_command
 from .labels import labels_command, log_saved_command
 from .parser import build_parser
@@ -47,7 +58,7 @@ from .streams import guarded_streams
 from .sweep import QUICKSTART_VARIANTS, quickstart_command, sweep_command
 
 __all__ = ["main", "read_table", "read_grid", "metrics_table", "QUICKSTART_VARIANTS", "EXIT_OK", "EXIT_BAD_INPUT",
-           "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED", "EXIT_NOT_LOGGED"]
+           "EXIT_JUDGE_FAILURES", "EXIT_GATE_FAILED", "EXIT_NOT_LOGGED", "EXIT_GATE_UNDECIDED"]
 
 
 def main(argv: list[str] | None = None) -> int:

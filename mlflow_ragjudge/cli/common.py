@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from ..core.constants import is_offline_judge
-from .exits import EXIT_GATE_FAILED, EXIT_JUDGE_FAILURES, EXIT_OK
+from .exits import EXIT_GATE_FAILED, EXIT_GATE_UNDECIDED, EXIT_JUDGE_FAILURES, EXIT_OK
 
 
 def judge_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
@@ -117,10 +117,8 @@ def summary(run_id: str, out: Any) -> str:
             + f", {int(m['judge/input_tokens'])} input / {int(m['judge/output_tokens'])} output tokens"
             + (f", ${cost:.4f}" if cost is not None else "")
         )
-    for g in out.gate:
-        verdict = "passed" if g["passed"] else "FAILED"
-        value = "not produced" if g["value"] is None else f"{g['value']:.4f}"
-        lines.append(f"gate {verdict}: {g['metric']} = {value} (threshold {g['threshold']:g})")
+    for g in out.gate:  # one line each: the interval, the outcome, and for an undecided gate what would decide it
+        lines.append(f"gate {_GATE_WORD[_outcome(g)]}: {g.get('message') or g['metric']}")
     if offline:
         lines.append("For LLM judgements: --judge openai:/gpt-4o-mini (OPENAI_API_KEY set), or any OpenAI-compatible "
                      "server: --judge 'openai:/<model>?base_url=http://host:port/v1'.")
@@ -169,8 +167,17 @@ def noise_lines(out: Any) -> list[str]:
     return lines
 
 
+#: a gate's outcome as the summary writes it
+_GATE_WORD = {"pass": "passed", "fail": "FAILED", "undecided": "UNDECIDED"}
+
+
+def _outcome(g: dict[str, Any]) -> str:
+    return str(g.get("outcome") or ("pass" if g["passed"] else "fail"))
+
+
 def exit_code(out: Any) -> int:
-    """3 when a judged metric failed on too many rows (each named on stderr), 4 when a gate failed, else 0."""
+    """3 when a judged metric failed on too many rows (each named on stderr), 4 when a gate failed, 6 when none
+    failed but one is undecided (its interval straddles the threshold), else 0."""
     for f in out.failures:
         print(f"WARNING: {f['message']}", file=sys.stderr)
     if out.failures:
@@ -178,8 +185,12 @@ def exit_code(out: Any) -> int:
               f"the run was logged, but its judged numbers are not usable (exit {EXIT_JUDGE_FAILURES})",
               file=sys.stderr)
         return EXIT_JUDGE_FAILURES
-    failed = [g for g in out.gate if not g["passed"]]
+    failed = [g for g in out.gate if _outcome(g) == "fail"]
+    undecided = [g for g in out.gate if _outcome(g) == "undecided"]
     for g in failed:
-        value = "was not produced" if g["value"] is None else f"= {g['value']:.4f}"
-        print(f"error: gate failed: {g['metric']} {value}, below {g['threshold']:g}", file=sys.stderr)
-    return EXIT_GATE_FAILED if failed else EXIT_OK
+        print(f"error: gate failed: {g.get('message') or g['metric']}", file=sys.stderr)
+    for g in undecided:
+        print(f"error: gate undecided: {g['message']}", file=sys.stderr)
+    if failed:  # a failed gate outranks an undecided one
+        return EXIT_GATE_FAILED
+    return EXIT_GATE_UNDECIDED if undecided else EXIT_OK

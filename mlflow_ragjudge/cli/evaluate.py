@@ -74,6 +74,8 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 raise ValueError(f"--fail-under {name}={value!r}: the threshold must be a number, "
                                  f"e.g. --fail-under {name}=3.5") from None
         cfg["fail_under"] = gates
+    if getattr(args, "gate_rule", None):
+        cfg["gate_rule"] = args.gate_rule
     return cfg
 
 def run_evaluation(

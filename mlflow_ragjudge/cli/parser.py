@@ -90,7 +90,15 @@ def _evaluate(sub: argparse._SubParsersAction) -> None:
         "--fail-under",
         action="append",
         metavar="METRIC=VALUE",
-        help="quality gate, repeatable: exit 4 when METRIC (e.g. correctness, faithfulness/mean) is below VALUE",
+        help="quality gate, repeatable: exit 4 when METRIC's 95%% interval (e.g. correctness, faithfulness/mean) "
+        "lies below VALUE, 6 when it straddles VALUE (undecided: the message says how many more rows would decide "
+        "it), 0 when it lies at or above it",
+    )
+    p.add_argument(
+        "--gate-rule",
+        choices=("interval", "point"),
+        help="how --fail-under decides: on the interval of the mean (default: pass, fail or undecided) or on the "
+        "mean alone (point: pass or fail, the rule before intervals)",
     )
     p.add_argument("--experiment", help="MLflow experiment name (created if missing)")
     p.add_argument("--run-name", help="MLflow run name")

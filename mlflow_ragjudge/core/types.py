@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from itertools import repeat
-from operator import add, attrgetter, is_
+from operator import add, attrgetter, is_, mul
 from typing import Any
 
 from .constants import CONTEXT_PROVENANCE
@@ -162,6 +162,9 @@ class Aggregate:
     #: failed rows per failure reason, and the first non-empty rationale of each reason
     reasons: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
+    #: the sum of the squared scored values, kept (like ``total``) so that the spread, and with it the mean's
+    #: interval, of parts of the data adds up; None when unknown (a summary saved before it was kept)
+    total_sq: float | None = 0.0
 
     @property
     def abstain_rate(self) -> float:
@@ -190,14 +193,31 @@ class Aggregate:
             out[f"{name}/mean"] = self.mean
         return out
 
+    @property
+    def variance(self) -> float | None:
+        """The sample variance of the scored values (``n - 1`` in the denominator), from the sums: None with fewer
+        than two scored values or an unknown ``total_sq``; 0.0 for a constant column.
+
+        ``(total_sq - total**2 / n) / (n - 1)`` loses about ``n * eps * total_sq`` to rounding (eps = 2.2e-16), so a
+        spread below ``1e-12 * total_sq`` is that rounding, not the data: read as 0 (a constant column of 0.1 is
+        not given a spread of 1e-18).
+        """
+        n = self.n_scored
+        if n < 2 or self.total_sq is None:
+            return None
+        spread = self.total_sq - self.total * self.total / n
+        return 0.0 if spread <= 1e-12 * abs(self.total_sq) else spread / (n - 1)
+
     def merge(self, other: Aggregate) -> Aggregate:
         """The summary of both parts' rows together (the mean re-derived from the sums, never a mean of means)."""
         n_scored = self.n_scored + other.n_scored
         total = self.total + other.total
+        total_sq = None if self.total_sq is None or other.total_sq is None else self.total_sq + other.total_sq
         return Aggregate(total / n_scored if n_scored else None, self.count + other.count, n_scored,
                          self.n_abstained + other.n_abstained, self.n_failed + other.n_failed,
                          dict(Counter(self.distribution) + Counter(other.distribution)), total,
-                         dict(Counter(self.reasons) + Counter(other.reasons)), {**other.examples, **self.examples})
+                         dict(Counter(self.reasons) + Counter(other.reasons)), {**other.examples, **self.examples},
+                         total_sq)
 
     @classmethod
     def abstentions(cls, n: int) -> Aggregate:
@@ -206,15 +226,18 @@ class Aggregate:
 
     def to_dict(self) -> dict[str, Any]:
         return {"count": self.count, "n_scored": self.n_scored, "n_abstained": self.n_abstained,
-                "n_failed": self.n_failed, "total": self.total, "distribution": self.distribution,
-                "reasons": self.reasons, "examples": self.examples}
+                "n_failed": self.n_failed, "total": self.total, "total_sq": self.total_sq,
+                "distribution": self.distribution, "reasons": self.reasons, "examples": self.examples}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Aggregate:
+        """The inverse of :meth:`to_dict`; a summary saved before ``total_sq`` was kept loads with it unknown (no
+        interval), not as 0 (which would read as a constant column)."""
         n_scored, total = int(d["n_scored"]), float(d["total"])
+        total_sq = d.get("total_sq")
         return cls(total / n_scored if n_scored else None, int(d["count"]), n_scored, int(d["n_abstained"]),
                    int(d["n_failed"]), dict(d.get("distribution") or {}), total, dict(d.get("reasons") or {}),
-                   dict(d.get("examples") or {}))
+                   dict(d.get("examples") or {}), None if total_sq is None else float(total_sq))
 
 
 def _level_key(value: float) -> str:
@@ -228,13 +251,14 @@ def _all_scored(values: list[float], levels: bool) -> Aggregate:
     """:func:`aggregate` of results that are all scored (most of a run's outputs), read in C: the same sum, added in
     the same order, and the same level counts in the order the levels first occur."""
     total = reduce(add, values, 0.0)
+    total_sq = reduce(add, map(mul, values, values), 0.0)
     dist: dict[str, int] = {}
     if levels:
         for value, count in Counter(values).items():  # (each distinct value formatted once)
             key = _level_key(value)
             dist[key] = dist.get(key, 0) + count
     n = len(values)
-    return Aggregate(total / n, n, n, 0, 0, dist, total, {}, {})
+    return Aggregate(total / n, n, n, 0, 0, dist, total, {}, {}, total_sq)
 
 
 def aggregate(
@@ -258,7 +282,7 @@ def aggregate(
         if all(map(is_, map(_STATUS, results), repeat(Status.SCORED))) and None not in values:
             return _all_scored(values, levels)
     n = n_scored = n_abst = n_fail = 0
-    total = 0.0
+    total = total_sq = 0.0
     dist: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     examples: dict[str, str] = {}
@@ -269,6 +293,7 @@ def aggregate(
         if r.status is Status.SCORED and value is not None and value not in exclude_values:
             n_scored += 1
             total += value
+            total_sq += value * value
             if levels:
                 key = keys.get(value)
                 if key is None:
@@ -285,7 +310,7 @@ def aggregate(
             n_abst += 1
             dist["abstained"] += 1
     mean = total / n_scored if n_scored else None
-    return Aggregate(mean, n, n_scored, n_abst, n_fail, dict(dist), total, dict(reasons), examples)
+    return Aggregate(mean, n, n_scored, n_abst, n_fail, dict(dist), total, dict(reasons), examples, total_sq)
 
 
 # One segment of an MLflow metric name: MLflow accepts word characters (any script), "_", "-", ".", space, ":"

@@ -27,6 +27,7 @@ from .config import RagJudgeConfig
 from .draws import Draws, draws_record
 from .human import calibrated_estimates, meta_evaluation
 from .inputs import row_ids
+from .intervals import decide_gate, gate_status, mean_interval
 from .noise import draw_columns, escalation_metrics, noise_metrics, noise_sums, panel_metrics
 from .prepare import Plan
 from .record import judge_params, offline_params, run_record
@@ -35,7 +36,7 @@ from .select import gate_metric_name
 from .validate import Checked
 
 __all__ = ["EvalOutput", "aggregate_run", "aggregate_metric", "build_table",
-           "failure_report", "gate_outcome", "usage_by_metric", "LIKELY_FIX",
+           "failure_report", "gate_outcome", "gate_status", "usage_by_metric", "LIKELY_FIX",
            "OutputSummary", "summarize_output", "group_positions", "output_metrics", "level_shares", "run_metrics",
            "usage_metrics"]
 
@@ -83,19 +84,27 @@ def group_positions(rows: Sequence[Row]) -> dict[str, list[int]]:
 
 
 def output_metrics(name: str, summary: OutputSummary, judged: bool) -> dict[str, float]:
-    """One output's metrics: ``<name>/mean`` over the scored rows and, for a judged output, what became of the
-    rows (:meth:`~mlflow_ragjudge.core.types.Aggregate.as_metrics`); per group too."""
+    """One output's metrics: ``<name>/mean`` over the scored rows, ``<name>/ci_low`` and ``<name>/ci_high`` its 95 %
+    Student-t interval (:func:`~.intervals.mean_interval`: none with fewer than two scored rows) and, for a judged
+    output, what became of the rows (:meth:`~mlflow_ragjudge.core.types.Aggregate.as_metrics`); per group too
+    (``<name>/ci_low/<group>``)."""
     agg = summary.all
     out: dict[str, float] = {}
     if judged:
         out.update(agg.as_metrics(name))
     elif agg.mean is not None:
         out[f"{name}/mean"] = agg.mean
+    iv = mean_interval(agg)
+    if iv is not None:
+        out[f"{name}/ci_low"], out[f"{name}/ci_high"] = iv.low, iv.high
     for g in sorted(summary.groups):
         gagg = summary.groups[g]
         gname = metric_name_part(g)
         if gagg.mean is not None:
             out[f"{name}/mean/{gname}"] = gagg.mean
+        giv = mean_interval(gagg)
+        if giv is not None:
+            out[f"{name}/ci_low/{gname}"], out[f"{name}/ci_high/{gname}"] = giv.low, giv.high
         if judged:
             out[f"{name}/count/{gname}"] = float(gagg.count)
             out[f"{name}/n_scored/{gname}"] = float(gagg.n_scored)
@@ -243,13 +252,41 @@ def failure_report(name: str, agg: Aggregate, max_error_rate: float) -> dict[str
     return {"metric": name, "error_rate": rate, "failed": agg.n_failed, "rows": agg.count,
             "reasons": dict(reasons), "message": message}
 
-def gate_outcome(fail_under: dict[str, float], metrics_out: dict[str, float]) -> list[dict[str, Any]]:
+def _gated(key: str, summaries: dict[str, dict[str, OutputSummary]] | None) -> tuple[Aggregate | None, str]:
+    """The summary behind a gated metric name (``<output>/mean`` or ``<output>/mean/<group>``), or why it has none."""
+    output, _, rest = key.partition("/")
+    stat, _, group = rest.partition("/")
+    if stat != "mean":
+        return None, f"{key} is not an output's mean"
+    found = next((outs[output] for outs in (summaries or {}).values() if output in outs), None)
+    if found is None:
+        return None, f"no per-row values behind {key}"
+    if not group:
+        return found.all, ""
+    agg = next((a for g, a in found.groups.items() if metric_name_part(g) == group), None)
+    return (agg, "") if agg is not None else (None, f"no group {group!r} behind {key}")
+
+
+def gate_outcome(fail_under: dict[str, float], metrics_out: dict[str, float],
+                 summaries: dict[str, dict[str, OutputSummary]] | None = None, rule: str = "interval"
+                 ) -> list[dict[str, Any]]:
+    """The ``fail_under`` gates (:func:`~.intervals.decide_gate`, one entry each): on the 95 % interval of the gated
+    mean, computed from its output's summary in ``summaries`` (metric -> output -> summary, the same sums its
+    ``ci_low``/``ci_high`` come from, merged over partitions on Spark), with ``rule="interval"``; on the mean alone
+    with ``rule="point"``. A gate on a whole output's mean in a run with repeats also says how many repeats would
+    decide it (from ``<output>/judge_variance`` and ``<output>/repeats``)."""
     out = []
     for raw, threshold in fail_under.items():
         key = gate_metric_name(raw)
-        value = metrics_out.get(key)
-        out.append({"metric": key, "threshold": float(threshold), "value": value,
-                    "passed": value is not None and value >= threshold})
+        agg, why = _gated(key, summaries)
+        iv = mean_interval(agg) if agg is not None else None
+        if agg is not None and iv is None:
+            why = (f"{agg.n_scored} scored row(s), an interval needs 2" if agg.n_scored < 2
+                   else "the spread of its rows is unknown (a summary saved by an older version)")
+        output, _, rest = key.partition("/")
+        noise, reps = metrics_out.get(f"{output}/judge_variance"), metrics_out.get(f"{output}/repeats")
+        judge = (noise, int(reps)) if rest == "mean" and noise is not None and reps is not None else None
+        out.append(decide_gate(key, threshold, metrics_out.get(key), iv, rule=rule, no_interval=why, judge=judge))
     return out
 
 def usage_metrics(usage: dict[str, Any], batch: bool) -> dict[str, float]:
@@ -322,7 +359,9 @@ class EvalOutput:
     #: judged metrics that failed on more than ``max_error_rate`` of their rows:
     #: ``{"metric", "error_rate", "failed", "rows", "reasons": {reason: count}, "message"}``
     failures: list[dict[str, Any]] = field(default_factory=list)
-    #: the ``fail_under`` quality gate: ``{"metric", "threshold", "value", "passed"}`` per entry
+    #: the ``fail_under`` quality gate, one entry per threshold (:func:`~.intervals.decide_gate`): ``{"metric",
+    #: "threshold", "value", "ci_low", "ci_high", "n", "rule", "outcome": "pass" | "fail" | "undecided", "passed",
+    #: "message"}``, with ``"more_rows"`` (and with repeats ``"more_repeats"``) when undecided
     gate: list[dict[str, Any]] = field(default_factory=list)
     #: the validated input rows (question, answer, contexts, ...), for the per-row traces; not saved with the run
     rows: list[Row] = field(default_factory=list, repr=False)
@@ -335,7 +374,14 @@ class EvalOutput:
 
     @property
     def gate_passed(self) -> bool:
+        """Every gate passed (an undecided gate has not)."""
         return all(g["passed"] for g in self.gate)
+
+    @property
+    def gate_status(self) -> str | None:
+        """``passed``, ``failed`` (any gate failed), ``undecided`` (none failed, some undecided), or None without
+        gates (:func:`~.intervals.gate_status`)."""
+        return gate_status(self.gate)
 
 
 def _finish_metrics(checked: Checked, plan: Plan, results: dict[str, dict[str, list[JudgeResult]]]
@@ -444,7 +490,7 @@ def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str
         params.update(judge_params(client, transcripts))
         record["structured_modes_used"] = sorted({t["structured_mode"] for t in transcripts
                                                   if t.get("structured_mode")})
-    gate = gate_outcome(cfg.fail_under, metrics_out)
+    gate = gate_outcome(cfg.fail_under, metrics_out, summaries, cfg.gate_rule)
     record["gate"] = gate
     if stop_reason() is not None:
         stopped = sum(1 for res in all_results.values() for r in res if r.reason == "interrupted")

@@ -59,6 +59,7 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "embeddings": (lambda v: callable(v) or (isinstance(v, str) and bool(v)),
                    "'auto', 'local', an embeddings URI or a callable", "'openai:/text-embedding-3-small'"),
     "dry_run": (lambda v: isinstance(v, bool), "True or False", "True"),
+    "gate_rule": (lambda v: v in ("interval", "point"), "'interval' or 'point'", "'interval'"),
     "traces": (lambda v: is_int(v) and v >= 0, "a whole number >= 0 (0 = no traces)", "2000"),
     "batch": (lambda v: isinstance(v, (bool, dict)), "True, False, or a dict of batch options",
               "True or {'poll_interval': 30}"),
@@ -127,7 +128,11 @@ class RagJudgeConfig:
         fail_under: ``{metric: threshold}`` quality gate, e.g. ``{"correctness": 3.5}`` (a bare name
             means ``<name>/mean``; a full metric name such as ``faithfulness/mean/<group>`` works too).
             The outcome is recorded on the run; ``ragjudge evaluate --fail-under`` exits non-zero when
-            a threshold is not met.
+            a threshold is not met (4) or not decided (6), see ``gate_rule``.
+        gate_rule: how ``fail_under`` decides: ``interval`` (default) passes when the 95 % interval of the mean
+            lies at or above the threshold, fails when it lies below, and is undecided in between (with how many
+            more rows or repeats would decide it); ``point`` compares the mean alone, as before
+            (docs/judge-client.md#gates-on-intervals).
         repeats: judge every judged call this many times, as independent draws (each its own seed, and
             ``repeat_temperature`` when set; each its own cache entry, so a re-run is free): per row the draws'
             combination (``panel_rule``) and their spread, per output the flip rate and the judge's share of the
@@ -170,6 +175,7 @@ class RagJudgeConfig:
     progress: bool | str = "auto"
     max_error_rate: float = 0.2
     fail_under: dict[str, float] = field(default_factory=dict)
+    gate_rule: str = "interval"
     batch: bool | dict[str, Any] = False
     traces: int = 2000
     repeats: int = 1
@@ -314,6 +320,7 @@ class RagJudgeConfig:
             "max_error_rate": self.max_error_rate,
             "traces": self.traces,
             "fail_under": dict(self.fail_under),
+            "gate_rule": self.gate_rule,
             "batch": self.batch,
             "repeats": self.repeats,
             "repeat_temperature": self.repeat_temperature,

@@ -113,6 +113,8 @@ class Merged:
     usage_by_metric: dict[str, dict[str, float]] = field(default_factory=dict)
     prompt_versions: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # the parts' own time, added up (not the wall time)
+    #: metric -> output -> the merged sums and counts (what the gates' intervals are computed from)
+    summaries: dict[str, dict[str, OutputSummary]] = field(default_factory=dict)
 
 
 def _absent(rows: int, groups: dict[str, int]) -> OutputSummary:
@@ -172,4 +174,4 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
     if drawn is not None and noise:
         metrics.update(noise_metrics(noise, drawn["judges"], drawn["repeats"]))
     return Merged(metrics, failures, skipped, params, n_rows, usage, by_metric, prompt_versions,
-                  sum(float(p["seconds"]) for p in parts))
+                  sum(float(p["seconds"]) for p in parts), merged)

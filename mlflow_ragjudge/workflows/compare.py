@@ -16,6 +16,18 @@ abstained on -- correctness level 0 -- or could not score in one of the two is l
   of many comparisons does not find differences by chance; ``significant`` = ``p_holm < alpha``;
 * ``wins`` / ``ties`` / ``losses``: rows where the variant is better / equal / worse (better is higher, except
   for metrics where lower is better: ``lscore``).
+* ``decision``: "is the variant better?" read off the interval of ``mean_diff`` (``ci_low`` / ``ci_high``):
+  ``better`` when all of it lies on the better side of 0 (above it; below it where lower is better), ``worse`` when
+  all of it lies on the worse side, ``undecided`` when it holds 0 (or there is no interval: fewer than two paired
+  rows); ``more_rows``, for an undecided row, about how many more paired rows at the same spread would decide it
+  (:func:`~mlflow_ragjudge.engine.intervals.more_rows` of ``n``, the interval's half-width on the side of 0, and
+  ``|mean_diff|``; None when ``mean_diff`` is 0). The same rule as an interval gate (docs/judge-client.md).
+
+Which number decides what: ``decision`` is one comparison at the ``1 - alpha`` level, as the interval shows it (what
+a single "is B better than A?" asks, the question a CI gate asks); ``significant`` is ``p_holm < alpha``, Wilcoxon's
+test corrected for every comparison in the table (what a search over many variants and metrics should trust before
+calling a difference found). They can disagree: a ``better`` row that is not ``significant`` is a difference one
+comparison alone would take, which the table's many comparisons do not confirm.
 
 :func:`compare_runs` does the same for MLflow runs that already exist (each evaluated by ``ragjudge``), pairing
 their per-row tables by row and checking that the rows hold the same questions.
@@ -34,15 +46,18 @@ import pandas as pd
 from ..adapters import tracking
 from ..adapters.run_load import load_output
 from ..core.types import JudgeResult
+from ..engine.intervals import more_rows
 
 __all__ = ["COLUMNS", "HEADLINE", "HEADLINE_PREFIX", "headline_metrics", "paired_comparison", "holm",
            "scores_by_row", "default_metrics", "comparison_figures", "plotted_metrics", "log_comparison",
-           "compare_runs", "LOWER_IS_BETTER", "COMPARISON_FILE"]
+           "compare_runs", "LOWER_IS_BETTER", "COMPARISON_FILE", "decision"]
 
 #: the comparison table's columns: the variant first and the metric second (MLflow's artifact comparison groups a
 #: table by its first column and compares its second)
+#: (``decision`` and ``more_rows`` came last, after the table's first release: appended, so a view of it keeps its
+#: columns)
 COLUMNS = ["variant", "metric", "baseline", "n", "mean", "baseline_mean", "mean_diff", "ci_low", "ci_high",
-           "p_value", "p_holm", "wins", "ties", "losses", "test", "significant"]
+           "p_value", "p_holm", "wins", "ties", "losses", "test", "significant", "decision", "more_rows"]
 #: metrics where a lower value is better (the multi-turn number of judged turns)
 LOWER_IS_BETTER = frozenset({"lscore"})
 COMPARISON_FILE = "ragjudge/comparison.json"
@@ -119,6 +134,20 @@ def _wilcoxon(d: np.ndarray) -> tuple[float, str]:
         return float(stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue), "wilcoxon"
 
 
+def decision(mean_diff: float | None, ci_low: float | None, ci_high: float | None, n: int,
+             lower_is_better: bool = False) -> tuple[str, int | None]:
+    """``better`` / ``worse`` / ``undecided`` from the interval of a mean difference (variant - baseline), and for
+    ``undecided`` about how many more paired rows would decide it (None when it cannot be said: no interval, or a
+    mean difference of 0)."""
+    if mean_diff is None or ci_low is None or ci_high is None:
+        return "undecided", None
+    if ci_low > 0 or ci_high < 0:
+        up = ci_low > 0
+        return ("better" if up != lower_is_better else "worse"), None
+    half = mean_diff - ci_low if mean_diff > 0 else ci_high - mean_diff  # the interval's side toward 0
+    return "undecided", more_rows(n, half, abs(mean_diff))
+
+
 def paired_comparison(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], baseline: str, *,
                       metrics: Sequence[str] | None = None, alpha: float = 0.05, n_boot: int = 2000,
                       seed: int = 0) -> pd.DataFrame:
@@ -160,7 +189,13 @@ def paired_comparison(scores: Mapping[str, Mapping[str, Mapping[Any, float]]], b
     for row, p in zip(rows, holm([r["p_value"] for r in rows])):
         row["p_holm"] = p
         row["significant"] = bool(p is not None and p < alpha)
-    return pd.DataFrame(rows, columns=COLUMNS).astype(object).where(lambda f: f.notna(), None)
+        row["decision"], row["more_rows"] = decision(row["mean_diff"], row["ci_low"], row["ci_high"], row["n"],
+                                                     row["metric"] in LOWER_IS_BETTER)
+    table = pd.DataFrame(rows, columns=COLUMNS).astype(object).where(lambda f: f.notna(), None)
+    # (a count beside None is read as a float column: back to whole numbers)
+    table["more_rows"] = pd.Series([None if v is None else int(v) for v in table["more_rows"]], index=table.index,
+                                   dtype=object)
+    return table
 
 
 # --------------------------------------------------------------------------- plots

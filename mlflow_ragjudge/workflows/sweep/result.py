@@ -82,12 +82,17 @@ class SweepResult:
                 ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] is not None else "[n/a]"
                 p = "n/a" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
                 mark = "  SIGNIFICANT" if r["significant"] else ""
-                lines.append(f"  {r['metric']:<22} {r['variant']:<36} diff {r['mean_diff']:+.3f} {ci}  p_holm {p} "
-                             f" w/t/l {r['wins']}/{r['ties']}/{r['losses']}  n={r['n']}{mark}")
+                lines.append(f"  {r['metric']:<22} {r['variant']:<36} diff {r['mean_diff']:+.3f} {ci} {_decision(r)}"
+                             f"  p_holm {p}  w/t/l {r['wins']}/{r['ties']}/{r['losses']}  n={r['n']}{mark}")
             if len(moved) > 12:
                 lines.append(f"  ... {len(moved) - 12} more with a difference")
             if len(table) > len(moved):
                 lines.append(f"  {len(table) - len(moved)} comparison(s) with no difference at all")
+            if "decision" in table.columns:
+                told = table["decision"].value_counts()
+                lines.append(f"  on the interval of each difference: {int(told.get('better', 0))} better, "
+                             f"{int(told.get('worse', 0))} worse, {int(told.get('undecided', 0))} undecided "
+                             "(one comparison at a time; SIGNIFICANT corrects for them all)")
             n_sig = int(sum(bool(v) for v in table["significant"]))
             lines.append(f"  {n_sig} significant difference(s) at alpha 0.05 after Holm's correction; all rows in "
                          "ragjudge/comparison.json on the parent run")
@@ -99,6 +104,11 @@ class SweepResult:
             lines.append("judged numbers are offline estimates (offline:/lexical, not an LLM); for LLM judgements "
                          "pass --judge openai:/gpt-4o-mini or any judge URI")
         return "\n".join(lines)
+
+    def decided(self, which: str = "better") -> pd.DataFrame:
+        """The rows of the comparison whose ``decision`` is ``which`` (``better``, ``worse`` or ``undecided``: the
+        interval of the difference, :func:`mlflow_ragjudge.workflows.compare.decision`)."""
+        return self.comparison[self.comparison["decision"] == which]
 
     def label_sample(self, n: int = 100, **kwargs: Any) -> pd.DataFrame:
         """A seeded random sample of the sweep's questions, in every variant, to label blind
@@ -117,3 +127,13 @@ class SweepResult:
     def significant(self) -> pd.DataFrame:
         """The rows of the comparison whose difference is significant after Holm's correction."""
         return self.comparison[self.comparison["significant"] == True]  # noqa: E712 (object column)
+
+
+def _decision(r: Any) -> str:
+    """A comparison row's decision as the summary shows it: ``BETTER``, ``WORSE``, or ``undecided`` with about how
+    many more paired rows would decide it."""
+    d = r.get("decision")
+    if d in ("better", "worse"):
+        return f"{d.upper():<9}"
+    more = r.get("more_rows")
+    return "undecided" + (f" (~{more} more rows)" if more is not None else "")
