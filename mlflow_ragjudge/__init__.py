@@ -23,8 +23,9 @@ model_type="rag", evaluators="ragjudge", evaluator_config={"judge": ...})``.
 The package is layered (docs/architecture.md): ``core`` < ``llm`` < ``metrics`` < ``engine`` < ``adapters`` <
 ``workflows`` < ``cli``. Each public name below is imported from the module that defines it, which is also its one
 other import path (``mlflow_ragjudge.engine.evaluate.evaluate_frame``). The names whose modules import mlflow
-(``sweep``, ``compare_runs``, ``label_sample``, ``calibrate``, ``load_output``, ``SweepResult``,
-``PromptTemplate``) are imported on first use, for start-up time: ``import mlflow_ragjudge`` does not load mlflow.
+(``sweep``, ``compare_runs``, ``label_sample``, ``calibrate``, ``judge_report``, ``plan``, ``load_output``,
+``SweepResult``, ``PromptTemplate``) are imported on first use, for start-up time: ``import mlflow_ragjudge`` does
+not load mlflow.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ if TYPE_CHECKING:  # imported on first use by __getattr__ below; here for mypy a
     from .adapters.run_load import load_output
     from .workflows.calibration import calibrate, label_sample
     from .workflows.compare import compare_runs
+    from .workflows.judge_report import judge_report
+    from .workflows.planning import plan
     from .workflows.sweep import PromptTemplate, SweepResult, sweep
 
 
@@ -71,6 +74,12 @@ def __getattr__(name: str) -> object:
     elif name == "compare_runs":
         from .workflows import compare
         value = getattr(compare, name)
+    elif name == "judge_report":
+        from .workflows import judge_report as report
+        value = getattr(report, name)
+    elif name == "plan":
+        from .workflows import planning
+        value = getattr(planning, name)
     elif name in ("PromptTemplate", "SweepResult", "sweep"):
         from .workflows import sweep as sweeps
         value = getattr(sweeps, name)
@@ -95,4 +104,5 @@ __all__ = [
     "ppi_paired_diff",
     # adapters and workflows (imported on first use: they load mlflow)
     "load_output", "PromptTemplate", "SweepResult", "sweep", "compare_runs", "calibrate", "label_sample",
+    "judge_report", "plan",
 ]
