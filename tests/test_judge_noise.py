@@ -330,3 +330,10 @@ def test_a_row_whose_draw_a_stop_left_unjudged_is_interrupted_not_scored_from_fe
     # a draw that failed for another reason is left out, as an abstaining row is left out of a mean
     row = combine([*done, JudgeResult.failed("parse_error", "unreadable")], "mean")
     assert row.status is Status.SCORED and row.value == 4.5
+
+
+def test_a_judge_that_never_flips_has_a_flip_rate_interval_from_exactly_zero():
+    stats = noise_stats([[3.0, 3.0, 3.0]] * 10)
+    assert stats["flip_rate"] == 0 and stats["flip_rate_ci_low"] == 0.0
+    assert stats["flip_rate_ci_high"] == pytest.approx(0.2775, abs=1e-4)  # Wilson, n = 10, k = 0: z^2 / (n + z^2)
+    assert stats["judge_variance"] == 0 and "judge_share" not in stats  # no variance at all: no share to give

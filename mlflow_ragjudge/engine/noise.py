@@ -47,7 +47,9 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     p = k / n
     centre = (p + _Z * _Z / (2 * n)) / (1 + _Z * _Z / n)
     half = _Z * math.sqrt(p * (1 - p) / n + _Z * _Z / (4 * n * n)) / (1 + _Z * _Z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low, high = centre - half, centre + half
+    # at k = 0 or k = n the bound is exactly 0 or 1; the formula leaves a rounding error there (5.6e-17)
+    return (0.0 if low < 1e-12 else low), (1.0 if high > 1 - 1e-12 else high)
 
 
 def _t_half(n: int, sd: float) -> float:
