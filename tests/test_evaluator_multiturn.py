@@ -182,3 +182,17 @@ def test_multiturn_never_silently_judges_without_e3(fake_llm, judge_uri):
                              multiturn_system=make_system(True), multiturn_require_e3=False)
     assert out.config["multiturn"]["context_mode"] == "generation"
     assert out.results["wscore"][0].status.value == "scored"
+
+
+def test_multiturn_with_repeats_keeps_the_first_draws_conversations(fake_llm, judge_uri):
+    """Each draw holds its own conversation with the system; the table and the conversations artifact show the
+    first judge's first draw's (its finish reads that draw's state), the scores combine every draw."""
+    system = make_system(history_aware=True)
+    out = evaluate_frame(df(2), judge=judge_uri, metrics=["multiturn"], cache=False, multiturn_system=system,
+                         repeats=2)
+    assert out.metrics["mscore/repeats"] == 2 and out.metrics["mscore/mean"] == 5
+    assert all(s is not None for s in out.table["multiturn/sigma"])
+    assert len(out.artifacts["multiturn_conversations.jsonl"]) == 2
+    assert [len(json.loads(d)) for d in out.table["wscore/draws"]] == [2, 2]
+    # the system was asked once per row and draw (at least the first turn of each conversation)
+    assert sum(1 for _, n_hist in system.calls if n_hist == 0) == 4

@@ -56,6 +56,9 @@ class Draws:
     levels: frozenset[str] = frozenset()
     escalated: dict[str, list[int]] = field(default_factory=dict)
     cascade: bool = False
+    #: the judged metrics' states of the first judge's first draw: what their ``finish``, ``record`` and ``params``
+    #: hooks read (multi-turn's conversations: those of that draw)
+    states: dict[str, Any] = field(default_factory=dict)
 
     def rule_for(self, output: str) -> str:
         """The combination rule of one output: ``auto`` is majority on the six-level outputs, mean elsewhere."""
@@ -140,11 +143,13 @@ def _labelled(results: dict[str, list[JudgeResult]], judge: str) -> dict[str, li
 
 
 def _draw(checked: Checked, plan: Plan, specs: Sequence[MetricSpec], client: JudgeClient, label: str,
-          rows: Sequence[Row]) -> dict[str, dict[str, list[JudgeResult]]]:
-    """One draw: the metrics' states built around ``client`` (a draw's view of one judge), then step 3 on ``rows``;
-    metric -> output -> per-row results."""
+          rows: Sequence[Row], keep: dict[str, Any] | None = None) -> dict[str, dict[str, list[JudgeResult]]]:
+    """One draw: the metrics' states built around ``client`` (a draw's view of one judge; kept in ``keep`` when
+    given), then step 3 on ``rows``; metric -> output -> per-row results."""
     ctx = plan.ctx.for_client(client, plan.prepared)
     states, _, _ = setup_metrics(specs, ctx, asked=True)
+    if keep is not None:
+        keep.update(states)
     per_row = schedule(specs, states, rows, ctx)
     return {s.name: _labelled(by_output(s, per_row[s.name]), label) for s in specs}
 
@@ -164,7 +169,8 @@ def schedule_draws(checked: Checked, plan: Plan) -> tuple[PerRow, Draws]:
     names: dict[str, list[str]] = {}
     for j, (label, client) in enumerate(panel):
         for k in range(cfg.repeats):
-            got = _draw(checked, plan, judged, client.for_draw(k, cfg.repeat_temperature), label, rows)
+            got = _draw(checked, plan, judged, client.for_draw(k, cfg.repeat_temperature), label, rows,
+                        draws.states if j == k == 0 else None)
             for spec in judged:
                 for name, res in got[spec.name].items():
                     if name not in draws.results:

@@ -17,6 +17,7 @@ Four steps, each in the module named after it, called in order by :func:`evaluat
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Literal
 
@@ -91,6 +92,8 @@ def _evaluate(data: Any, config: RagJudgeConfig | dict[str, Any] | None, client:
         draws = None
         if has_draws(checked):  # repeats, a panel or a cascade: several draws per row, combined
             per_row, draws = schedule_draws(checked, plan)  # 3
+            # the judged metrics' finish, record and params hooks read the states of the first judge's first draw
+            plan = dataclasses.replace(plan, states={**plan.states, **draws.states})
         else:
             per_row = schedule(plan.specs, plan.states, checked.rows, plan.ctx)  # 3
         return aggregate_run(checked, plan, per_row, time.perf_counter() - t0, draws)  # 4
