@@ -293,7 +293,8 @@ def test_the_cli_runs_a_panel_with_repeats_and_logs_one_feedback_per_judge(fake_
         # one Feedback per judge on every row the judge scored (a row it abstained on: the row's own says why)
         assert len(with_feedback) == table[f"correctness/score@{label}"].notna().sum() >= 1
         assert {a.source.source_id for a in with_feedback} == {label}
-    assert all("correctness" in {a.name for a in t.info.assessments} for t in traces)
+    panel = [a for t in traces for a in t.info.assessments if a.name == "correctness"]
+    assert len(panel) == 6 and {a.source.source_id for a in panel} == {"panel:judge-a,judge-b"}
 
 
 def test_a_sweep_with_repeats_logs_the_flip_rate_of_every_variant(tmp_tracking):

@@ -194,13 +194,18 @@ def _row_result(draws: Draws, name: str, per_judge: list[list[JudgeResult]], esc
     rule = draws.rule_for(name)
     if draws.cascade:
         first, second = per_judge[0], per_judge[-1]
-        chosen = combine(second if escalated and second else first, rule)
+        by_second = escalated and bool(second)
+        chosen = combine(second if by_second else first, rule)
         chosen.calls = [c for r in (*first, *second) for c in r.calls]
+        chosen.details = {**chosen.details, "judge": draws.judges[-1 if by_second else 0]}
         return chosen
     each = [combine(rs, rule) for rs in per_judge if rs]
     if len(each) == 1:
         return each[0]
-    return combine(each, rule, "judges")
+    panel = combine(each, rule, "judges")
+    # the verdict's source (a trace's Feedback): the panel, whose judges each have a Feedback of their own
+    panel.details = {**panel.details, "judge": "panel:" + ",".join(draws.judges)}
+    return panel
 
 
 def _escalate(checked: Checked, plan: Plan, judged: Sequence[MetricSpec], names: dict[str, list[str]],
