@@ -338,3 +338,20 @@ def test_a_judge_that_never_flips_has_a_flip_rate_interval_from_exactly_zero():
     assert stats["flip_rate"] == 0 and stats["flip_rate_ci_low"] == 0.0
     assert stats["flip_rate_ci_high"] == pytest.approx(0.2775, abs=1e-4)  # Wilson, n = 10, k = 0: z^2 / (n + z^2)
     assert stats["judge_variance"] == 0 and "judge_share" not in stats  # no variance at all: no share to give
+
+
+def test_a_scorer_with_repeats_judges_each_row_n_times_and_says_so_in_the_feedback(noisy, fake_llm):
+    from mlflow_ragjudge.adapters.scorers import Correctness
+
+    _, uri = noisy
+    scorer = Correctness(judge=uri, cache=False, repeats=3, context_mode="none")
+    feedback = [scorer(inputs={"question": f"What does unit {i} store?"}, outputs=f"Unit {i} stores reports.",
+                       expectations={"expected_response": f"Unit {i} stores reports."}) for i in range(12)]
+    assert len(fake_llm.requests_for("openai_chat")) == 36
+    assert sorted({r._get("seed") for r in fake_llm.requests_for("openai_chat")}, key=str) == [1, 2, None]
+    for fb in feedback:
+        draws = json.loads(fb.metadata["draws"])
+        assert len(draws) == 3 and fb.value == combined_value([float(d) for d in draws], "majority")
+    assert any(len(set(json.loads(fb.metadata["draws"]))) > 1 for fb in feedback)  # p = 0.2: some rows flip
+    with pytest.raises(ValueError, match="one scorer per judge"):
+        Correctness(judge=[uri, uri])

@@ -49,6 +49,7 @@ from ..core.constants import LOGICAL_COLUMNS, is_offline_judge
 from ..core.errors import EmbeddingsUnavailable, InputError, MultiTurnContextWarning
 from ..core.types import JudgeResult, Status
 from ..engine.config import RagJudgeConfig
+from ..engine.draws import combine_draws
 from ..engine.prepare import prepare_metrics
 from ..engine.schedule import by_output, score_row
 from ..llm.client import JudgeClient
@@ -91,7 +92,7 @@ def to_feedback(name: str, result: JudgeResult, source_id: str, extra: dict[str,
     metadata: dict[str, Any] = {"framework": FRAMEWORK, "status": result.status.value}
     if result.reason:
         metadata["reason"] = result.reason
-    for k in ("level", "context_mode", "format", "probability", "matched_reference", "calibration"):
+    for k in ("level", "context_mode", "format", "probability", "matched_reference", "calibration", "draws", "spread"):
         if k in result.details:
             metadata[k] = result.details[k]
     if extra:
@@ -223,7 +224,9 @@ class MetricScorer(Scorer):
             default: every top-level one, documents de-duplicated), ``"first"``, ``"last"``, or span names.
         pass_if: ``value -> bool``, what counts as passing for MLflow's ``EvaluationResult.passed``, e.g.
             ``lambda v: v >= 4`` for correctness; an abstention (no value) is neither.
-        **config: any evaluator setting (``language``, ``context_mode``, ``retriever``, ``embeddings`` ...).
+        **config: any evaluator setting (``language``, ``context_mode``, ``retriever``, ``embeddings`` ...);
+            ``repeats=n`` judges each row n times and gives the draws' combination (``panel_rule``), its Feedback's
+            metadata holding every draw's value (``draws``) and their ``spread`` (docs/judge-noise.md).
     """
 
     metric: str = ""
@@ -232,6 +235,9 @@ class MetricScorer(Scorer):
     _state: Any = PrivateAttr(default=None)
     _source: str = PrivateAttr(default="code")
     _retriever_spans: str | Sequence[str] = PrivateAttr(default="all")
+    #: with ``repeats``: each draw's context (a view of the client) and judge object
+    _draws: list[tuple[RunContext, Any]] = PrivateAttr(default_factory=list)
+    _rule: str = PrivateAttr(default="auto")
 
     def __init__(self, metric: str | None = None, judge: Any = None, *, cache: Any = True,
                  max_concurrency: int | None = None, name: str | None = None,
@@ -239,6 +245,11 @@ class MetricScorer(Scorer):
                  **config: Any) -> None:
         metric = metric or type(self).__dict__.get("default_metric", "")
         spec = get_metric(metric)
+        if isinstance(judge, (list, tuple)):
+            raise ValueError(f"a scorer has one judge, got a list of {len(judge)}: for a panel in "
+                             "mlflow.genai.evaluate, give one scorer per judge, each named after it (e.g. "
+                             f"{type(self).__name__}(judge='openai:/gpt-4o-mini', name='{metric}_gpt-4o-mini')), or "
+                             "judge=[...] with mlflow_ragjudge.evaluate_frame / ragjudge evaluate")
         if not (isinstance(retriever_spans, str) or (isinstance(retriever_spans, Sequence)
                                                      and all(isinstance(n, str) for n in retriever_spans))):
             raise ValueError(f"retriever_spans must be 'all', 'first', 'last' or span names, got {retriever_spans!r}")
@@ -270,6 +281,11 @@ class MetricScorer(Scorer):
         self._ctx = RunContext(client, cfg, embed, metrics=(metric,))
         if spec.judged:  # a judge object per scorer; deterministic metrics are set up per row (they are cheap)
             self._state = spec.setup(self._ctx) if spec.setup is not None else None
+        self._rule = cfg.panel_rule
+        if client is not None and cfg.repeats > 1:  # each draw: a view of the client, a judge object around it
+            for k in range(cfg.repeats):
+                view = RunContext(client.for_draw(k, cfg.repeat_temperature), cfg, embed, metrics=(metric,))
+                self._draws.append((view, spec.setup(view) if spec.setup is not None else None))
 
     def _row(self, inputs: Any, outputs: Any, expectations: dict[str, Any] | None, trace: Any) -> ScorerRow:
         spec, cfg = self._spec, self._ctx.cfg
@@ -300,6 +316,13 @@ class MetricScorer(Scorer):
             prepare_metrics([spec], one)
         except (InputError, ValueError) as e:
             return {o: JudgeResult.failed("invalid_input", str(e)) for o in self._single_names()}, found.sources
+        if self._draws:  # repeats: the row judged once per draw, the draws combined (docs/judge-noise.md)
+            per_draw = []
+            for view, state in self._draws:
+                ctx = RunContext(view.client, cfg, self._ctx.embed, metrics=self._ctx.metrics,
+                                 context_mode=one.context_mode, rows=[row], columns=present, _shared=view._shared)
+                per_draw.append({n: res[0] for n, res in by_output(spec, [score_row(spec, state, row, ctx)]).items()})
+            return combine_draws(per_draw, self._rule, spec.outputs.levels), found.sources
         ctx = RunContext(self._ctx.client, cfg, self._ctx.embed, metrics=self._ctx.metrics,
                          context_mode=one.context_mode, rows=[row], columns=present, _shared=self._ctx._shared)
         state = self._state if spec.judged else (spec.setup(ctx) if spec.setup is not None else None)
@@ -345,16 +368,21 @@ class Correctness(MetricScorer):
             ``generation``, ``gold``, ``none``.
         retriever: ``query -> passages`` for E3.
         language, judge_output, max_context_chars: as in the evaluator.
+        repeats, repeat_temperature, panel_rule: judge each row ``repeats`` times and give the draws' combination
+            (the majority level by default), every draw's value in the Feedback's ``draws`` metadata
+            (docs/judge-noise.md).
     """
 
     def __init__(self, judge: Any, *, context_mode: str = "auto", retriever: Callable[[str], Any] | None = None,
                  language: str = "en", judge_output: str = "auto", max_context_chars: int = 12_000,
                  cache: Any = True, max_concurrency: int | None = None, name: str | None = None,
-                 retriever_spans: str | Sequence[str] = "all", pass_if: Callable[[Any], bool] | None = None) -> None:
+                 retriever_spans: str | Sequence[str] = "all", pass_if: Callable[[Any], bool] | None = None,
+                 repeats: int = 1, repeat_temperature: float | None = None, panel_rule: str = "auto") -> None:
         super().__init__("correctness", judge, cache=cache, max_concurrency=max_concurrency, name=name,
                          retriever_spans=retriever_spans, pass_if=pass_if,
                          context_mode=context_mode, retriever=retriever, language=language,
-                         judge_output=judge_output, max_context_chars=max_context_chars)
+                         judge_output=judge_output, max_context_chars=max_context_chars, repeats=repeats,
+                         repeat_temperature=repeat_temperature, panel_rule=panel_rule)
 
 
 class LexicalOverlap(MetricScorer):
@@ -468,6 +496,9 @@ class MultiTurnSession(Scorer):
     _retriever: Callable[[str], Any] | None = PrivateAttr(default=None)
     _context_mode: str = PrivateAttr(default="auto")
     _retriever_spans: str | Sequence[str] = PrivateAttr(default="all")
+    #: with ``repeats``: each draw's context (a view of the client) and judge object
+    _draws: list[tuple[RunContext, Any]] = PrivateAttr(default_factory=list)
+    _rule: str = PrivateAttr(default="auto")
 
     def __init__(
         self,

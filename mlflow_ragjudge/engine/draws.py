@@ -29,7 +29,8 @@ from .schedule import by_output, schedule
 from .select import gate_metric_name
 from .validate import Checked
 
-__all__ = ["Draws", "schedule_draws", "combine", "combined_value", "has_draws"]
+__all__ = ["Draws", "schedule_draws", "combine", "combine_draws", "combined_value", "has_draws", "rule_for",
+           "on_levels"]
 
 PerRow = dict[str, list[dict[str, JudgeResult]]]
 
@@ -62,13 +63,11 @@ class Draws:
 
     def rule_for(self, output: str) -> str:
         """The combination rule of one output: ``auto`` is majority on the six-level outputs, mean elsewhere."""
-        if self.rule != "auto":
-            return self.rule
-        return "majority" if self.on_levels(output) else "mean"
+        return rule_for(self.rule, output, self.levels)
 
     def on_levels(self, output: str) -> bool:
         """Whether an output is on the six-level scale (a level name, or one ending in ``_``: a prefix)."""
-        return any(output == lv or (lv.endswith("_") and output.startswith(lv)) for lv in self.levels)
+        return on_levels(output, self.levels)
 
     def judge_values(self, output: str, judge: int) -> list[float | None]:
         """One judge's own per-row value of an output (its draws combined), None where it did not score."""
@@ -81,6 +80,38 @@ class Draws:
         asked)."""
         return [[r.value if r.status is Status.SCORED else None for rs in per_judge for r in rs]
                 for per_judge in self.results[output]]
+
+
+def on_levels(output: str, levels: Sequence[str] | frozenset[str]) -> bool:
+    """Whether an output is on the six-level scale: one of a metric's ``outputs.levels`` (a name, or a prefix ending
+    in ``_``)."""
+    return any(output == lv or (lv.endswith("_") and output.startswith(lv)) for lv in levels)
+
+
+def rule_for(rule: str, output: str, levels: Sequence[str] | frozenset[str]) -> str:
+    """The combination rule of one output under ``panel_rule=rule``: ``auto`` is majority on the six-level outputs
+    (a level stays a level), mean elsewhere."""
+    if rule != "auto":
+        return rule
+    return "majority" if on_levels(output, levels) else "mean"
+
+
+def combine_draws(per_draw: Sequence[dict[str, JudgeResult]], rule: str, levels: Sequence[str]
+                  ) -> dict[str, JudgeResult]:
+    """One row's results of several draws (each ``output -> result``) combined per output (:func:`combine`), each
+    combined result's ``details`` also holding ``draws`` (every draw's value, None where it did not score) and
+    ``spread`` (their standard deviation): what the ``mlflow.genai`` scorers give a row with ``repeats``."""
+    out: dict[str, JudgeResult] = {}
+    for name in dict.fromkeys(n for d in per_draw for n in d):
+        results = [d[name] for d in per_draw if name in d]
+        row = combine(results, rule_for(rule, name, levels))
+        values = [r.value if r.status is Status.SCORED else None for r in results]
+        scored = [float(v) for v in values if v is not None]
+        mean = math.fsum(scored) / len(scored) if scored else 0.0
+        spread = math.sqrt(math.fsum((v - mean) ** 2 for v in scored) / (len(scored) - 1)) if len(scored) > 1 else None
+        row.details = {**row.details, "draws": values, "spread": spread}
+        out[name] = row
+    return out
 
 
 def has_draws(checked: Checked) -> bool:
