@@ -355,3 +355,18 @@ def test_a_scorer_with_repeats_judges_each_row_n_times_and_says_so_in_the_feedba
     assert any(len(set(json.loads(fb.metadata["draws"]))) > 1 for fb in feedback)  # p = 0.2: some rows flip
     with pytest.raises(ValueError, match="one scorer per judge"):
         Correctness(judge=[uri, uri])
+
+
+def test_a_panel_on_a_continuous_score_gives_alpha_and_no_kappa():
+    from inprocess import CompliantBackend
+
+    df = pd.DataFrame({"question": [f"What does unit {i} store?" for i in range(8)],
+                       "answer": [f"Unit {i} stores reports. It runs at night. It has {i} disks." for i in range(8)],
+                       "contexts": [[f"Unit {i} stores reports at night."] for i in range(8)]})
+    out = evaluate_frame(df, judge=[CompliantBackend(model="a"), CompliantBackend(model="b")],
+                         metrics=["faithfulness"], cache=False, progress=False)
+    values = out.table["faithfulness/score@a"].dropna()
+    assert values.nunique() > 1 and not values.isin([0.0, 1.0]).all()  # a share of claims, not a verdict
+    assert not any("/panel/fleiss_kappa" in k or "/panel/kappa/" in k for k in out.metrics)
+    # the two judges are the same model answering alike: perfect agreement on the interval scale
+    assert out.metrics["faithfulness/panel/alpha"] == pytest.approx(1.0)

@@ -17,9 +17,10 @@ The run's interval of a mean needs nothing from here: each row's value is its dr
 spread already holds the judge's noise (``Var(m_i) = sigma^2_b + sigma^2_w / n``), the same as a two-level
 bootstrap over questions and draws gives.
 
-A panel's agreement per output: Fleiss' kappa over the judges' per-row values (nominal: levels and verdicts as
-categories), Krippendorff's alpha (ordinal on the six-level scale, interval elsewhere), and Cohen's kappa of each
-pair of judges (quadratic-weighted on levels) -- the functions of :mod:`.agreement`.
+A panel's agreement per output: Krippendorff's alpha over the judges' per-row values (ordinal on the six-level
+scale, interval elsewhere); where the values are categories (levels, pass/fail), Fleiss' kappa (nominal) and Cohen's
+kappa of each pair of judges (quadratic-weighted on the five levels, all five counted as the scale) -- the functions
+of :mod:`.agreement`.
 """
 
 from __future__ import annotations
@@ -166,17 +167,30 @@ def panel_metrics(draws: Draws) -> dict[str, float]:
             continue
         levels = draws.on_levels(name)
         units = [list(row) for row in zip(*per_judge)]
-        fleiss = fleiss_kappa(units)
-        if fleiss is not None:
-            out[f"{name}/panel/fleiss_kappa"] = fleiss
+        scale = _categories([v for values in per_judge for v in values if v is not None], levels)
         alpha = krippendorff_alpha(units, level="ordinal" if levels else "interval")
         if alpha is not None:
             out[f"{name}/panel/alpha"] = alpha
+        if scale is None:  # a continuous score (a share of claims): no categories to count agreement on
+            continue
+        fleiss = fleiss_kappa(units)
+        if fleiss is not None:
+            out[f"{name}/panel/fleiss_kappa"] = fleiss
         for (a, va), (b, vb) in combinations(zip(draws.judges, per_judge), 2):
-            kappa = cohen_kappa(va, vb, weights="quadratic" if levels else None)
+            kappa = cohen_kappa(va, vb, weights="quadratic" if levels else None, labels=scale)
             if kappa is not None:
                 out[f"{name}/panel/kappa/{metric_name_part(a)}__{metric_name_part(b)}"] = kappa
     return out
+
+
+def _categories(values: Sequence[float], levels: bool) -> list[float] | None:
+    """The scale a panel's values are categories of: the five levels of a six-level output whose values are all
+    levels (the majority rule keeps them so), 0 and 1 for a pass/fail output; None for a continuous score."""
+    if levels and all(v in (1, 2, 3, 4, 5) for v in values):
+        return [1.0, 2.0, 3.0, 4.0, 5.0]
+    if all(v in (0, 1) for v in values):
+        return [0.0, 1.0]
+    return None
 
 
 def escalation_metrics(draws: Draws, transcripts: Sequence[dict[str, Any]], n_rows: int) -> dict[str, float]:
