@@ -370,3 +370,22 @@ def test_a_panel_on_a_continuous_score_gives_alpha_and_no_kappa():
     assert not any("/panel/fleiss_kappa" in k or "/panel/kappa/" in k for k in out.metrics)
     # the two judges are the same model answering alike: perfect agreement on the interval scale
     assert out.metrics["faithfulness/panel/alpha"] == pytest.approx(1.0)
+
+
+def test_a_panels_agreement_split_over_parts_adds_up_to_the_whole():
+    """What a Spark run does on its partitions: each part hands back its panel sums (coincidences, confusion
+    matrices, Fleiss' sums) and its judge-noise sums; merged, they give the numbers of one process."""
+    from mlflow_ragjudge.engine.config import RagJudgeConfig
+    from mlflow_ragjudge.engine.parts import evaluate_part, merge_parts, part_summary
+
+    levels = {name: [v for _ in range(3) for v in vs] for name, vs in LEVELS.items()}  # 24 rows
+    cfg = RagJudgeConfig.from_dict({"judge": [_scripted(n, levels) for n in levels], "metrics": ["correctness"],
+                                    "context_mode": "none", "cache": False, "progress": False})
+    rows = _qid_rows(24)
+    whole = evaluate_frame(rows, cfg)
+    parts = [part_summary(evaluate_part(rows.iloc[a:b].reset_index(drop=True), cfg, first_row=a), a)
+             for a, b in ((0, 7), (7, 15), (15, 24))]
+    merged = merge_parts(json.loads(json.dumps(parts)), cfg).metrics  # through JSON, as the executors send them
+    panel = {k: v for k, v in whole.metrics.items() if "/panel/" in k or "/by_judge/" in k}
+    assert len(panel) == 8  # alpha, Fleiss, three pairs, three judges' means
+    assert {k: merged[k] for k in panel} == pytest.approx(panel)

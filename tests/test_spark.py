@@ -590,19 +590,21 @@ def test_the_run_is_logged_to_a_real_mlflow_server_in_a_named_experiment(spark, 
         mlflow.set_tracking_uri(before)
 
 
-def test_repeats_on_spark_give_the_pandas_runs_scores_and_judge_noise(spark, fake_llm, monkeypatch):
-    """``repeats`` composes with Spark: each task judges its rows' draws, and the parts' judge-noise sums add up to
-    the flip rate and variances one process logs (a panel's agreement is not merged: docs/judge-noise.md)."""
+def test_repeats_and_a_panel_on_spark_give_the_pandas_runs_scores_noise_and_agreement(spark, fake_llm, monkeypatch):
+    """``repeats`` and a panel compose with Spark: each task judges its rows' draws with each judge, and the parts'
+    judge-noise and agreement sums add up to the flip rates, variances, kappas and alpha one process logs."""
     from noisy_model import NoisyModel
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     fake_llm.set_handler(NoisyModel(0.3, values=[1, 2, 3, 4, 5]))
-    judge = f"openai:/judge-model?base_url={fake_llm.openai_base_url}"
-    cfg = {"judge": judge, "metrics": ["correctness"], "cache": False, "repeats": 3, "context_mode": "generation"}
+    judges = [f"openai:/judge-{x}?base_url={fake_llm.openai_base_url}" for x in "ab"]
+    cfg = {"judge": judges, "metrics": ["correctness"], "cache": False, "repeats": 3, "context_mode": "generation"}
     df = _rows(40, repeat=False)
     ref = rj.evaluate_frame(df, cfg)
     pandas_requests = fake_llm.request_count
-    assert pandas_requests == 3 * 40
+    assert pandas_requests == 2 * 3 * 40
+    assert {"correctness/panel/alpha", "correctness/panel/fleiss_kappa",
+            "correctness/by_judge/judge-b/flip_rate"} <= set(ref.metrics)
     fake_llm.reset()
     res = evaluate_spark(spark.createDataFrame(df).repartition(3), cfg, log=False)
     assert fake_llm.request_count == pandas_requests

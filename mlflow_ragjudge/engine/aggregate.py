@@ -28,7 +28,7 @@ from .draws import Draws, draws_record
 from .human import calibrated_estimates, meta_evaluation
 from .inputs import row_ids
 from .intervals import decide_gate, gate_status, mean_interval
-from .noise import draw_columns, escalation_metrics, noise_metrics, noise_sums, panel_metrics
+from .noise import draw_columns, escalation_metrics, noise_metrics, noise_sums, panel_metrics, panel_sums
 from .prepare import Plan
 from .record import judge_params, offline_params, run_record
 from .schedule import ERROR_KEY, by_output
@@ -448,7 +448,7 @@ def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str
     if draws is not None:
         table = pd.concat([table, pd.DataFrame(draw_columns(draws, len(checked.rows)), index=table.index)], axis=1)
         metrics_out.update(noise_metrics(noise_sums(draws), draws.judges, draws.repeats))
-        metrics_out.update(panel_metrics(draws))
+        metrics_out.update(panel_metrics(panel_sums(draws), draws.judges, draws.cascade))
     meta_frame, meta_metrics = meta_evaluation(table, cfg)
     metrics_out.update(meta_metrics)
     calibrated, calibration = calibrated_estimates(table, specs, all_results, cfg) if cfg.human_labels else ({}, {})

@@ -34,6 +34,7 @@ import math
 import numbers
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
@@ -42,8 +43,12 @@ __all__ = [
     "is_missing",
     "complete_pairs",
     "cohen_kappa",
+    "kappa_of_confusion",
     "fleiss_kappa",
+    "FleissSums",
     "krippendorff_alpha",
+    "coincidences",
+    "alpha_of_coincidences",
     "confusion",
     "per_label_precision_recall",
 ]
@@ -184,11 +189,19 @@ def cohen_kappa(
     """
     if weights not in _WEIGHTS:
         raise ValueError(f"weights={weights!r} is not one of None, 'linear', 'quadratic'")
-    cats, matrix = confusion(a, b, labels)
+    _, matrix = confusion(a, b, labels)
+    return kappa_of_confusion(matrix, weights=weights)
+
+
+def kappa_of_confusion(matrix: Sequence[Sequence[int]], *, weights: Weights = None) -> float | None:
+    """Cohen's kappa (:func:`cohen_kappa`) from the two raters' confusion matrix over the categories in scale order
+    (:func:`confusion`): the matrices of parts of the data add up, so their sum gives the kappa of the whole."""
+    if weights not in _WEIGHTS:
+        raise ValueError(f"weights={weights!r} is not one of None, 'linear', 'quadratic'")
     n = sum(map(sum, matrix))
     if n == 0:
         return None
-    k = len(cats)
+    k = len(matrix)
     rows = [sum(matrix[i]) for i in range(k)]
     cols = [sum(matrix[i][j] for i in range(k)) for j in range(k)]
     # sum(w * O) * n^2 and sum(w * E) * n^2, in integers.
@@ -284,22 +297,46 @@ def fleiss_kappa(ratings: Sequence[Sequence[Hashable | None]] | Any) -> float | 
     Raises:
         TypeError: when ``ratings`` is not a table of rows.
     """
-    units = [u for u in _units(ratings) if len(u) >= 2]
-    if not units:
-        return None
-    totals: Counter[Hashable] = Counter()
-    p_bar = 0.0
-    for unit in units:
-        counts = Counter(unit)
-        totals.update(counts)
-        m = len(unit)
-        p_bar += sum(c * (c - 1) for c in counts.values()) / (m * (m - 1))
-    p_bar /= len(units)
-    if len(totals) < 2:
-        return None
-    n_ratings = sum(totals.values())
-    p_e = sum((c / n_ratings) ** 2 for c in totals.values())
-    return (p_bar - p_e) / (1.0 - p_e)
+    return FleissSums.of(ratings).kappa()
+
+
+@dataclass(frozen=True)
+class FleissSums:
+    """What :func:`fleiss_kappa` is computed from (:meth:`kappa`): the units with 2 or more ratings, the sum of their
+    ``P_u`` and every category's count of ratings. Sums of parts of the data merge (:meth:`merge`) into the sums
+    of the whole."""
+
+    units: int = 0
+    agreement: float = 0.0
+    totals: tuple[tuple[Hashable, int], ...] = ()
+
+    @classmethod
+    def of(cls, ratings: Sequence[Sequence[Hashable | None]] | Any) -> FleissSums:
+        totals: Counter[Hashable] = Counter()
+        units, p_sum = 0, 0.0
+        for unit in _units(ratings):
+            if len(unit) < 2:
+                continue
+            counts = Counter(unit)
+            totals.update(counts)
+            m = len(unit)
+            p_sum += sum(c * (c - 1) for c in counts.values()) / (m * (m - 1))
+            units += 1
+        return cls(units, p_sum, tuple(totals.items()))
+
+    def merge(self, other: FleissSums) -> FleissSums:
+        totals = Counter(dict(self.totals))
+        totals.update(dict(other.totals))
+        return FleissSums(self.units + other.units, self.agreement + other.agreement, tuple(totals.items()))
+
+    def kappa(self) -> float | None:
+        """Fleiss' kappa from the sums (formula: :func:`fleiss_kappa`); None when undefined."""
+        counts = [c for _, c in self.totals if c]
+        if not self.units or len(counts) < 2:
+            return None
+        n_ratings = sum(counts)
+        p_e = sum((c / n_ratings) ** 2 for c in counts)
+        return (self.agreement / self.units - p_e) / (1.0 - p_e)
 
 
 def _delta2(level: Level, values: list[Hashable], margins: list[float]) -> list[list[float]]:
@@ -347,12 +384,37 @@ def krippendorff_alpha(ratings: Sequence[Sequence[Hashable | None]] | Any, *, le
     """
     if level not in _LEVELS:
         raise ValueError(f"level={level!r} is not one of {', '.join(_LEVELS)}")
-    units = [u for u in _units(ratings) if len(u) >= 2]
+    return alpha_of_coincidences(coincidences(ratings), level=level)
+
+
+def coincidences(ratings: Sequence[Sequence[Hashable | None]] | Any) -> dict[tuple[Hashable, Hashable], float]:
+    """Krippendorff's coincidence matrix of the ratings (units x raters), as ``{(c, k): o[c][k]}`` over the pairs of
+    values that occur: each unit with ``m_u >= 2`` ratings adds ``1 / (m_u - 1)`` for every ordered pair of its
+    ratings by different raters. The matrices of parts of the data add up to the whole's."""
+    o: dict[tuple[Hashable, Hashable], float] = {}
+    for unit in _units(ratings):
+        if len(unit) < 2:
+            continue
+        counts = Counter(unit)
+        share = 1.0 / (len(unit) - 1)
+        for c, nc in counts.items():
+            for d, nd in counts.items():
+                # ordered pairs of different raters: nc * nd, less the nc self-pairs on the diagonal
+                pairs = nc * nd - (nc if c == d else 0)
+                if pairs:
+                    o[(c, d)] = o.get((c, d), 0.0) + pairs * share
+    return o
+
+
+def alpha_of_coincidences(o: dict[tuple[Hashable, Hashable], float], *, level: Level = "nominal") -> float | None:
+    """Krippendorff's alpha (:func:`krippendorff_alpha`) from a coincidence matrix (:func:`coincidences`)."""
+    if level not in _LEVELS:
+        raise ValueError(f"level={level!r} is not one of {', '.join(_LEVELS)}")
+    values = list(dict.fromkeys(v for pair in o for v in pair))
     if level == "interval":
-        bad = [v for u in units for v in u if not isinstance(v, numbers.Real)]
+        bad = [v for v in values if not isinstance(v, numbers.Real)]
         if bad:
             raise TypeError(f"level='interval' needs numbers; got {bad[0]!r}. Map the labels to numbers first")
-    values = list(dict.fromkeys(v for u in units for v in u))
     if level == "ordinal":
         try:
             values = sorted(values)  # type: ignore[type-var]
@@ -363,20 +425,15 @@ def krippendorff_alpha(ratings: Sequence[Sequence[Hashable | None]] | Any, *, le
             ) from exc
     index = {v: i for i, v in enumerate(values)}
     k = len(values)
-    o = [[0.0] * k for _ in range(k)]
-    for unit in units:
-        counts = Counter(index[v] for v in unit)
-        share = 1.0 / (len(unit) - 1)
-        for c, nc in counts.items():
-            for d, nd in counts.items():
-                # ordered pairs of different raters: nc * nd, less the nc self-pairs on the diagonal
-                o[c][d] += (nc * nd - (nc if c == d else 0)) * share
-    margins = [sum(row) for row in o]
+    matrix = [[0.0] * k for _ in range(k)]
+    for (c, d), w in o.items():
+        matrix[index[c]][index[d]] += w
+    margins = [sum(row) for row in matrix]
     n = sum(margins)
     if n == 0:
         return None
     delta2 = _delta2(level, values, margins)
-    observed = sum(o[c][d] * delta2[c][d] for c in range(k) for d in range(k))
+    observed = sum(matrix[c][d] * delta2[c][d] for c in range(k) for d in range(k))
     expected = sum(margins[c] * margins[d] * delta2[c][d] for c in range(k) for d in range(k))
     if expected == 0:
         return None

@@ -33,11 +33,11 @@ from itertools import combinations
 from typing import Any
 
 from ..core.types import Status, metric_name_part
-from .agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
+from .agreement import FleissSums, alpha_of_coincidences, coincidences, confusion, kappa_of_confusion
 from .draws import Draws
 
-__all__ = ["NoiseSums", "noise_stats", "noise_sums", "noise_metrics", "panel_metrics", "draw_columns",
-           "escalation_metrics"]
+__all__ = ["NoiseSums", "PanelSums", "noise_stats", "noise_sums", "noise_metrics", "panel_sums", "panel_metrics",
+           "draw_columns", "escalation_metrics"]
 
 #: the normal quantile of the 95 % intervals here
 _Z = 1.959963984540054
@@ -150,34 +150,91 @@ def noise_metrics(sums: dict[str, list[NoiseSums]], judges: Sequence[str], repea
     return out
 
 
-def panel_metrics(draws: Draws) -> dict[str, float]:
-    """A panel's agreement and each judge's own mean, per output: ``<output>/panel/fleiss_kappa``,
-    ``<output>/panel/alpha``, ``<output>/panel/kappa/<a>__<b>`` and ``<output>/by_judge/<judge>/mean``. Nothing for
-    one judge; under a cascade, each judge's mean on the rows it scored (no agreement: they saw different rows)."""
-    if len(draws.judges) < 2:
-        return {}
-    out: dict[str, float] = {}
-    for name in draws.results:
-        per_judge = [draws.judge_values(name, j) for j in range(len(draws.judges))]
-        for label, values in zip(draws.judges, per_judge):
-            scored = [v for v in values if v is not None]
-            if scored:
-                out[f"{name}/by_judge/{metric_name_part(label)}/mean"] = math.fsum(scored) / len(scored)
-        if draws.cascade:
-            continue
-        levels = draws.on_levels(name)
+@dataclass(frozen=True)
+class PanelSums:
+    """What a panel's numbers for one output are computed from (:func:`panel_output_metrics`): each judge's sum and
+    count of scored values, the judges' coincidence matrix (Krippendorff's alpha), and -- while every value is a
+    category of ``scale`` -- Fleiss' sums and each pair of judges' confusion matrix. Sums of parts of the data merge
+    (:meth:`merge`), so an evaluation split over partitions logs the numbers one process would."""
+
+    levels: bool
+    means: tuple[tuple[float, int], ...]
+    coincidences: dict[tuple[Any, Any], float]
+    scale: tuple[float, ...] | None
+    fleiss: FleissSums
+    pairs: tuple[tuple[tuple[int, ...], ...], ...]
+
+    @classmethod
+    def of(cls, per_judge: Sequence[Sequence[float | None]], levels: bool) -> PanelSums:
         units = [list(row) for row in zip(*per_judge)]
         scale = _categories([v for values in per_judge for v in values if v is not None], levels)
-        alpha = krippendorff_alpha(units, level="ordinal" if levels else "interval")
+        means = tuple((math.fsum(v for v in vs if v is not None), sum(v is not None for v in vs)) for vs in per_judge)
+        pairs: tuple[tuple[tuple[int, ...], ...], ...] = ()
+        fleiss = FleissSums()
+        if scale is not None:
+            fleiss = FleissSums.of(units)
+            pairs = tuple(tuple(tuple(row) for row in confusion(a, b, labels=list(scale))[1])
+                          for a, b in combinations(per_judge, 2))
+        return cls(levels, means, coincidences(units), tuple(scale) if scale else None, fleiss, pairs)
+
+    def merge(self, other: PanelSums) -> PanelSums:
+        o = dict(self.coincidences)
+        for key, w in other.coincidences.items():
+            o[key] = o.get(key, 0.0) + w
+        means = tuple((a[0] + b[0], a[1] + b[1]) for a, b in zip(self.means, other.means))
+        if self.scale is None or self.scale != other.scale:  # a part with a continuous value: no categories
+            return PanelSums(self.levels, means, o, None, FleissSums(), ())
+        pairs = tuple(tuple(tuple(x + y for x, y in zip(ra, rb)) for ra, rb in zip(ma, mb))
+                      for ma, mb in zip(self.pairs, other.pairs))
+        return PanelSums(self.levels, means, o, self.scale, self.fleiss.merge(other.fleiss), pairs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"levels": self.levels, "means": [list(m) for m in self.means],
+                "coincidences": [[c, d, w] for (c, d), w in self.coincidences.items()],
+                "scale": list(self.scale) if self.scale is not None else None,
+                "fleiss": [self.fleiss.units, self.fleiss.agreement, [list(t) for t in self.fleiss.totals]],
+                "pairs": [[list(row) for row in m] for m in self.pairs]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PanelSums:
+        units, agreement, totals = d["fleiss"]
+        return cls(d["levels"], tuple((float(a), int(b)) for a, b in d["means"]),
+                   {(c, k): float(w) for c, k, w in d["coincidences"]},
+                   tuple(d["scale"]) if d["scale"] is not None else None,
+                   FleissSums(int(units), float(agreement), tuple((v, int(c)) for v, c in totals)),
+                   tuple(tuple(tuple(int(x) for x in row) for row in m) for m in d["pairs"]))
+
+
+def panel_sums(draws: Draws) -> dict[str, PanelSums]:
+    """Per judged output of a panel (or a cascade), its :class:`PanelSums`; empty for one judge."""
+    if len(draws.judges) < 2:
+        return {}
+    return {name: PanelSums.of([draws.judge_values(name, j) for j in range(len(draws.judges))],
+                               draws.on_levels(name)) for name in draws.results}
+
+
+def panel_metrics(sums: dict[str, PanelSums], judges: Sequence[str], cascade: bool) -> dict[str, float]:
+    """A panel's agreement and each judge's own mean, per output: ``<output>/by_judge/<judge>/mean``,
+    ``<output>/panel/alpha`` and, where the values are categories, ``<output>/panel/fleiss_kappa`` and
+    ``<output>/panel/kappa/<a>__<b>``. Under a cascade, each judge's mean on the rows it scored (no agreement: the
+    judges saw different rows)."""
+    out: dict[str, float] = {}
+    for name, ps in sums.items():
+        for label, (total, n) in zip(judges, ps.means):
+            if n:
+                out[f"{name}/by_judge/{metric_name_part(label)}/mean"] = total / n
+        if cascade:
+            continue
+        alpha = alpha_of_coincidences(ps.coincidences, level="ordinal" if ps.levels else "interval")
         if alpha is not None:
             out[f"{name}/panel/alpha"] = alpha
-        if scale is None:  # a continuous score (a share of claims): no categories to count agreement on
+        if ps.scale is None:  # a continuous score (a share of claims): no categories to count agreement on
             continue
-        fleiss = fleiss_kappa(units)
+        fleiss = ps.fleiss.kappa()
         if fleiss is not None:
             out[f"{name}/panel/fleiss_kappa"] = fleiss
-        for (a, va), (b, vb) in combinations(zip(draws.judges, per_judge), 2):
-            kappa = cohen_kappa(va, vb, weights="quadratic" if levels else None, labels=scale)
+        for (a, b), matrix in zip(combinations(judges, 2), ps.pairs):
+            kappa = kappa_of_confusion(matrix, weights="quadratic" if ps.levels else None)
             if kappa is not None:
                 out[f"{name}/panel/kappa/{metric_name_part(a)}__{metric_name_part(b)}"] = kappa
     return out

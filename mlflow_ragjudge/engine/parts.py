@@ -8,9 +8,10 @@ the data and computes the run's metrics from the totals with the same functions 
 uses -- a mean is the sum of the scored values over their number, never a mean of the parts' means.
 
 What needs every row at once is not split: meta-evaluation and calibrated estimates (human labels), and multi-turn
-(its finish reads the conversations); :func:`check_splittable` refuses them before anything runs. With repeats, each
-part hands back its judge-noise sums (:class:`~.noise.NoiseSums`); a panel's agreement (kappa, alpha) is not merged
-over parts: a split run logs each judge's scores and the panel's, not their agreement (docs/judge-noise.md)."""
+(its finish reads the conversations); :func:`check_splittable` refuses them before anything runs. With repeats or a
+panel, each part hands back its judge-noise and agreement sums too (:class:`~.noise.NoiseSums`,
+:class:`~.noise.PanelSums`: coincidences, confusion matrices, Fleiss' sums), which add up to the numbers one process
+logs (docs/judge-noise.md)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ..metrics.spec import get_metric
 from .aggregate import OutputSummary, run_metrics, usage_metrics
 from .config import RagJudgeConfig
 from .evaluate import EvalOutput, _evaluate
-from .noise import NoiseSums, noise_metrics, noise_sums
+from .noise import NoiseSums, PanelSums, noise_metrics, noise_sums, panel_metrics, panel_sums
 from .prepare import run_prepare_hooks
 from .validate import validate
 
@@ -96,7 +97,9 @@ def part_summary(out: EvalOutput, first_row: int, usage: dict[str, Any] | None =
         # a run with repeats: each judge's judge-noise sums per output (they add up over parts)
         "noise": {name: [astuple(j) for j in per_judge] for name, per_judge in noise_sums(out.draws).items()}
         if out.draws is not None else {},
-        "draws": {"judges": out.draws.judges, "repeats": out.draws.repeats} if out.draws is not None else None,
+        "panel": {name: ps.to_json() for name, ps in panel_sums(out.draws).items()} if out.draws is not None else {},
+        "draws": {"judges": out.draws.judges, "repeats": out.draws.repeats, "cascade": out.draws.cascade}
+        if out.draws is not None else None,
     }
 
 
@@ -136,7 +139,11 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
     prompt_versions: dict[str, str] = {}
     params: dict[str, str] = {}
     noise: dict[str, list[NoiseSums]] = {}
+    panel: dict[str, PanelSums] = {}
     for p in parts:
+        for name, d in (p.get("panel") or {}).items():
+            ps = PanelSums.from_json(d)
+            panel[name] = panel[name].merge(ps) if name in panel else ps
         for name, per_judge in (p.get("noise") or {}).items():
             sums = [NoiseSums(*j) for j in per_judge]
             noise[name] = [a.merge(b) for a, b in zip(noise[name], sums)] if name in noise else sums
@@ -173,5 +180,7 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
     drawn = next((p["draws"] for p in parts if p.get("draws")), None)
     if drawn is not None and noise:
         metrics.update(noise_metrics(noise, drawn["judges"], drawn["repeats"]))
+    if drawn is not None and panel:
+        metrics.update(panel_metrics(panel, drawn["judges"], drawn.get("cascade", False)))
     return Merged(metrics, failures, skipped, params, n_rows, usage, by_metric, prompt_versions,
                   sum(float(p["seconds"]) for p in parts), merged)
