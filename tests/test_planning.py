@@ -198,6 +198,15 @@ def test_draws_with_nulls_unbalanced_repeats_and_rows_without_a_score():
     assert c.between == pytest.approx(np.var(means, ddof=1) - 1.0 * np.mean([1 / 2, 1 / 3, 1 / 2]))
 
 
+def test_a_panels_run_is_planned_from_its_first_judges_draws():
+    # two judges x 2 repeats, judge-major: the second judge (another model) reads every row two levels higher
+    table = pd.DataFrame({"row_id": ["a", "b"], "x/score": [2.0, 4.0], "x/status": ["scored", "scored"],
+                          "x/draws": ["[1, 3, 3, 5]", "[4, 4, 6, 6]"]})
+    out = EvalOutput(metrics={}, table=table, results={}, transcripts=[], params={},
+                     config={"draws": {"judges": ["m1", "m2"], "repeats": 2, "cascade": False}})
+    assert row_draws(out, "x").to_dict() == {"a": [1.0, 3.0], "b": [4.0, 4.0]}
+
+
 def test_without_a_draws_column_the_runs_own_judge_variance_metrics_are_used():
     out = _run_output(n=100)
     out.table = out.table.drop(columns=["correctness/draws"])

@@ -87,7 +87,8 @@ def row_draws(out: EvalOutput, metric: str) -> pd.Series:
     """Each scored row's draws for ``metric``: row id -> list of values (one value per row without repeats).
 
     Rows with no scored draw (failed, abstained) are left out. Without a ``<metric>/draws`` column the row's score is
-    its one draw (a failed or abstained row -- status other than ``scored`` -- has none).
+    its one draw (a failed or abstained row -- status other than ``scored`` -- has none). A panel's run: the first
+    judge's draws only (the run's ``draws`` record names the judges and the repeats).
     """
     t = out.table
     ids = t["row_id"].astype(str) if "row_id" in t.columns else pd.Series([str(i) for i in range(len(t))])
@@ -95,9 +96,19 @@ def row_draws(out: EvalOutput, metric: str) -> pd.Series:
     if f"{metric}/status" in t.columns:
         score = score.where(t[f"{metric}/status"].astype(str) == "scored")
     draws_col = t[f"{metric}/draws"] if f"{metric}/draws" in t.columns else None
+    # a panel's (or cascade's) draws are judge by judge: the first judge's are the run judge's noise, the others'
+    # differ by more than noise (another model), so they are left out here
+    drawn = out.config.get("draws") or {}
+    first = int(drawn.get("repeats") or 0) if len(drawn.get("judges") or ()) > 1 else 0
     values: dict[str, list[float]] = {}
     for i in range(len(t)):
-        got = _draw_values(draws_col.iloc[i]) if draws_col is not None else None
+        cell = draws_col.iloc[i] if draws_col is not None else None
+        if first and isinstance(cell, str):
+            try:
+                cell = json.loads(cell)[:first]
+            except (ValueError, TypeError):
+                cell = None
+        got = _draw_values(cell) if draws_col is not None else None
         if got is None:
             s = score.iloc[i]
             got = [float(s)] if pd.notna(s) else []
