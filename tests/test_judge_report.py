@@ -326,3 +326,20 @@ def test_nq301_gpt4_against_the_human_majority(tmp_tracking: str, tmp_path: Path
     assert "agreement 0.8486 (1256/1480)" in text and "disagreements: 224 rows" in text
     logged = mlflow.get_run(run_id).data.metrics
     assert logged["judge_report/gpt4/n"] == 1480 and logged["judge_report/gpt4/n_disagree"] == 224
+
+
+def test_a_panel_runs_self_consistency_is_the_first_judges_over_its_own_repeats(tmp_tracking: str,
+                                                                                 tmp_path: Path) -> None:
+    # two judges x 2 repeats, judge-major in the draws column (as the engine writes it): the second judge always
+    # says 1 where the first says 5, which is disagreement between judges, not the first judge's flipping
+    table = pd.DataFrame({"row_id": ["a", "b", "c"], "correctness/score": [5, 4, 3],
+                          "correctness/status": ["scored"] * 3, "correctness/justification": [""] * 3,
+                          "correctness/draws": ["[5, 5, 1, 1]", "[4, 3, 2, 2]", "[3, 3, 3, 3]"]})
+    out = EvalOutput(metrics={}, table=table, results={}, transcripts=[], params={},
+                     config={"draws": {"judges": ["m1", "m2"], "repeats": 2, "cascade": False}})
+    with mlflow.start_run() as run:
+        log_output(out, run.info.run_id, traces=False)
+    s = judge_report(run.info.run_id, _labels(tmp_path, {"a": 5, "b": 4, "c": 3}, "correctness"),
+                     metric="correctness", log=False).self_consistency
+    assert s is not None and (s["rows"], s["draws"]) == (3, 2)
+    assert s["flip_rate"] == pytest.approx(1 / 3)  # only b's two draws (4, 3) differ

@@ -403,6 +403,18 @@ def _draws(cell: Any) -> list[Any]:
     return list(cell) if isinstance(cell, (list, tuple)) else []
 
 
+def _first_judges_draws(table: pd.DataFrame, drawn: dict[str, Any]) -> pd.DataFrame:
+    """A panel's (or cascade's) table with each ``<metric>/draws`` cell cut to the first judge's draws: its
+    self-consistency is over one judge's repeats (the judges' agreement is the panel's, reported apart)."""
+    repeats = int(drawn.get("repeats") or 0)
+    if len(drawn.get("judges") or ()) < 2 or not repeats:
+        return table
+    table = table.copy()
+    for column in [c for c in table.columns if c.endswith("/draws")]:
+        table[column] = [json.dumps(_draws(cell)[:repeats]) for cell in table[column]]
+    return table
+
+
 def _self_consistency(table: pd.DataFrame, metric: str, scale: _Scale) -> dict[str, Any] | None:
     """Agreement of the judge with itself across repeated draws, over every row with 2 or more scored draws."""
     column = f"{metric}/draws"
@@ -526,7 +538,7 @@ def judge_report(run_id: str, labels: Any = None, *, metric: str | None = None, 
         InputError: an unknown run, metric, row id column or row id, a label off the scale; nothing is logged.
     """
     out = _load_run(run_id)
-    table = out.table
+    table = _first_judges_draws(out.table, out.config.get("draws") or {})
     frame, source = _read_labels(labels) if labels is not None else (None, "human feedback on the run's traces")
     metric = _pick_metric(table, metric, frame, run_id)
     scale = _scale_of_metric(table, metric, threshold)
