@@ -213,9 +213,10 @@ def schedule_draws(checked: Checked, plan: Plan) -> tuple[PerRow, Draws]:
         _escalate(checked, plan, judged, names, draws)
     for spec in judged:
         out[spec.name] = [{} for _ in rows]
+        escalated = set(draws.escalated.get(spec.name, ()))
         for name in names.get(spec.name, []):
             for i, per_judge in enumerate(draws.results[name]):
-                out[spec.name][i][name] = _row_result(draws, name, per_judge, i in draws.escalated.get(spec.name, ()))
+                out[spec.name][i][name] = _row_result(draws, name, per_judge, i in escalated)
     return out, draws
 
 
