@@ -389,3 +389,57 @@ def test_a_panels_agreement_split_over_parts_adds_up_to_the_whole():
     panel = {k: v for k, v in whole.metrics.items() if "/panel/" in k or "/by_judge/" in k}
     assert len(panel) == 8  # alpha, Fleiss, three pairs, three judges' means
     assert {k: merged[k] for k in panel} == pytest.approx(panel)
+
+
+def test_repeats_on_a_plain_text_server_score_every_row_with_each_draw(fake_llm, monkeypatch):
+    """A server that refuses any response_format and answers in prose-wrapped JSON: the connection negotiates down
+    to plain text once, and every draw of every row is scored; the draws are still distinct requests (their seeds)."""
+    from compliant_model import CompliantModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-noise-text-1")
+    fake_llm.set_handler(CompliantModel("text"))
+    uri = f"openai:/text-judge?base_url={fake_llm.openai_base_url}"
+    out = evaluate_frame(_rows(10), judge=uri, metrics=["correctness"], repeats=2, context_mode="none", cache=False,
+                         progress=False)
+    assert out.metrics["correctness/n_failed"] == 0 and out.metrics["correctness/repeats"] == 2
+    sent = [r for r in fake_llm.requests_for("openai_chat") if r.response_format is None]
+    assert len(sent) == 20 and {r._get("seed") for r in sent} == {None, 1}
+    assert all(len(json.loads(d)) == 2 for d in out.table["correctness/draws"])
+
+
+def test_a_panel_with_repeats_and_its_judge_report_on_a_real_mlflow_server_in_a_named_experiment(
+        fake_llm, monkeypatch, mlflow_server, tmp_path, capsys):
+    import mlflow
+    from compliant_model import CompliantModel
+
+    from mlflow_ragjudge.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-panel-srv-1")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    fake_llm.set_handler(CompliantModel("json_schema"))
+    data = tmp_path / "rows.jsonl"
+    _rows(6).to_json(data, orient="records", lines=True)
+    url = fake_llm.openai_base_url
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(mlflow_server)
+    try:
+        rc = main(["evaluate", str(data), "--judge", f"openai:/judge-a?base_url={url}", "--judge",
+                   f"openai:/judge-b?base_url={url}", "--repeats", "2", "--metrics", "correctness",
+                   "--context-mode", "none", "--no-cache", "--experiment", "panel-on-a-server",
+                   "--run-name", "panel"])
+        assert rc == 0, capsys.readouterr()
+        exp = mlflow.get_experiment_by_name("panel-on-a-server")
+        run = mlflow.search_runs(experiment_ids=[exp.experiment_id], output_format="list")[0]
+        assert {"correctness/flip_rate", "correctness/panel/alpha"} <= set(run.data.metrics)
+        traces = mlflow.search_traces(run_id=run.info.run_id, return_type="list")
+        assert len(traces) == 6
+        assert any(a.name == "correctness@judge-b" for t in traces for a in t.info.assessments)
+        table = load_output(run.info.run_id).table
+        labels = tmp_path / "labels.csv"
+        pd.DataFrame({"row_id": table["row_id"], "correctness": [5, 4, 3, 2, 1, 5]}).to_csv(labels, index=False)
+        assert main(["judge-report", run.info.run_id, "--labels", str(labels)]) == 0
+        metrics = mlflow.get_run(run.info.run_id).data.metrics
+        assert metrics["judge_report/correctness/n"] == (table["correctness/score"].notna()).sum()
+        assert main(["plan", run.info.run_id, "--metric", "correctness", "--width", "0.5"]) == 0
+    finally:
+        mlflow.set_tracking_uri(before)
