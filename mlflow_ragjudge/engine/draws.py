@@ -30,7 +30,7 @@ from .select import gate_metric_name
 from .validate import Checked
 
 __all__ = ["Draws", "schedule_draws", "combine", "combine_draws", "combined_value", "has_draws", "rule_for",
-           "on_levels"]
+           "on_levels", "spread"]
 
 PerRow = dict[str, list[dict[str, JudgeResult]]]
 
@@ -106,12 +106,17 @@ def combine_draws(per_draw: Sequence[dict[str, JudgeResult]], rule: str, levels:
         results = [d[name] for d in per_draw if name in d]
         row = combine(results, rule_for(rule, name, levels))
         values = [r.value if r.status is Status.SCORED else None for r in results]
-        scored = [float(v) for v in values if v is not None]
-        mean = math.fsum(scored) / len(scored) if scored else 0.0
-        spread = math.sqrt(math.fsum((v - mean) ** 2 for v in scored) / (len(scored) - 1)) if len(scored) > 1 else None
-        row.details = {**row.details, "draws": values, "spread": spread}
+        row.details = {**row.details, "draws": values, "spread": spread([float(v) for v in values if v is not None])}
         out[name] = row
     return out
+
+
+def spread(values: Sequence[float]) -> float | None:
+    """The sample standard deviation of a row's scored draws (None for fewer than two)."""
+    if len(values) < 2:
+        return None
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def has_draws(checked: Checked) -> bool:

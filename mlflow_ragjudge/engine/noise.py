@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core.types import Status, metric_name_part
 from .agreement import FleissSums, alpha_of_coincidences, coincidences, confusion, kappa_of_confusion
-from .draws import Draws
+from .draws import Draws, spread
 
 __all__ = ["NoiseSums", "PanelSums", "noise_stats", "noise_sums", "noise_metrics", "panel_sums", "panel_metrics",
            "draw_columns", "escalation_metrics"]
@@ -279,7 +279,7 @@ def draw_columns(draws: Draws, n_rows: int) -> dict[str, list[Any]]:
         if draws.repeats > 1:
             scored = [[x for x in v if x is not None] for v in values]
             cols[f"{name}/draws_mean"] = [math.fsum(v) / len(v) if v else None for v in scored]
-            cols[f"{name}/spread"] = [_sd(v) for v in scored]
+            cols[f"{name}/spread"] = [spread(v) for v in scored]
         if len(draws.judges) > 1:
             for j, label in enumerate(draws.judges):
                 cols[f"{name}/score@{label}"] = draws.judge_values(name, j)
@@ -287,10 +287,3 @@ def draw_columns(draws: Draws, n_rows: int) -> dict[str, list[Any]]:
         chosen = set(rows)
         cols[f"{metric}/escalated"] = [i in chosen for i in range(n_rows)]
     return cols
-
-
-def _sd(values: Sequence[float]) -> float | None:
-    if len(values) < 2:
-        return None
-    mean = math.fsum(values) / len(values)
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
