@@ -14,6 +14,7 @@ cascade's second judge then scores only the rows its first judge was unsure abou
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from .select import gate_metric_name
 from .validate import Checked
 
 __all__ = ["Draws", "schedule_draws", "combine", "combine_draws", "combined_value", "has_draws", "rule_for",
-           "on_levels", "spread"]
+           "on_levels", "spread", "read_draws"]
 
 PerRow = dict[str, list[dict[str, JudgeResult]]]
 
@@ -109,6 +110,25 @@ def combine_draws(per_draw: Sequence[dict[str, JudgeResult]], rule: str, levels:
         row.details = {**row.details, "draws": values, "spread": spread([float(v) for v in values if v is not None])}
         out[name] = row
     return out
+
+
+def read_draws(cell: Any, record: dict[str, Any] | None = None) -> list[Any] | None:
+    """One ``<output>/draws`` cell of a run's per-row table as a list (it is JSON text in a logged table); None when
+    it holds no list. With the run's ``draws`` record (``EvalOutput.config["draws"]``) of a panel or a cascade, only
+    the first judge's draws: the cell lists them judge by judge, ``repeats`` each, and another judge's values differ
+    by more than that judge's noise."""
+    if isinstance(cell, str):
+        try:
+            cell = json.loads(cell)
+        except ValueError:
+            return None
+    if not isinstance(cell, (list, tuple)) and not hasattr(cell, "tolist"):
+        return None
+    values = list(cell.tolist() if hasattr(cell, "tolist") else cell)
+    record = record or {}
+    if len(record.get("judges") or ()) > 1 and record.get("repeats"):
+        values = values[: int(record["repeats"])]
+    return values
 
 
 def spread(values: Sequence[float]) -> float | None:

@@ -50,6 +50,7 @@ from ..engine.agreement import (
     krippendorff_alpha,
     per_label_precision_recall,
 )
+from ..engine.draws import read_draws
 from .calibration import scale_of
 from .calibration_traces import _human_labels_on_traces, _traces
 
@@ -395,23 +396,17 @@ def _judge_outcomes(table: pd.DataFrame, metric: str, scale: _Scale) -> tuple[li
 
 
 def _draws(cell: Any) -> list[Any]:
-    if isinstance(cell, str):
-        try:
-            cell = json.loads(cell)
-        except ValueError:
-            return []
-    return list(cell) if isinstance(cell, (list, tuple)) else []
+    return read_draws(cell) or []
 
 
 def _first_judges_draws(table: pd.DataFrame, drawn: dict[str, Any]) -> pd.DataFrame:
     """A panel's (or cascade's) table with each ``<metric>/draws`` cell cut to the first judge's draws: its
     self-consistency is over one judge's repeats (the judges' agreement is the panel's, reported apart)."""
-    repeats = int(drawn.get("repeats") or 0)
-    if len(drawn.get("judges") or ()) < 2 or not repeats:
+    if len(drawn.get("judges") or ()) < 2:
         return table
     table = table.copy()
     for column in [c for c in table.columns if c.endswith("/draws")]:
-        table[column] = [json.dumps(_draws(cell)[:repeats]) for cell in table[column]]
+        table[column] = [json.dumps(read_draws(cell, drawn) or []) for cell in table[column]]
     return table
 
 

@@ -26,7 +26,6 @@ Where the numbers come from:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +37,7 @@ from ..adapters import tracking
 from ..adapters.run_load import load_output
 from ..core.constants import is_offline_judge
 from ..core.errors import InputError, TooFewLabels
+from ..engine.draws import read_draws
 from ..engine.evaluate import EvalOutput
 from ..engine.planning import (
     DEFAULT_REPEATS,
@@ -61,17 +61,14 @@ def _check_metric(out: EvalOutput, metric: str, where: str) -> None:
                          f"{', '.join(have) or 'none'}. Pass one of them, e.g. --metric {have[0] if have else 'NAME'}.")
 
 
-def _draw_values(cell: Any) -> list[float] | None:
-    """One ``<output>/draws`` cell as its scored draws (nulls dropped); None when the cell holds no list."""
-    if isinstance(cell, str):
-        try:
-            cell = json.loads(cell)
-        except ValueError:
-            return None
-    if not isinstance(cell, (list, tuple, np.ndarray)):
+def _draw_values(cell: Any, record: dict[str, Any] | None = None) -> list[float] | None:
+    """One ``<output>/draws`` cell as its scored draws (nulls dropped; a panel's: the first judge's); None when the
+    cell holds no list."""
+    values = read_draws(cell, record)
+    if values is None:
         return None
     out = []
-    for v in cell:
+    for v in values:
         if v is None or isinstance(v, bool):
             continue
         try:
@@ -96,19 +93,10 @@ def row_draws(out: EvalOutput, metric: str) -> pd.Series:
     if f"{metric}/status" in t.columns:
         score = score.where(t[f"{metric}/status"].astype(str) == "scored")
     draws_col = t[f"{metric}/draws"] if f"{metric}/draws" in t.columns else None
-    # a panel's (or cascade's) draws are judge by judge: the first judge's are the run judge's noise, the others'
-    # differ by more than noise (another model), so they are left out here
     drawn = out.config.get("draws") or {}
-    first = int(drawn.get("repeats") or 0) if len(drawn.get("judges") or ()) > 1 else 0
     values: dict[str, list[float]] = {}
     for i in range(len(t)):
-        cell = draws_col.iloc[i] if draws_col is not None else None
-        if first and isinstance(cell, str):
-            try:
-                cell = json.loads(cell)[:first]
-            except (ValueError, TypeError):
-                cell = None
-        got = _draw_values(cell) if draws_col is not None else None
+        got = _draw_values(draws_col.iloc[i], drawn) if draws_col is not None else None
         if got is None:
             s = score.iloc[i]
             got = [float(s)] if pd.notna(s) else []
