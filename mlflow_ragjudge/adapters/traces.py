@@ -117,7 +117,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _owners() -> dict[str, Any]:
+def metric_owners() -> dict[str, Any]:
     """Result name -> the metric spec that produces it."""
     owners: dict[str, Any] = {}
     for spec in all_specs():
@@ -126,7 +126,7 @@ def _owners() -> dict[str, Any]:
     return owners
 
 
-def _spec_for(name: str, owners: dict[str, Any]) -> Any:
+def spec_for(name: str, owners: dict[str, Any]) -> Any:
     if name in owners:
         return owners[name]
     base = name.split("_")[0]  # correctness_<mode> (several context modes in one run)
@@ -168,7 +168,16 @@ def feedback_for(name: str, value: Any, res: JudgeResult | None, spec: Any, judg
                     error=error, metadata=meta)
 
 
-def _row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, Any], judge: str | None,
+def call_ids(transcripts: Sequence[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
+    """(metric, row) -> the ids of its judge calls in the transcripts (a Feedback's ``ragjudge.call_ids``)."""
+    calls: dict[tuple[str, int], list[str]] = {}
+    for rec in transcripts:
+        if rec.get("call_id"):
+            calls.setdefault((rec.get("metric", ""), int(rec.get("row", -1))), []).append(str(rec["call_id"]))
+    return calls
+
+
+def row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, Any], judge: str | None,
                      run_id: str, calls: dict[tuple[str, int], list[str]], user: str) -> list[Any]:
     found = []
     for col in table.columns:
@@ -177,12 +186,12 @@ def _row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, An
             value = _plain(table[col].iloc[i])
             if value is None:  # this judge gave no score here (or was not asked: a cascade): the row's own says why
                 continue
-            found.append(feedback_for(f"{name}@{label}", value, None, _spec_for(name, owners), label, run_id, []))
+            found.append(feedback_for(f"{name}@{label}", value, None, spec_for(name, owners), label, run_id, []))
             continue
         if not col.endswith("/score"):
             continue
         name = col[: -len("/score")]
-        spec = _spec_for(name, owners)
+        spec = spec_for(name, owners)
         res_list = out.results.get(name)
         res = res_list[i] if res_list is not None and i < len(res_list) else None
         value = _plain(table[col].iloc[i])
@@ -293,7 +302,7 @@ def _row_trace(i: int, table: pd.DataFrame, row: Row | None, experiment_id: str,
 # --------------------------------------------------------------------------- writing
 
 
-def _user() -> str:
+def user_name() -> str:
     try:
         return getpass.getuser() or "unknown"
     except Exception:  # no user name in a container
@@ -326,19 +335,16 @@ def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACE
     mclient = MlflowClient()
     experiment_id = mclient.get_run(run_id).info.experiment_id
     client = TracingClient(mclient.tracking_uri)
-    owners = _owners()
+    owners = metric_owners()
     judge = out.config.get("judge") if isinstance(out.config.get("judge"), str) else None
-    calls: dict[tuple[str, int], list[str]] = {}
-    for rec in out.transcripts:
-        if rec.get("call_id"):
-            calls.setdefault((rec.get("metric", ""), int(rec.get("row", -1))), []).append(str(rec["call_id"]))
+    calls = call_ids(out.transcripts)
     rows = list(getattr(out, "rows", None) or [])
-    user = _user()
+    user = user_name()
     now_ms = int(time.time() * 1000)
     traces = []
     for i in picked:
         k = local[i]  # the row's place in ``out``; ``i`` its index in the run
-        assessments = _row_assessments(k, table, out, owners, judge, run_id, calls, user)
+        assessments = row_assessments(k, table, out, owners, judge, run_id, calls, user)
         step = pipeline[k] if pipeline is not None and k < len(pipeline) else None
         # a millisecond apart, so that MLflow's trace list (newest first, or oldest) keeps the rows' order
         traces.append(_row_trace(k, table, rows[k] if k < len(rows) else None, experiment_id, run_id, assessments,

@@ -51,6 +51,7 @@ from .exits import (
 )
 from .judge_report import judge_report_command
 from .labels import labels_command, log_saved_command
+from .monitor import monitor_command
 from .parser import build_parser
 from .planning import plan_command
 from .reading import load_plugins, read_grid, read_table
@@ -124,6 +125,8 @@ def _main(argv: list[str]) -> int:
             return estimate_command(args)
         elif args.command == "plan":
             return plan_command(args)
+        elif args.command == "monitor":
+            return monitor_command(args)
         else:
             return quickstart_command(args)
     except Interrupted as e:

@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         _log_saved,
         _judge_report,
         _plan,
+        _monitor,
     ):
         add(sub)
     return parser
@@ -307,6 +308,58 @@ def _plan(sub: argparse._SubParsersAction) -> None:
     goal.add_argument("--detect", type=float, help="detect a difference this large between two variants, e.g. 0.1")
     p.add_argument("--power", type=float, default=0.8, help="with --detect: the power (default 0.8)")
     p.add_argument("--alpha", type=float, default=0.05, help="error level (default 0.05: 95%% intervals)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+def _monitor(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "monitor",
+        help="judge the traces a running app logs to an MLflow experiment, attach the judgments to those traces, "
+        "log a run per pass with the trend, calibrate with human feedback, gate (docs/monitoring.md)",
+    )
+    p.add_argument("--experiment", required=True, help="the app's experiment (name or id), where its traces are")
+    p.add_argument("--judge", action="append",
+                   help=f"judge model URI (default: {DEFAULT_OFFLINE_JUDGE}, the offline judge, no LLM); repeat it "
+                        "for a panel")
+    judge_noise_options(p)
+    p.add_argument("--metrics", help="comma-separated metrics (default: faithfulness, answer_relevancy, "
+                                     "context_relevance: those that need no reference answer)")
+    p.add_argument("--filter", dest="filter_string", metavar="FILTER",
+                   help="an MLflow trace filter the traces must match too, e.g. \"tags.env = 'prod'\"")
+    p.add_argument("--since", help="look at traces from this time on: an ISO time (UTC unless it says) or a duration "
+                                   "back from now (2h, 7d); later passes go on from the watermark")
+    p.add_argument("--sample", help="RATE in (0, 1): keep each new trace with that probability (a seeded hash of "
+                                    "its id); N: judge N of the new traces per pass (default: every new trace)")
+    p.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    p.add_argument("--max-traces", type=int, default=200, metavar="N",
+                   help="traces judged per pass at most, newest first; the rest wait for the next pass (default 200)")
+    p.add_argument("--every", help="run a pass every DURATION (30s, 10m, 1h) until stopped (Ctrl-C / SIGTERM); "
+                                   "default: one pass")
+    p.add_argument("--passes", type=int, metavar="N", help="with --every: stop after N passes")
+    p.add_argument("--settle", type=float, default=300.0, metavar="SECONDS",
+                   help="how far behind the newest trace the next pass looks again, for traces written late "
+                        "(default 300)")
+    p.add_argument("--fail-under", action="append", metavar="METRIC=VALUE",
+                   help="gate on each pass: exit 4 when METRIC's 95%% interval lies below VALUE, 6 when it "
+                        "straddles it")
+    p.add_argument("--gate-rule", choices=("interval", "point"), help="how --fail-under decides (default interval)")
+    p.add_argument("--max-drop", action="append", metavar="METRIC=DROP",
+                   help="with --baseline: exit 4 when METRIC fell by more than DROP against the baseline pass "
+                        "(the whole 95%% interval of the change below -DROP), 6 when undecided")
+    p.add_argument("--baseline", metavar="RUN|first|previous",
+                   help="the pass to compare with for --max-drop: a monitor pass's run id, the monitor's first "
+                        "pass, or the previous one")
+    p.add_argument("--retriever-spans", default="all",
+                   help="which RETRIEVER spans give the contexts: all (default), first, last, or span names, "
+                        "comma-separated")
+    p.add_argument("--language", help="judge prompt language (en, ja)")
+    p.add_argument("--context-mode", choices=list(CONTEXT_MODES))
+    p.add_argument("--embeddings", metavar="URI", help="embedding model for answer relevancy")
+    p.add_argument("--config", help="extra evaluator_config as a JSON object")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
+    p.add_argument("--max-concurrency", type=int)
+    p.add_argument("--batch", action="store_true", help="send the judge calls through the provider's batch API")
+    plugin_option(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
 
 

@@ -455,13 +455,10 @@ def aggregate_run(checked: Checked, plan: Plan, per_row: dict[str, list[dict[str
     metrics_out.update(calibrated)
     usage, judge_metrics = _usage(client, [c for _, c in plan.judges[1:]])
     metrics_out.update(judge_metrics)
-    prompt_versions: dict[str, str] = {}
-    for spec in specs:
-        if spec.prompt_versions is not None:
-            prompt_versions.update(spec.prompt_versions(plan.states[spec.name]))
     record, params = run_record(cfg, plan, len(checked.rows), skipped)
+    prompt_versions = record["prompt_versions"]
     record.update({
-        "prompt_versions": prompt_versions, "usage": usage, "seconds": round(seconds, 3), "failures": failures,
+        "usage": usage, "seconds": round(seconds, 3), "failures": failures,
         "cache": (client.cache.status() if client.cache is not None else {"mode": "off"}) if client else None,
         "text_repairs": checked.repairs.items, "metric_name_parts": checked.renamed, "calibration": calibration,
     })

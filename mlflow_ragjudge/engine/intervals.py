@@ -13,6 +13,10 @@ sampling of the questions and the judge's randomness both.
 A ``fail_under`` gate (:func:`decide_gate`) on that interval passes when its lower bound is at least the threshold,
 fails when its upper bound is below it, and is undecided in between, with how many more rows (or repeats) would
 decide it; the point rule (the mean against the threshold) stays available by name (``gate_rule="point"``).
+
+The difference of two samples' means (:func:`difference_interval`, a monitor's drop test against a baseline) is
+paired where the same questions recur in both -- the t-interval of the per-question differences -- and otherwise
+Welch's unpaired interval, with the Welch-Satterthwaite degrees of freedom.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from ..core.types import Aggregate
 
 __all__ = ["LEVEL", "GATE_RULES", "MeanInterval", "mean_interval", "t_quantile", "more_rows", "more_repeats",
-           "decide_gate", "gate_status"]
+           "decide_gate", "gate_status", "difference_interval", "MIN_PAIRS"]
 
 #: the level of every interval a run logs (``<name>/ci_low``, ``<name>/ci_high``) and its gates use
 LEVEL = 0.95
@@ -155,3 +159,36 @@ def gate_status(gate: list[dict[str, Any]]) -> str | None:
         return None
     outcomes = {g.get("outcome", "pass" if g.get("passed") else "fail") for g in gate}
     return "failed" if "fail" in outcomes else "undecided" if "undecided" in outcomes else "passed"
+
+
+#: questions both samples must share for the paired interval (fewer: the unpaired one)
+MIN_PAIRS = 10
+
+
+def difference_interval(now_by_key: dict[Any, float], base_by_key: dict[Any, float], now: list[float],
+                        base: list[float], level: float = LEVEL) -> dict[str, Any] | None:
+    """The ``level`` interval of mean(now) - mean(base): paired on the keys (questions) both have when at least
+    :data:`MIN_PAIRS` recur (``now_by_key`` / ``base_by_key``: a key's mean value in each), else unpaired (Welch) on
+    the values ``now`` and ``base``. ``{"diff", "low", "high", "n", "kind"}``; None with fewer than two values on a
+    side (or two pairs)."""
+    shared = [k for k in now_by_key if k in base_by_key]
+    if len(shared) >= MIN_PAIRS:
+        d = [now_by_key[k] - base_by_key[k] for k in shared]
+        n = len(d)
+        mean = sum(d) / n
+        var = sum((x - mean) ** 2 for x in d) / (n - 1)
+        half = t_quantile(n - 1, 0.5 + level / 2) * math.sqrt(var / n)
+        return {"diff": mean, "low": mean - half, "high": mean + half, "n": n, "kind": "paired"}
+    if len(now) < 2 or len(base) < 2:
+        return None
+    n1, n2 = len(now), len(base)
+    m1, m2 = sum(now) / n1, sum(base) / n2
+    v1 = sum((x - m1) ** 2 for x in now) / (n1 - 1)
+    v2 = sum((x - m2) ** 2 for x in base) / (n2 - 1)
+    se2 = v1 / n1 + v2 / n2
+    diff = m1 - m2
+    if se2 == 0:
+        return {"diff": diff, "low": diff, "high": diff, "n": n1 + n2, "kind": "unpaired"}
+    df = se2 ** 2 / ((v1 / n1) ** 2 / (n1 - 1) + (v2 / n2) ** 2 / (n2 - 1))
+    half = t_quantile(max(1, int(df)), 0.5 + level / 2) * math.sqrt(se2)
+    return {"diff": diff, "low": diff - half, "high": diff + half, "n": n1 + n2, "kind": "unpaired"}

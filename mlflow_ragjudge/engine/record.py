@@ -28,14 +28,19 @@ def run_record(cfg: RagJudgeConfig, plan: Plan, rows: int, skipped: dict[str, st
                ) -> tuple[dict[str, Any], dict[str, str]]:
     """The run record (``ragjudge/config.json``) and the MLflow params as far as a dry run and a run share them:
     the package version, the config, the metrics run, what their ``prepare`` hooks found, the judge, what was
-    skipped and the number of rows. A run adds its usage, prompt versions, failures ...; a dry run its estimate."""
+    skipped, the number of rows and the prompt versions (all, and per metric: a judge's identity,
+    :mod:`.identity`). A run adds its usage, failures ...; a dry run its estimate."""
     client = plan.ctx.client
     names = [s.name for s in plan.specs]
     judge = client.identity() if client is not None else None if dry_run else offline_identity(cfg)
+    by_metric = {spec.name: dict(spec.prompt_versions(plan.states[spec.name])) for spec in plan.specs
+                 if spec.prompt_versions is not None and spec.name in plan.states}
     record: dict[str, Any] = {
         "package_version": VERSION, "config": cfg.public_params(), "metrics_run": names,
         **({"dry_run": True} if dry_run else {}), **plan.found.record,
         "judge": judge, "skipped": skipped, "rows": rows,
+        "prompt_versions": {k: v for versions in by_metric.values() for k, v in versions.items()},
+        "prompt_versions_by_metric": by_metric,
     }
     params = {"ragjudge.version": VERSION, "ragjudge.metrics": ",".join(names),
               **({"ragjudge.dry_run": "true"} if dry_run else {}), "ragjudge.judge": judge_uri(client, cfg)}

@@ -14,11 +14,12 @@ import pandas as pd
 
 from ..adapters import tracking
 from ..core.errors import InputError, TooFewLabels
+from ..engine.identity import JUDGE_ID_KEY
 from ..engine.inputs import off_scale
 from ..engine.ppi import CalibratedEstimate, ppi_mean
 from .calibration import CALIBRATION_FILE, SAMPLE_FILE, scale_of
 
-__all__ = ["calibrate_traces", "queue_for_review"]
+__all__ = ["calibrate_traces", "human_labels_on_traces", "queue_for_review"]
 
 
 def _millis(stamp: Any) -> float:
@@ -32,8 +33,11 @@ def _millis(stamp: Any) -> float:
     except (TypeError, ValueError):
         return 0.0
 
-def _human_labels_on_traces(traces: pd.DataFrame, metric: str) -> tuple[pd.Series, pd.Series]:
-    """Per trace id: the judge's latest score named ``metric`` (not HUMAN) and the latest valid HUMAN one."""
+def human_labels_on_traces(traces: pd.DataFrame, metric: str, *, judge_id: str | None = None
+                           ) -> tuple[pd.Series, pd.Series]:
+    """Per trace id: the judge's latest score named ``metric`` (not HUMAN; with ``judge_id``, only a Feedback whose
+    metadata carries that judge identity, :mod:`~mlflow_ragjudge.engine.identity`) and the latest valid HUMAN
+    one."""
     judge: dict[str, float] = {}
     human: dict[str, float] = {}
     for _, t in traces.iterrows():
@@ -61,6 +65,8 @@ def _human_labels_on_traces(traces: pd.DataFrame, metric: str) -> tuple[pd.Serie
             when = _millis(get("last_update_time_ms") or get("last_update_time") or get("create_time_ms")
                            or get("create_time"))
             is_human = str(stype).upper().endswith("HUMAN")
+            if not is_human and judge_id is not None and meta.get(JUDGE_ID_KEY) != judge_id:
+                continue  # another judge's score of the same name
             if is_human not in latest or when >= latest[is_human][0]:
                 latest[is_human] = (when, v)
         if False in latest:
@@ -99,7 +105,7 @@ def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05
     out: dict[str, CalibratedEstimate] = {}
     values: dict[str, float] = {}
     for m in metrics:
-        judge, human = _human_labels_on_traces(traces, m)
+        judge, human = human_labels_on_traces(traces, m)
         if judge.notna().sum() == 0:
             raise InputError(f"No trace of run {run_id} has a judge assessment named {m!r}; name the scorer's metric.")
         scale = scale_of(m)

@@ -52,7 +52,7 @@ from ..engine.agreement import (
 )
 from ..engine.draws import read_draws
 from .calibration import scale_of
-from .calibration_traces import _human_labels_on_traces, _traces
+from .calibration_traces import _traces, human_labels_on_traces
 
 __all__ = ["judge_report", "JudgeReport", "REPORT_FILE", "PASS", "FAIL"]
 
@@ -355,7 +355,7 @@ def _human_from_traces(run_id: str, metric: str) -> tuple[dict[str, Any], dict[s
     traces = _traces(run_id)
     if traces is None or len(traces) == 0:
         raise InputError(f"Run {run_id} has no traces to read human feedback from; give --labels FILE.")
-    _, human = _human_labels_on_traces(traces, metric)
+    _, human = human_labels_on_traces(traces, metric)
     trace_ids = _trace_ids(traces)
     by_trace = {tid: rid for rid, tid in trace_ids.items()}
     values = {by_trace[t]: v for t, v in human.items() if t in by_trace and v == v}

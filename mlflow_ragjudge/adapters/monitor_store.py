@@ -1,0 +1,220 @@
+"""What ``ragjudge monitor`` reads from and writes to the tracking store: an app's traces (listed without their
+spans, then fetched whole), the Feedback attached to them, the trace tag that marks a trace as handled by one
+monitor, and the monitor's own state -- its watermark and its lease -- as tags of the app's experiment, so that a
+monitor restarted on another machine resumes where the last one stopped.
+
+Each function is one kind of request; :mod:`mlflow_ragjudge.workflows.monitor` decides what to ask.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from mlflow.tracing.client import TracingClient
+from mlflow.tracking import MlflowClient
+
+from ..core.errors import InputError
+from .traces import EVAL_REQUEST_ID, TRACE_NAME
+from .tracking import is_remote_uri
+
+__all__ = ["MonitorStore", "Lease", "PAGE", "monitor_tag"]
+
+#: traces per search page
+PAGE = 500
+#: traces per ``link_traces_to_run`` request
+LINK_BATCH = 100
+T = TypeVar("T")
+
+
+def monitor_tag(monitor_id: str) -> str:
+    """The trace tag that marks a trace as handled by monitor ``monitor_id`` (its value: the pass's run id)."""
+    return f"ragjudge.monitor.{monitor_id}"
+
+
+@dataclass
+class Lease:
+    """Who runs a monitor now: ``holder`` (host:pid) until ``until`` (epoch seconds)."""
+
+    holder: str
+    until: float
+
+    @staticmethod
+    def parse(text: str | None) -> Lease | None:
+        if not text or "@" not in text:
+            return None
+        holder, _, until = text.rpartition("@")
+        try:
+            return Lease(holder, float(until))
+        except ValueError:
+            return None
+
+    def __str__(self) -> str:
+        return f"{self.holder}@{self.until:.0f}"
+
+    def alive(self) -> bool:
+        """Held: not expired, and, when held on this machine, by a process that still runs."""
+        if self.until < time.time():
+            return False
+        host, _, pid = self.holder.rpartition(":")
+        if host == socket.gethostname() and pid.isdigit():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:  # another user's process: it runs
+                return True
+        return True
+
+
+def this_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class MonitorStore:
+    """The tracking store as a monitor uses it, for experiment ``experiment`` (a name or an id)."""
+
+    def __init__(self, experiment: str, *, workers: int | None = None) -> None:
+        self.client = MlflowClient()
+        self.tracing = TracingClient(self.client.tracking_uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None and experiment.isdigit():
+            try:
+                exp = self.client.get_experiment(experiment)
+            except Exception:  # no experiment of that id either
+                exp = None
+        if exp is None:
+            raise InputError(f"No MLflow experiment {experiment!r} in the tracking store {self.client.tracking_uri}; "
+                             "give the name (or id) of the experiment your app logs its traces to "
+                             "(mlflow.set_experiment in the app).")
+        self.experiment_id: str = exp.experiment_id
+        self.experiment_name: str = exp.name
+        # a remote server takes several requests at once; a local database serialises writes anyway
+        self.workers = workers or (8 if is_remote_uri(self.client.tracking_uri) else 1)
+
+    # -- the app's traces ---------------------------------------------------------------------------------------
+    def list_traces(self, filter_string: str | None, after_ms: int | None, limit: int) -> tuple[list[Any], bool]:
+        """The experiment's traces (infos with their assessments and tags, no spans), newest first, started at or
+        after ``after_ms``, matching the user's ``filter_string``; at most ``limit``. Traces of evaluations (a
+        ``ragjudge`` run's rows, ``mlflow.genai.evaluate``'s copies) are left out: they are not the app's.
+        Returns ``(traces, more)``, ``more`` when the limit cut the list."""
+        parts = [f"({filter_string})"] if filter_string else []
+        if after_ms is not None:
+            parts.append(f"timestamp_ms >= {int(after_ms)}")
+        query = " AND ".join(parts) or None
+        found: list[Any] = []
+        token = None
+        while True:
+            page = self.tracing.search_traces(locations=[self.experiment_id], filter_string=query,
+                                              order_by=["timestamp_ms DESC"], max_results=PAGE, page_token=token,
+                                              include_spans=False)
+            for t in page:
+                tags = t.info.tags or {}
+                if EVAL_REQUEST_ID in tags or "ragjudge.run_id" in tags or tags.get("mlflow.traceName") == TRACE_NAME:
+                    continue
+                found.append(t)
+                if len(found) > limit:
+                    return found[:limit], True
+            token = page.token
+            if not token:
+                return found, False
+
+    def fetch(self, trace_ids: Sequence[str]) -> dict[str, Any]:
+        """Each trace whole (its spans: the retrievers' documents), by id; a trace the store cannot give is left
+        out (deleted since it was listed)."""
+        def get(tid: str) -> tuple[str, Any]:
+            try:
+                return tid, self.tracing.get_trace(tid)
+            except Exception:  # deleted meanwhile, or unreadable: the caller counts it
+                return tid, None
+
+        return {tid: t for tid, t in self._each(get, trace_ids) if t is not None}
+
+    def attach(self, trace_id: str, assessments: Sequence[Any], mark: tuple[str, str] | None) -> None:
+        """Log ``assessments`` on the trace, then (all of them taken) set the tag ``mark`` = ``(key, value)``: a
+        trace carries the mark only once everything is on it."""
+        for a in assessments:
+            self.tracing.log_assessment(trace_id, a)
+        if mark is not None:
+            self.client.set_trace_tag(trace_id, *mark)
+
+    def attach_all(self, items: Sequence[tuple[str, Sequence[Any], tuple[str, str] | None]],
+                   should_stop: Callable[[], bool]) -> tuple[list[str], list[str]]:
+        """:meth:`attach` for many traces (in parallel on a server); ``(attached trace ids, errors)``. Stops
+        starting new ones once ``should_stop()``."""
+        def one(item: tuple[str, Sequence[Any], tuple[str, str] | None]) -> tuple[str, str | None]:
+            tid, assessments, mark = item
+            if should_stop():
+                return tid, "stopped"
+            try:
+                self.attach(tid, assessments, mark)
+                return tid, None
+            except Exception as e:  # the store refused this one: count it, keep the others
+                return tid, f"{tid}: {type(e).__name__}: {str(e)[:300]}"
+
+        done: list[str] = []
+        errors: list[str] = []
+        for tid, err in self._each(one, items):
+            if err is None:
+                done.append(tid)
+            elif err != "stopped":
+                errors.append(err)
+        return done, errors
+
+    def link(self, trace_ids: Sequence[str], run_id: str) -> None:
+        """Link traces to a run (``mlflow.search_traces(run_id=...)`` then finds them: ``ragjudge calibrate``,
+        ``label-sample --review-queue`` and judge-report read a pass's traces this way)."""
+        ids = list(trace_ids)
+        for k in range(0, len(ids), LINK_BATCH):
+            self.client.link_traces_to_run(ids[k: k + LINK_BATCH], run_id)
+
+    def run_traces(self, run_id: str) -> list[Any]:
+        """The traces linked to a run (infos with assessments)."""
+        out: list[Any] = []
+        token = None
+        while True:
+            page = self.tracing.search_traces(locations=[self.experiment_id], run_id=run_id, max_results=PAGE,
+                                              page_token=token, include_spans=False)
+            out.extend(page)
+            token = page.token
+            if not token:
+                return out
+
+    # -- the monitor's own state: experiment tags ------------------------------------------------------------------
+    def state(self, key: str) -> str | None:
+        return self.client.get_experiment(self.experiment_id).tags.get(key)
+
+    def set_state(self, key: str, value: str) -> None:
+        self.client.set_experiment_tag(self.experiment_id, key, value)
+
+    def take_lease(self, key: str, seconds: float) -> Lease:
+        """Hold the monitor's lease for ``seconds`` (a monitor that runs on, renews it each pass). Another live
+        holder is refused with its name: two monitors of one judge at once would judge the same traces twice."""
+        held = Lease.parse(self.state(key))
+        me = this_holder()
+        if held is not None and held.holder != me and held.alive():
+            until = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(held.until))
+            raise InputError(f"Another monitor with this judge runs on experiment {self.experiment_name!r}: "
+                             f"{held.holder} holds it until {until} UTC. Stop it first, or wait for its lease to "
+                             "end (a killed monitor's lease ends when its process is gone, on its own machine, or "
+                             "when it expires).")
+        lease = Lease(me, time.time() + seconds)
+        self.set_state(key, str(lease))
+        return lease
+
+    def release_lease(self, key: str) -> None:
+        held = Lease.parse(self.state(key))
+        if held is not None and held.holder == this_holder():
+            self.set_state(key, f"{held.holder}@0")
+
+    def _each(self, fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+        items = list(items)
+        if self.workers > 1 and len(items) > 1:
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="ragjudge-monitor") as pool:
+                return list(pool.map(fn, items))
+        return [fn(i) for i in items]

@@ -1,0 +1,86 @@
+"""``ragjudge monitor --experiment NAME``: judge a traced app's new traces where they are (docs/monitoring.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..core.constants import DEFAULT_OFFLINE_JUDGE
+from ..core.stop import EXIT_SIGNAL, stop_reason, stop_requested
+from .common import judge_config
+from .exits import EXIT_GATE_FAILED, EXIT_GATE_UNDECIDED, EXIT_OK
+from .parser import kv
+
+
+def _numbers(items: list[str] | None, flag: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, value in kv(items, flag).items():
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise ValueError(f"{flag} {name}={value!r}: the value must be a number, e.g. {flag} {name}=0.1") from None
+    return out
+
+
+def _sample(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--sample {text!r}: give a rate in (0, 1) such as 0.1, or a whole number of traces such "
+                         "as 50") from None
+
+
+def monitor_config(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        cfg: dict[str, Any] = json.loads(args.config) if args.config else {}
+    except ValueError as e:
+        raise ValueError(f"--config is not valid JSON ({e}); give a JSON object") from None
+    if not isinstance(cfg, dict):
+        raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
+    if args.judge:
+        judge_config(args, cfg)
+    cfg.setdefault("judge", DEFAULT_OFFLINE_JUDGE)
+    for flag in ("language", "context_mode", "embeddings", "max_concurrency", "gate_rule"):
+        if getattr(args, flag, None) is not None:
+            cfg[flag] = getattr(args, flag)
+    if args.no_cache:
+        cfg["cache"] = False
+    if args.batch:
+        cfg["batch"] = True
+    return cfg
+
+
+def monitor_command(args: argparse.Namespace) -> int:
+    """Run one pass, or passes ``--every`` DURATION; print each pass. Exit 4 / 6 on the last pass's gates."""
+    from ..adapters.tracking import check_tracking_store
+    from ..workflows.monitor import monitor, parse_every, parse_since
+
+    cfg = monitor_config(args)
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    max_drop = _numbers(args.max_drop, "--max-drop")
+    if max_drop and not args.baseline:
+        raise ValueError("--max-drop needs --baseline RUN|first|previous: the pass to compare with")
+    every = parse_every(args.every) if args.every else None
+    if args.passes is not None and args.passes < 1:
+        raise ValueError(f"--passes {args.passes}: at least 1")
+    spans = args.retriever_spans
+    retriever_spans = spans if spans in ("all", "first", "last") else [s.strip() for s in spans.split(",")]
+    check_tracking_store(args.tracking_uri, None, nothing="Nothing was sent to the judge.")
+    passes = monitor(args.experiment, cfg.pop("judge"), metrics, every=every, passes=args.passes,
+                     on_pass=lambda r: print(r.summary(), flush=True), filter_string=args.filter_string,
+                     since=parse_since(args.since) if args.since else None, sample=_sample(args.sample),
+                     max_traces=args.max_traces, seed=args.seed, settle=args.settle,
+                     fail_under=_numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
+                     baseline=args.baseline, retriever_spans=retriever_spans, config=cfg)
+    last = passes[-1]
+    if stop_requested():  # within a pass (what was attached stays) or between passes
+        reason = stop_reason() or "SIGINT"
+        print(f"stopped by {reason}: {len(passes)} pass(es) done; the next `ragjudge monitor` goes on from the "
+              "watermark and judges nothing twice", file=sys.stderr)
+        return EXIT_SIGNAL.get(reason, EXIT_SIGNAL["SIGINT"])
+    outcome = last.outcome
+    return EXIT_GATE_FAILED if outcome == "failed" else EXIT_GATE_UNDECIDED if outcome == "undecided" else EXIT_OK

@@ -1,0 +1,765 @@
+"""Judge the traces where they are: a traced RAG app in production, watched by the same judges that picked its
+variant (``ragjudge monitor``, docs/monitoring.md).
+
+One **pass** (:func:`monitor_pass`):
+
+1. lists the app experiment's traces not yet handled by this monitor, newest first, from its watermark on (an
+   experiment tag, so a restarted monitor resumes where the last one stopped); by default every such trace up to
+   ``max_traces`` per pass (the rest wait for the next pass), or a seeded sample (``sample``: a rate in (0, 1) keeps
+   each trace with that probability, decided by a hash of its id, or a count N draws N of the new traces);
+2. reads each trace as a row (the question, answer and retrieved documents of whatever shape the app logged:
+   :mod:`~mlflow_ragjudge.adapters.trace_fields`; a reference answer from an Expectation), and judges the rows with
+   the whole engine (:func:`~mlflow_ragjudge.engine.evaluate.evaluate_frame`: the cache, rate limits, repeats and
+   panels, the batch API when asked);
+3. attaches each result as a Feedback to **the app's own trace** (the judge as its source, the rationale, a failure
+   as its error, and in its metadata the judge's identity -- :mod:`~mlflow_ragjudge.engine.identity` -- and the
+   pass's run), then marks the trace with the tag ``ragjudge.monitor.<monitor id>``; a trace that already carries a
+   Feedback of the same identity (an earlier pass killed half-way, or MLflow's online scoring of our scorers) is not
+   judged again for it;
+4. logs one run for the pass in the app's experiment -- a child of the monitor's run, which carries every pass's
+   metrics as a series (step = pass, timestamp = the window's end), so MLflow's charts show the trend -- with the
+   metrics over the traces it judged, their time window, counts and cost, and links those traces to it;
+5. calibrates: human Feedback on monitored traces (named after a metric, source HUMAN: the MLflow UI, or
+   ``mlflow.log_feedback``) gives each pass's run the prediction-powered mean (``<metric>/ppi_mean`` ...) once 30
+   labels exist; earlier passes whose traces got labels since are brought up to date;
+6. gates: ``fail_under`` on each mean's interval, and ``max_drop`` against a baseline pass (paired on the
+   questions that recur, unpaired otherwise).
+
+:func:`monitor` runs passes every ``every`` seconds until stopped (Ctrl-C / SIGTERM end it cleanly between or within
+passes, as elsewhere).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from mlflow.entities import Feedback, Metric, Param, RunStatus, RunTag
+
+from ..adapters import tracking
+from ..adapters.monitor_store import MonitorStore, monitor_tag
+from ..adapters.scorer_inputs import missing_fields, read_scorer_args
+from ..adapters.traces import call_ids, feedback_for, metric_owners, row_assessments, spec_for, user_name
+from ..core.errors import InputError
+from ..core.stop import stop_reason, stop_requested, wait_for_stop
+from ..core.types import JudgeResult, Row, Status
+from ..engine.aggregate import aggregate_metric
+from ..engine.config import RagJudgeConfig
+from ..engine.evaluate import EvalOutput, evaluate_frame
+from ..engine.identity import JUDGE_ID_KEY, JUDGE_KEY, PROMPTS_KEY, judge_id, score_options
+from ..engine.intervals import LEVEL, decide_gate, difference_interval, mean_interval
+from ..engine.ppi import TooFewLabels, ppi_mean
+from ..metrics.spec import get_metric
+from .calibration import scale_of
+from .calibration_traces import human_labels_on_traces
+
+__all__ = ["MONITOR_METRICS", "MonitorPass", "monitor", "monitor_pass", "parse_every", "parse_since"]
+
+#: what a monitor judges by default: the metrics that need no reference answer (production traces have none)
+MONITOR_METRICS = ("faithfulness", "answer_relevancy", "context_relevance")
+#: traces judged per pass by default (newest first; the rest wait for the next pass)
+DEFAULT_MAX_TRACES = 200
+#: a trace is written when its request ends, with its start time: a pass looks this far behind its watermark
+DEFAULT_SETTLE_S = 300.0
+#: earlier passes whose calibration a pass brings up to date
+RECALIBRATE_PASSES = 20
+#: the run tag that names a pass's monitor run (its parent)
+PARENT_TAG = "ragjudge.monitor.parent"
+#: the trace metadata / Feedback metadata key naming the pass
+PASS_KEY = "ragjudge.monitor.pass"
+_FIELDS = ("question", "answer", "reference", "contexts", "retrieved_doc_ids", "relevant_doc_ids",
+           "reference_contexts", "evidence_contexts", "gold_documents", "citations", "answerable", "raw_output")
+
+
+# ------------------------------------------------------------------------------------------------- the judge
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The monitor's judge: per metric, the identity of its first output (:func:`~.identity.judge_id`), the
+    judge URI and the prompt versions; ``monitor_id`` names the whole set (its tag on traces, its state)."""
+
+    metrics: tuple[str, ...]
+    judge: str
+    ids: dict[str, str]
+    prompts: dict[str, dict[str, str]]
+    options: dict[str, Any]
+    skipped: dict[str, str]
+
+    @property
+    def monitor_id(self) -> str:
+        text = json.dumps(sorted(self.ids.items()), separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+    def output_id(self, output: str) -> str:
+        """The identity of one output (a metric with several outputs gives each its own)."""
+        spec = spec_for(output, _OWNERS)
+        metric = spec.name if spec is not None else output
+        judged = spec is None or spec.judged
+        return judge_id(output, self.judge if judged else None, self.prompts.get(metric, {}),
+                        self.options if judged else {})
+
+
+_OWNERS = metric_owners()
+
+
+def _synthetic_row() -> pd.DataFrame:
+    """A row with every column a monitored metric may read: the dry run that names the prompts needs one."""
+    return pd.DataFrame({"question": ["q?"], "answer": ["a."], "contexts": [["c."]], "reference": ["a."],
+                         "retrieved_doc_ids": [["d"]], "relevant_doc_ids": [["d"]]})
+
+
+def identify(cfg: dict[str, Any]) -> Identity:
+    """The judge's identity for ``cfg`` (the metrics it runs, their prompt versions), found by a dry run: nothing is
+    sent. A metric the judge cannot run (answer relevancy on the offline judge) is left out, with the reason."""
+    out = evaluate_frame(_synthetic_row(), {**cfg, "dry_run": True, "traces": 0})
+    metrics = tuple(out.config.get("metrics_run") or ())
+    if not metrics:
+        why = "; ".join(f"{k}: {v}" for k, v in out.skipped.items()) or "none was asked"
+        raise InputError(f"No metric can run for this monitor ({why}).")
+    panel = RagJudgeConfig.from_dict({k: v for k, v in cfg.items() if k != "dry_run"}).panel or []
+    judge = ",".join(sorted(str(j) for j in panel)) if panel else out.params.get("ragjudge.judge", "")
+    prompts = {k: dict(v) for k, v in (out.config.get("prompt_versions_by_metric") or {}).items()}
+    options = score_options(RagJudgeConfig.from_dict(cfg).as_dict())
+    ids = {m: judge_id(get_metric(m).output_names[0], judge if get_metric(m).judged else None, prompts.get(m, {}),
+                       options if get_metric(m).judged else {}) for m in metrics}
+    return Identity(metrics, judge, ids, prompts, options, dict(out.skipped))
+
+
+# ------------------------------------------------------------------------------------------------- one pass
+
+
+@dataclass
+class MonitorPass:
+    """What one pass did. ``judged``: the traces it judged (ids); ``attached``: Feedback written; ``seen``: traces
+    listed since the watermark; ``already``: of them, handled before (by this monitor or with the same judge);
+    ``sampled_out``: left out by the sample; ``backlog``: left for the next pass (``max_traces``); ``unreadable``:
+    traces with no question or answer to judge (each got a failed Feedback saying what is missing)."""
+
+    monitor_id: str
+    experiment_id: str
+    run_id: str | None = None
+    parent_run_id: str | None = None
+    pass_number: int = 0
+    judged: list[str] = field(default_factory=list)
+    attached: int = 0
+    seen: int = 0
+    already: int = 0
+    sampled_out: int = 0
+    backlog: int = 0
+    unreadable: int = 0
+    window: tuple[int, int] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    gate: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    interrupted: str | None = None
+    calibrated: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def requests(self) -> int:
+        return int(self.usage.get("requests") or 0)
+
+    @property
+    def outcome(self) -> str | None:
+        """``failed`` / ``undecided`` / ``passed`` over the gates, None without gates."""
+        from ..engine.intervals import gate_status
+
+        return gate_status(self.gate)
+
+    def summary(self) -> str:
+        lines = [f"monitor {self.monitor_id} pass {self.pass_number} on experiment {self.experiment_id}: "
+                 f"{len(self.judged)} traces judged, {self.attached} Feedback attached"
+                 + (f" (run {self.run_id})" if self.run_id else " (nothing new: no run logged)")]
+        lines.append(f"  seen {self.seen} since the watermark; {self.already} judged before, {self.sampled_out} "
+                     f"left out by the sample, {self.backlog} left for the next pass, {self.unreadable} unreadable")
+        if self.window is not None:
+            lo, hi = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t / 1000)) for t in self.window)
+            lines.append(f"  window {lo} .. {hi} UTC; judge requests {self.requests}, tokens "
+                         f"{int(self.usage.get('input_tokens') or 0)} in / {int(self.usage.get('output_tokens') or 0)}"
+                         " out" + (f", cost ${self.usage['cost_usd']:.4f}" if self.usage.get("cost_usd") else ""))
+        for name in sorted(k[: -len("/mean")] for k in self.metrics if k.endswith("/mean") and k.count("/") == 1):
+            m = self.metrics
+            ci = (f" [{m[name + '/ci_low']:.3f}, {m[name + '/ci_high']:.3f}]" if f"{name}/ci_low" in m else "")
+            lines.append(f"  {name}: {m[name + '/mean']:.3f}{ci} over {int(m.get(name + '/n_scored', 0))} traces")
+        for run_id, cal in self.calibrated.items():
+            for key, value in sorted(cal.items()):
+                if key.endswith("/ppi_mean"):
+                    name = key[: -len("/ppi_mean")]
+                    low, high = cal[name + "/ppi_ci_low"], cal[name + "/ppi_ci_high"]
+                    lines.append(f"  calibrated {name} (run {run_id[:8]}): {value:.3f} [{low:.3f}, {high:.3f}] "
+                                 f"from {int(cal[name + '/n_labelled'])} labels")
+        lines.extend(f"  gate: {g['message']}" for g in self.gate)
+        lines.extend(f"  warning: {e}" for e in self.errors[:5])
+        if self.interrupted:
+            lines.append(f"  stopped by {self.interrupted}: the traces not attached are judged by the next pass "
+                         "(their judge calls are cached)")
+        return "\n".join(lines)
+
+
+def _sample_key(trace_id: str, seed: int) -> float:
+    """A trace's place in the seeded sample: uniform in [0, 1), the same for the same trace and seed on any
+    machine."""
+    digest = hashlib.sha256(f"{seed}:{trace_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def _has(trace: Any, wanted: set[str]) -> set[str]:
+    """The identities among ``wanted`` that a trace carries already (a valid Feedback with that judge id)."""
+    found: set[str] = set()
+    for a in getattr(trace.info, "assessments", None) or []:
+        meta = getattr(a, "metadata", None) or {}
+        jid = meta.get(JUDGE_ID_KEY)
+        if jid in wanted and getattr(a, "valid", True) is not False and getattr(a, "feedback", None) is not None:
+            found.add(jid)
+    return found
+
+
+def _expectations(trace: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in getattr(trace.info, "assessments", None) or []:
+        exp = getattr(a, "expectation", None)
+        if exp is not None and getattr(a, "valid", True) is not False:
+            out[a.name] = exp.value
+    return out
+
+
+def _record(row: Row, trace_id: str) -> dict[str, Any]:
+    rec: dict[str, Any] = {"row_id": trace_id}
+    for f in _FIELDS:
+        value = getattr(row, f, None)
+        if f == "reference" and row.references and len(row.references) > 1:
+            value = list(row.references)
+        if value is not None:
+            rec[f] = value
+    return rec
+
+
+def _lacks(metric: str, row: Row, cfg: RagJudgeConfig, looked: dict[str, str]) -> list[str]:
+    """Nothing when the row has what ``metric`` reads, else what it lacks and where it was looked for (the failed
+    Feedback says it)."""
+    alternatives = get_metric(metric).requirements(cfg)
+    if any(all(getattr(row, c, None) is not None for c in alt) for alt in alternatives):
+        return []
+    return missing_fields(row, alternatives[0], looked)
+
+
+@dataclass
+class _Work:
+    """The traces of a pass and what each needs."""
+
+    traces: dict[str, Any]
+    rows: dict[str, Row] = field(default_factory=dict)
+    #: trace -> metric -> Feedback to attach without judging (the trace cannot be read for it)
+    direct: dict[str, list[Any]] = field(default_factory=dict)
+    #: trace -> the metrics to judge
+    needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _plan_work(store: MonitorStore, picked: Sequence[Any], ident: Identity, cfg: RagJudgeConfig, run_id: str,
+               retriever_spans: str | Sequence[str], meta: dict[str, str]) -> _Work:
+    work = _Work(store.fetch([t.info.trace_id for t in picked]))
+    for t in picked:
+        tid = t.info.trace_id
+        trace = work.traces.get(tid)
+        if trace is None:
+            continue
+        have = _has(trace, set(ident.ids.values()))
+        todo = [m for m in ident.metrics if ident.ids[m] not in have]
+        if not todo:
+            continue
+        try:
+            found = read_scorer_args(None, None, _expectations(trace), trace,
+                                     relevance_threshold=cfg.relevance_threshold, retriever_spans=retriever_spans)
+            row, looked = found.row, found.looked
+        except (InputError, ValueError) as e:
+            row, looked, error = None, {}, str(e)
+        judge_now: list[str] = []
+        for m in todo:
+            lacks = [error] if row is None else _lacks(m, row, cfg, looked)
+            if lacks:
+                res = JudgeResult.failed("invalid_input", f"the trace has no {'; no '.join(lacks)}")
+                fb = feedback_for(get_metric(m).output_names[0], None, res, get_metric(m), ident.judge, run_id, [])
+                work.direct.setdefault(tid, []).append(_stamp(fb, ident, meta))
+            else:
+                judge_now.append(m)
+        if judge_now and row is not None:
+            work.rows[tid] = row
+            work.needs[tid] = tuple(judge_now)
+    return work
+
+
+def _stamp(fb: Any, ident: Identity, meta: dict[str, str]) -> Any:
+    """A Feedback with the monitor's metadata: the judge's identity and the pass."""
+    extra = {JUDGE_ID_KEY: ident.output_id(fb.name.partition("@")[0]), JUDGE_KEY: ident.judge, **meta}
+    spec = spec_for(fb.name.partition("@")[0], _OWNERS)
+    if spec is not None and ident.prompts.get(spec.name):
+        extra[PROMPTS_KEY] = json.dumps(ident.prompts[spec.name], sort_keys=True)
+    fb.metadata = {**(fb.metadata or {}), **extra}
+    return fb
+
+
+def _judge(work: _Work, cfg: dict[str, Any], ident: Identity, run_id: str, meta: dict[str, str]
+           ) -> tuple[dict[str, list[Any]], dict[str, list[tuple[str, JudgeResult]]], list[EvalOutput]]:
+    """Judge the rows, one engine run per set of metrics the rows need (usually one); Feedback per trace, and per
+    output the ``(trace id, result)`` pairs."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for tid, metrics in work.needs.items():
+        groups.setdefault(metrics, []).append(tid)
+    feedback: dict[str, list[Any]] = {tid: list(fbs) for tid, fbs in work.direct.items()}
+    results: dict[str, list[tuple[str, JudgeResult]]] = {}
+    for tid, fbs in work.direct.items():
+        for fb in fbs:
+            results.setdefault(fb.name, []).append((tid, JudgeResult.failed("invalid_input", fb.error.error_message)))
+    outs: list[EvalOutput] = []
+    for metrics, tids in groups.items():
+        if stop_requested():
+            break
+        frame = pd.DataFrame([_record(work.rows[t], t) for t in tids])
+        out = evaluate_frame(frame, {**cfg, "metrics": list(metrics), "traces": 0, "fail_under": {}})
+        outs.append(out)
+        calls = call_ids(out.transcripts)
+        judge = out.config.get("judge") if isinstance(out.config.get("judge"), str) else None
+        for i, tid in enumerate(tids):
+            fbs = [a for a in row_assessments(i, out.table, out, _OWNERS, judge or ident.judge, run_id, calls,
+                                               user_name()) if isinstance(a, Feedback)]
+            if any(r[i].reason == "interrupted" for r in out.results.values() if i < len(r)):
+                continue  # stopped before this row was judged: the next pass judges it (its calls are cached)
+            feedback.setdefault(tid, []).extend(_stamp(fb, ident, meta) for fb in fbs)
+        for name, res in out.results.items():
+            for i, tid in enumerate(tids):
+                if i < len(res) and res[i].reason != "interrupted":
+                    results.setdefault(name, []).append((tid, res[i]))
+    return feedback, results, outs
+
+
+def _pass_metrics(results: Mapping[str, list[tuple[str, JudgeResult]]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, pairs in results.items():
+        spec = spec_for(name, _OWNERS)
+        out.update(aggregate_metric(name, [r for _, r in pairs], [], spec is None or spec.judged))
+    return out
+
+
+def _usage(outs: Sequence[EvalOutput]) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    for out in outs:
+        for k, v in (out.config.get("usage") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("peak_in_flight",
+                                                                                     "connection_limit"):
+                total[k] = total.get(k, 0) + v
+    return total
+
+
+def _table(work: _Work, outs: Sequence[EvalOutput], results: Mapping[str, list[tuple[str, JudgeResult]]]
+           ) -> pd.DataFrame:
+    """The pass's per-trace table: trace id, time, question, each output's score and status."""
+    scores: dict[str, dict[str, Any]] = {}
+    for name, pairs in results.items():
+        for tid, r in pairs:
+            cell = scores.setdefault(tid, {})
+            cell[f"{name}/score"] = r.value if r.status is Status.SCORED else None
+            cell[f"{name}/status"] = r.status.value if r.reason is None else f"{r.status.value}: {r.reason}"
+    rows = []
+    for tid, cells in scores.items():
+        trace = work.traces.get(tid)
+        row = work.rows.get(tid)
+        rows.append({"trace_id": tid, "timestamp_ms": getattr(trace.info, "timestamp_ms", None) if trace else None,
+                     "question": row.question if row is not None else None, **cells})
+    return pd.DataFrame(rows)
+
+
+def _gates(metrics: Mapping[str, float], results: Mapping[str, list[tuple[str, JudgeResult]]],
+           fail_under: Mapping[str, float], rule: str) -> list[dict[str, Any]]:
+    from ..core.types import aggregate
+
+    gates = []
+    for name, threshold in fail_under.items():
+        pairs = results.get(name)
+        iv = mean_interval(aggregate([r for _, r in pairs])) if pairs else None
+        gates.append(decide_gate(name, float(threshold), metrics.get(f"{name}/mean"), iv, rule=rule,
+                                 no_interval="fewer than two scored traces"))
+    return gates
+
+
+def _drop_gates(table: pd.DataFrame, baseline: pd.DataFrame, max_drop: Mapping[str, float], baseline_run: str
+                ) -> list[dict[str, Any]]:
+    """The drop test of each metric against the baseline pass: the interval of (this pass - baseline) -- paired on
+    the questions both passes judged when at least 10 recur, unpaired (Welch) otherwise -- fails when all of it lies
+    below ``-max_drop``, passes when all of it lies above, else is undecided."""
+    gates = []
+    for name, drop in max_drop.items():
+        col = f"{name}/score"
+        now = table[["question", col]].dropna() if col in table.columns else pd.DataFrame(columns=["question", col])
+        base = (baseline[["question", col]].dropna() if col in baseline.columns
+                else pd.DataFrame(columns=["question", col]))
+        iv = difference_interval(now.groupby("question")[col].mean().to_dict() if len(now) else {},
+                                 base.groupby("question")[col].mean().to_dict() if len(base) else {},
+                                 list(now[col]), list(base[col]))
+        entry: dict[str, Any] = {"metric": f"{name}/drop_vs_baseline", "threshold": -float(drop),
+                                 "baseline_run": baseline_run, "rule": "interval"}
+        if iv is None:
+            gates.append({**entry, "outcome": "undecided", "passed": False, "value": None,
+                          "message": f"{name}: too few scored traces in this pass or the baseline run "
+                                     f"{baseline_run} to test a drop: undecided"})
+            continue
+        shown = (f"{name} changed by {iv['diff']:+.4f} against run {baseline_run[:8]} ({iv['kind']}, {iv['n']} "
+                 f"{'questions' if iv['kind'] == 'paired' else 'traces'}), {LEVEL:.0%} interval "
+                 f"[{iv['low']:+.4f}, {iv['high']:+.4f}]")
+        entry.update(value=iv["diff"], ci_low=iv["low"], ci_high=iv["high"], n=iv["n"], kind=iv["kind"])
+        if iv["high"] < -drop:
+            gates.append({**entry, "outcome": "fail", "passed": False,
+                          "message": f"{shown}, all of it below -{drop:g}: dropped, failed"})
+        elif iv["low"] >= -drop:
+            gates.append({**entry, "outcome": "pass", "passed": True,
+                          "message": f"{shown}, all of it at or above -{drop:g}: passed"})
+        else:
+            gates.append({**entry, "outcome": "undecided", "passed": False,
+                          "message": f"{shown} straddles -{drop:g}: undecided"})
+    return gates
+
+
+def _calibrate(store: MonitorStore, run_id: str, ident: Identity, logged: Mapping[str, float]
+               ) -> dict[str, float]:
+    """The prediction-powered means of a pass from the human Feedback on its traces; only what changed is
+    returned (nothing when fewer than 30 labels exist)."""
+    traces = store.run_traces(run_id)
+    if not traces:
+        return {}
+    frame = pd.DataFrame({"trace_id": [t.info.trace_id for t in traces],
+                          "assessments": [list(t.info.assessments or []) for t in traces]})
+    out: dict[str, float] = {}
+    for metric in ident.metrics:
+        name = get_metric(metric).output_names[0]
+        judge, human = human_labels_on_traces(frame, name, judge_id=ident.output_id(name))
+        if human.notna().sum() == 0:
+            continue
+        scale = scale_of(name)
+        if scale == (1.0, 5.0):
+            human = human.where(human != 0)
+        try:
+            est = ppi_mean(judge.to_numpy(), human.to_numpy(), scale=scale)
+        except TooFewLabels:
+            continue
+        values = est.as_metrics(name)
+        if logged.get(f"{name}/n_labelled") != values[f"{name}/n_labelled"] or f"{name}/ppi_mean" not in logged:
+            out.update(values)
+    return out
+
+
+def _key(ident: Identity, what: str) -> str:
+    return f"ragjudge.monitor.{ident.monitor_id}.{what}"
+
+
+def _parent_run(store: MonitorStore, ident: Identity, cfg: Mapping[str, Any]) -> str:
+    """The monitor's own run (created on its first pass): its params name the judge; its metrics are the trend."""
+    key = _key(ident, "run")
+    run_id = store.state(key)
+    if run_id:
+        try:
+            if store.client.get_run(run_id).info.lifecycle_stage == "active":
+                return run_id
+        except Exception:  # deleted: a new one
+            pass
+    run = store.client.create_run(store.experiment_id, run_name=f"ragjudge-monitor-{ident.monitor_id}",
+                                  tags={"ragjudge.monitor": ident.monitor_id, "ragjudge.kind": "monitor"})
+    params = {"ragjudge.monitor.judge": ident.judge, "ragjudge.monitor.metrics": ",".join(ident.metrics),
+              "ragjudge.prompt_versions": json.dumps(ident.prompts, sort_keys=True)[:6000],
+              **{f"ragjudge.judge_id.{m}": i for m, i in ident.ids.items()},
+              **{f"ragjudge.option.{k}": str(v)[:500] for k, v in ident.options.items()}}
+    store.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+    store.client.set_terminated(run.info.run_id)  # its metrics grow with every pass; it never runs itself
+    store.set_state(key, run.info.run_id)
+    return str(run.info.run_id)
+
+
+def _baseline_table(store: MonitorStore, baseline: str, parent: str, current: str | None) -> tuple[str, pd.DataFrame]:
+    """The per-trace table of the baseline pass: a run id, ``first`` (the monitor's first pass) or ``previous``."""
+    run_id = baseline
+    if baseline in ("first", "previous"):
+        passes = [r.info.run_id for r in tracking.child_runs(parent, PARENT_TAG) if r.info.run_id != current]
+        if not passes:
+            raise InputError(f"--baseline {baseline}: the monitor has no earlier pass to compare with yet")
+        run_id = passes[0] if baseline == "first" else passes[-1]
+    try:
+        return run_id, tracking.load_run_table(run_id, TABLE_FILE)
+    except Exception as e:
+        raise InputError(f"--baseline {baseline}: run {run_id} has no monitor table ({type(e).__name__}: "
+                         f"{str(e)[:200]}); give a monitor pass's run id, 'first' or 'previous'") from None
+
+
+TABLE_FILE = "ragjudge/monitor_table.json"
+
+
+def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | None = None, *,
+                 filter_string: str | None = None, since: float | None = None, sample: float | None = None,
+                 max_traces: int = DEFAULT_MAX_TRACES, seed: int = 0, settle: float = DEFAULT_SETTLE_S,
+                 fail_under: Mapping[str, float] | None = None, max_drop: Mapping[str, float] | None = None,
+                 baseline: str | None = None, retriever_spans: str | Sequence[str] = "all",
+                 config: Mapping[str, Any] | None = None, lease_seconds: float = 3600.0) -> MonitorPass:
+    """One monitoring pass over experiment ``experiment``'s traces (module docstring).
+
+    Args:
+        experiment: the app's experiment, by name (or id).
+        judge, metrics: the judge URI (or a list: a panel) and the metrics (default :data:`MONITOR_METRICS`, those
+            the judge can run); ``config``: any other evaluator setting (``repeats``, ``batch``, ``language`` ...).
+        filter_string: an MLflow trace filter the traces must match too (``tags.env = 'prod'``).
+        since: epoch seconds: traces started before it are not looked at (the first pass's start; later passes
+            start at the watermark).
+        sample: None (every new trace, newest first, ``max_traces`` per pass), a rate in (0, 1) (each trace kept with
+            that probability, by a seeded hash of its id: the same traces whoever runs it), or a count >= 1 (that many
+            of the new traces per pass, drawn by the same hash).
+        settle: seconds behind the newest trace a pass looks again next time (traces are written when their request
+            ends, with its start time).
+        fail_under: metric -> threshold: a gate on each mean's interval (exit 4 fail, 6 undecided in the CLI).
+        max_drop, baseline: metric -> the largest drop tolerated against the ``baseline`` pass (a run id,
+            ``first`` or ``previous``).
+        lease_seconds: how long this pass holds the monitor's lease (renewed by every pass).
+
+    Raises:
+        InputError: an unknown experiment, a bad sample or filter, no metric that can run, another live monitor.
+    """
+    cfg_dict: dict[str, Any] = dict(config or {})
+    if judge is not None:
+        cfg_dict["judge"] = judge
+    cfg_dict["metrics"] = list(metrics) if metrics else [m for m in MONITOR_METRICS]
+    if sample is not None and not (0 < sample < 1 or (sample >= 1 and float(sample).is_integer())):
+        raise InputError(f"sample={sample!r}: give a rate in (0, 1) or a whole number of traces >= 1")
+    if max_traces < 1:
+        raise InputError(f"max_traces={max_traces}: at least 1 trace per pass")
+    store = MonitorStore(experiment)
+    if not metrics:  # the defaults the judge cannot run (answer relevancy offline) are left out, not refused
+        probe = identify(cfg_dict)
+        cfg_dict["metrics"] = list(probe.metrics)
+    ident = identify(cfg_dict)
+    cfg = RagJudgeConfig.from_dict({**cfg_dict, "dry_run": False})
+    for name in list(fail_under or {}) + list(max_drop or {}):
+        if not any(get_metric(m).produces(name) for m in ident.metrics):
+            raise InputError(f"The gate on {name!r} names no metric this monitor judges ({', '.join(ident.metrics)}).")
+    result = MonitorPass(ident.monitor_id, store.experiment_id)
+    lease_key = _key(ident, "lease")
+    store.take_lease(lease_key, lease_seconds)
+    try:
+        _run_pass(store, ident, cfg_dict, cfg, result, filter_string=filter_string, since=since, sample=sample,
+                  max_traces=max_traces, seed=seed, settle=settle, fail_under=dict(fail_under or {}),
+                  max_drop=dict(max_drop or {}), baseline=baseline, retriever_spans=retriever_spans)
+    finally:
+        store.release_lease(lease_key)
+    return result
+
+
+def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cfg: RagJudgeConfig,
+              result: MonitorPass, *, filter_string: str | None, since: float | None, sample: float | None,
+              max_traces: int, seed: int, settle: float, fail_under: dict[str, float], max_drop: dict[str, float],
+              baseline: str | None, retriever_spans: str | Sequence[str]) -> None:
+    started = time.time()
+    watermark_key = _key(ident, "watermark")
+    stored = store.state(watermark_key)
+    watermark = int(float(stored)) if stored else None
+    after = max(x for x in (watermark, int(since * 1000) if since is not None else None, 0) if x is not None)
+    tag = monitor_tag(ident.monitor_id)
+    scan = max_traces if sample is None else 100 * max_traces if sample >= 1 else int(max_traces / sample) + 1
+    try:
+        listed, more = store.list_traces(filter_string, after, max(scan, 10 * max_traces))
+    except Exception as e:
+        if "filter" in str(e).lower() or "INVALID_PARAMETER" in str(e):
+            raise InputError(f"The trace filter {filter_string!r} was refused: {str(e)[:300]}") from None
+        raise
+    result.seen = len(listed)
+    fresh = [t for t in listed if tag not in (t.info.tags or {})]
+    result.already = len(listed) - len(fresh)
+    if sample is not None and sample < 1:
+        picked = [t for t in fresh if _sample_key(t.info.trace_id, seed) < sample]
+    elif sample is not None:
+        picked = sorted(fresh, key=lambda t: _sample_key(t.info.trace_id, seed))[: int(sample)]
+    else:
+        picked = fresh  # newest first
+    result.sampled_out = len(fresh) - len(picked)
+    if sample is None and len(picked) > max_traces:
+        result.backlog = len(picked) - max_traces
+        picked = picked[:max_traces]
+    elif sample is not None and len(picked) > max_traces:
+        picked = picked[:max_traces]
+    # the watermark moves past what this pass dealt with, less the settle time; a backlog keeps it where it is
+    newest = max((t.info.timestamp_ms for t in listed), default=None)
+    new_watermark = None
+    if newest is not None and result.backlog == 0 and not more:
+        new_watermark = max(watermark or 0, min(newest, int((started - settle) * 1000)))
+    parent = _parent_run(store, ident, cfg_dict)
+    result.parent_run_id = parent
+    if picked:
+        _judge_and_log(store, ident, cfg_dict, cfg, result, picked, parent, retriever_spans, tag, fail_under,
+                       max_drop, baseline)
+    if new_watermark is not None and not result.interrupted and not result.errors:
+        store.set_state(watermark_key, str(new_watermark))
+    # earlier passes whose traces got human labels since: their calibrated means brought up to date
+    for run in tracking.child_runs(parent, PARENT_TAG)[-RECALIBRATE_PASSES:]:
+        if run.info.run_id == result.run_id or stop_requested():
+            continue
+        values = _calibrate(store, run.info.run_id, ident, run.data.metrics)
+        if values:
+            tracking.log_metrics(run.info.run_id, values)
+            result.calibrated[run.info.run_id] = values
+
+
+def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cfg: RagJudgeConfig,
+                   result: MonitorPass, picked: Sequence[Any], parent: str, retriever_spans: str | Sequence[str],
+                   tag: str, fail_under: dict[str, float], max_drop: dict[str, float], baseline: str | None) -> None:
+    client = store.client
+    previous = tracking.child_runs(parent, PARENT_TAG)
+    for run in previous:  # this monitor holds the lease: a pass still RUNNING was killed (its process is gone)
+        if run.info.status == "RUNNING":
+            client.set_terminated(run.info.run_id, "KILLED")
+    result.pass_number = len(previous) + 1
+    run = client.create_run(store.experiment_id, run_name=f"monitor-{ident.monitor_id}-pass-{result.pass_number}",
+                            tags={"mlflow.parentRunId": parent, PARENT_TAG: parent, "ragjudge.kind": "monitor_pass",
+                                  "ragjudge.monitor": ident.monitor_id})
+    run_id = result.run_id = str(run.info.run_id)
+    meta = {PASS_KEY: run_id, "ragjudge.monitor": ident.monitor_id}
+    work = _plan_work(store, picked, ident, cfg, run_id, retriever_spans, meta)
+    feedback, results, outs = _judge(work, cfg_dict, ident, run_id, meta)
+    result.unreadable = sum(1 for tid in work.direct if tid not in work.needs)
+    result.usage = _usage(outs)
+    # every metric of the identity must be on a trace before it carries the monitor's tag
+    complete = {tid for tid in feedback
+                if {ident.ids[m] for m in ident.metrics} <= _has(work.traces[tid], set(ident.ids.values()))
+                | {fb.metadata.get(JUDGE_ID_KEY) for fb in feedback[tid]}}
+    items = [(tid, feedback[tid], (tag, run_id) if tid in complete else None) for tid in feedback]
+    done, errors = store.attach_all(items, stop_requested)
+    # traces already judged for every metric by someone with the same identity: marked, nothing to attach
+    for t in picked:
+        tid = t.info.trace_id
+        if tid in work.traces and tid not in feedback and tid not in work.needs and not stop_requested():
+            try:
+                client.set_trace_tag(tid, tag, run_id)
+            except Exception as e:  # noqa: BLE001 - counted; the trace is looked at again next pass
+                errors.append(f"{tid}: {type(e).__name__}: {str(e)[:200]}")
+    result.errors.extend(errors)
+    result.judged = done
+    result.attached = sum(len(feedback[t]) for t in done)
+    if stop_requested():
+        result.interrupted = str(stop_reason() or "a signal")
+    kept = {t for t in done}
+    results = {name: [(t, r) for t, r in pairs if t in kept] for name, pairs in results.items()}
+    results = {k: v for k, v in results.items() if v}
+    try:
+        store.link(done, run_id)
+    except Exception as e:  # noqa: BLE001 - the Feedback is on the traces; only the run's view of them is missing
+        result.errors.append(f"linking the traces to run {run_id}: {type(e).__name__}: {str(e)[:200]}")
+    stamps = [work.traces[t].info.timestamp_ms for t in done if t in work.traces]
+    result.window = (min(stamps), max(stamps)) if stamps else None
+    metrics = _pass_metrics(results)
+    metrics.update({"monitor/traces_judged": float(len(done)), "monitor/traces_seen": float(result.seen),
+                    "monitor/backlog": float(result.backlog), "monitor/unreadable": float(result.unreadable),
+                    "monitor/feedback_attached": float(result.attached),
+                    "monitor/attach_errors": float(len(errors))})
+    for k in ("requests", "input_tokens", "output_tokens", "cache_hits", "cost_usd"):
+        if result.usage.get(k) is not None:
+            metrics[f"judge/{k}"] = float(result.usage[k])
+    if result.window is not None:
+        metrics["monitor/window_start_ms"], metrics["monitor/window_end_ms"] = map(float, result.window)
+    result.metrics = metrics
+    table = _table(work, outs, results)
+    result.gate = _gates(metrics, results, fail_under, cfg.gate_rule)
+    if max_drop and baseline:
+        base_id, base_table = _baseline_table(store, baseline, parent, run_id)
+        result.gate.extend(_drop_gates(table, base_table, max_drop, base_id))
+    calibrated = _calibrate(store, run_id, ident, {})
+    if calibrated:
+        metrics.update(calibrated)
+        result.calibrated[run_id] = calibrated
+    _log_pass(store, result, ident, table, outs, parent)
+
+
+def _log_pass(store: MonitorStore, result: MonitorPass, ident: Identity, table: pd.DataFrame,
+              outs: Sequence[EvalOutput], parent: str) -> None:
+    client = store.client
+    run_id = str(result.run_id)
+    now = int(time.time() * 1000)
+    params = {"ragjudge.monitor": ident.monitor_id, "ragjudge.monitor.judge": ident.judge,
+              "ragjudge.monitor.metrics": ",".join(ident.metrics),
+              "ragjudge.monitor.experiment": store.experiment_name}
+    tags = {"ragjudge.monitor.window": json.dumps(result.window) if result.window else "",
+            "ragjudge.status": "interrupted" if result.interrupted else "ok"}
+    if result.gate:
+        from ..engine.intervals import gate_status
+
+        tags["ragjudge.gate"] = str(gate_status(result.gate))
+        tags["ragjudge.gate.detail"] = json.dumps(result.gate, default=str)[:5000]
+    metrics = [Metric(k, float(v), now, 0) for k, v in sorted(result.metrics.items())
+               if v is not None and math.isfinite(float(v))]
+    for k in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[k: k + 1000])
+    client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()])
+    if len(table):
+        tracking.replace_table(run_id, table, TABLE_FILE)
+    transcripts = [rec for out in outs for rec in out.transcripts]
+    if transcripts:
+        client.log_text(run_id, "\n".join(json.dumps(r, default=str) for r in transcripts) + "\n",
+                        "ragjudge/judge_transcripts.jsonl")
+    client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED if result.interrupted else RunStatus.FINISHED))
+    # the trend: each pass's means on the monitor's run, at the window's end
+    when = result.window[1] if result.window else now
+    trend = [Metric(k, float(v), int(when), result.pass_number) for k, v in sorted(result.metrics.items())
+             if (k.endswith("/mean") or k.startswith("monitor/traces") or k.endswith("/ppi_mean")
+                 or k == "judge/cost_usd") and math.isfinite(float(v))]
+    if trend:
+        client.log_batch(parent, metrics=trend)
+
+
+# ------------------------------------------------------------------------------------------------- passes on a clock
+
+
+def parse_every(text: str) -> float:
+    """``10m``, ``30s``, ``1h``, ``90`` (seconds) -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    try:
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise InputError(f"--every {text!r}: give a duration such as 30s, 10m, 1h") from None
+    if not value > 0 or not math.isfinite(value):
+        raise InputError(f"--every {text!r}: the duration must be positive")
+    return value
+
+
+def parse_since(text: str) -> float:
+    """``--since``: an ISO date or time (UTC unless it says), or a duration back from now (``2h``, ``7d``) -> epoch
+    seconds."""
+    t = text.strip()
+    if t and t[-1].lower() in "smhd" and t[:-1].replace(".", "", 1).isdigit():
+        return time.time() - parse_every(t)
+    try:
+        stamp = pd.Timestamp(t)
+    except (ValueError, TypeError):
+        raise InputError(f"--since {text!r}: give an ISO date or time (2026-11-27T09:00) or a duration back "
+                         "from now (2h, 7d)") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.tz_localize("UTC")
+    return float(stamp.timestamp())
+
+
+def monitor(experiment: str, judge: Any = None, metrics: Sequence[str] | None = None, *, every: float | None = None,
+            passes: int | None = None, on_pass: Any = None, **kwargs: Any) -> list[MonitorPass]:
+    """Monitor passes (:func:`monitor_pass`, same arguments): one, or one every ``every`` seconds until stopped
+    (Ctrl-C / SIGTERM) or ``passes`` passes ran. ``on_pass(result)`` is called after each (the CLI prints it).
+    Returns the passes."""
+    done: list[MonitorPass] = []
+    while True:
+        t0 = time.time()
+        kwargs.setdefault("lease_seconds", max(3600.0, 3 * (every or 0)))
+        result = monitor_pass(experiment, judge, metrics, **kwargs)
+        done.append(result)
+        if on_pass is not None:
+            on_pass(result)
+        if every is None or result.interrupted or (passes is not None and len(done) >= passes):
+            return done
+        if wait_for_stop(max(0.0, every - (time.time() - t0))):
+            return done
