@@ -23,7 +23,7 @@ model_type="rag", evaluators="ragjudge", evaluator_config={"judge": ...})``.
 The package is layered (docs/architecture.md): ``core`` < ``llm`` < ``metrics`` < ``engine`` < ``adapters`` <
 ``workflows`` < ``cli``. Each public name below is imported from the module that defines it, which is also its one
 other import path (``mlflow_ragjudge.engine.evaluate.evaluate_frame``). The names whose modules import mlflow
-(``sweep``, ``compare_runs``, ``label_sample``, ``calibrate``, ``judge_report``, ``plan``, ``load_output``,
+(``sweep``, ``compare_runs``, ``label_sample``, ``calibrate``, ``judge_report``, ``plan``, ``monitor``, ``load_output``,
 ``SweepResult``, ``PromptTemplate``) are imported on first use, for start-up time: ``import mlflow_ragjudge`` does
 not load mlflow.
 """
@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # imported on first use by __getattr__ below; here for mypy a
     from .workflows.calibration import calibrate, label_sample
     from .workflows.compare import compare_runs
     from .workflows.judge_report import judge_report
+    from .workflows.monitor import MonitorPass, monitor, monitor_pass
     from .workflows.planning import plan
     from .workflows.sweep import PromptTemplate, SweepResult, sweep
 
@@ -80,6 +81,9 @@ def __getattr__(name: str) -> object:
     elif name == "plan":
         from .workflows import planning
         value = getattr(planning, name)
+    elif name in ("monitor", "monitor_pass", "MonitorPass"):
+        from .workflows import monitor as monitoring
+        value = getattr(monitoring, name)
     elif name in ("PromptTemplate", "SweepResult", "sweep"):
         from .workflows import sweep as sweeps
         value = getattr(sweeps, name)
@@ -104,5 +108,5 @@ __all__ = [
     "ppi_paired_diff",
     # adapters and workflows (imported on first use: they load mlflow)
     "load_output", "PromptTemplate", "SweepResult", "sweep", "compare_runs", "calibrate", "label_sample",
-    "judge_report", "plan",
+    "judge_report", "plan", "monitor", "monitor_pass", "MonitorPass",
 ]

@@ -248,6 +248,12 @@ def test_human_feedback_on_random_monitored_traces_calibrates_the_pass(sqlite_st
 
     again = calibrate_traces(first.run_id, ["faithfulness"], log=False)
     assert again["faithfulness"].mean == pytest.approx(expected.mean)
+    from mlflow.genai import review_queues
+
+    assert main(["label-sample", first.run_id, "--review-queue", "--n", "10", "--metrics", "faithfulness"]) == 0
+    sample = mlflow.artifacts.load_dict(f"runs:/{first.run_id}/ragjudge/label_sample.json")
+    assert len(sample["trace_ids"]) == 10 and set(sample["trace_ids"]) <= set(traces)  # the app's own traces
+    assert len(review_queues.list_review_queue_items(sample["queue"])) == 10
 
 
 def test_a_pass_killed_while_attaching_then_restarted_judges_nothing_twice(sqlite_store, judge_llm, monkeypatch):
@@ -287,7 +293,8 @@ def test_a_pass_killed_while_attaching_then_restarted_judges_nothing_twice(sqlit
 def test_a_monitor_process_killed_mid_pass_resumes_and_loses_nothing(tmp_path, fresh_tracking_uri, judge_llm):
     uri = fresh_tracking_uri(tmp_path / "mlflow.db")
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
+                                                     os.environ.get("PYTHONPATH")) if p)}  # an MLflow laid over
     mlflow.set_tracking_uri(uri)
     name = f"sigkill-{uuid.uuid4().hex[:8]}"
     exp_id = mlflow.set_experiment(name).experiment_id
@@ -299,6 +306,7 @@ def test_a_monitor_process_killed_mid_pass_resumes_and_loses_nothing(tmp_path, f
     deadline = time.time() + 120
     while judge_llm.request_count < 8 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]  # killed mid-pass, not finished or failed
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     before = len(judge_llm.requests)
@@ -401,6 +409,11 @@ def test_gates_exit_codes_and_the_drop_test(sqlite_store, capsys):
     assert code == 4
     err = capsys.readouterr().out
     assert "dropped, failed" in err and "unpaired" in err
+    # the same 30 questions asked again, answered well again: paired on the questions, no drop
+    _simple_app(30, start=100)
+    assert main(base + ["--max-drop", "faithfulness=0.1", "--baseline", "previous"]) == 0
+    out = capsys.readouterr().out
+    assert "(paired, 30 questions)" in out and "passed" in out
     assert main(base + ["--fail-under", "faithfulness=2"]) == 0  # nothing new to judge: no gate to fail
     assert main(["monitor", "--experiment", "no-such-experiment"]) == 2
     assert main(base + ["--sample", "1.5"]) == 2
@@ -457,3 +470,40 @@ def test_another_live_monitor_of_the_same_judge_is_refused(sqlite_store):
         monitor_pass(name, "offline:/lexical", ["faithfulness"], settle=0)
     store.set_state(f"ragjudge.monitor.{ident.monitor_id}.lease", f"other-host:1@{time.time() - 1:.0f}")  # expired
     assert len(monitor_pass(name, "offline:/lexical", ["faithfulness"], settle=0).judged) == 2
+
+
+@pytest.mark.slow
+def test_every_runs_passes_until_sigterm_then_stops_cleanly(tmp_path, fresh_tracking_uri):
+    """``--every``: a pass, a wait, the next pass judges what arrived meanwhile; SIGTERM during the wait ends the
+    process at once with 143, saying where the next monitor goes on."""
+    uri = fresh_tracking_uri(tmp_path / "mlflow.db")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
+                                                     os.environ.get("PYTHONPATH")) if p)}
+    mlflow.set_tracking_uri(uri)
+    name = f"every-{uuid.uuid4().hex[:8]}"
+    exp_id = mlflow.set_experiment(name).experiment_id
+    _simple_app(3)
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow_ragjudge", "monitor", "--experiment", name,
+                             "--metrics", "faithfulness", "--settle", "0", "--every", "2s"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def judged() -> int:
+            return sum(1 for t in _traces(exp_id) if _ours(t))
+
+        deadline = time.time() + 120
+        while judged() < 3 and time.time() < deadline:
+            time.sleep(0.2)
+        _simple_app(2, start=50)
+        while judged() < 5 and time.time() < deadline:
+            time.sleep(0.2)
+        assert judged() == 5
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "stopped by SIGTERM" in err and "3 traces judged" in out and "2 traces judged" in out
+    runs = mlflow.search_runs([exp_id], filter_string="tags.`ragjudge.kind` = 'monitor_pass'", output_format="list")
+    assert sorted(r.data.metrics["monitor/traces_judged"] for r in runs) == [2, 3]
+    assert all(r.info.status == "FINISHED" for r in runs)

@@ -498,7 +498,7 @@ TABLE_FILE = "ragjudge/monitor_table.json"
 
 
 def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | None = None, *,
-                 filter_string: str | None = None, since: float | None = None, sample: float | None = None,
+                 filter_string: str | None = None, since: Any = None, sample: float | None = None,
                  max_traces: int = DEFAULT_MAX_TRACES, seed: int = 0, settle: float = DEFAULT_SETTLE_S,
                  fail_under: Mapping[str, float] | None = None, max_drop: Mapping[str, float] | None = None,
                  baseline: str | None = None, retriever_spans: str | Sequence[str] = "all",
@@ -510,8 +510,8 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
         judge, metrics: the judge URI (or a list: a panel) and the metrics (default :data:`MONITOR_METRICS`, those
             the judge can run); ``config``: any other evaluator setting (``repeats``, ``batch``, ``language`` ...).
         filter_string: an MLflow trace filter the traces must match too (``tags.env = 'prod'``).
-        since: epoch seconds: traces started before it are not looked at (the first pass's start; later passes
-            start at the watermark).
+        since: traces started before it are not looked at (the first pass's start; later passes start at the
+            watermark): epoch seconds, a datetime, an ISO time or a duration back from now (``"2h"``, ``"7d"``).
         sample: None (every new trace, newest first, ``max_traces`` per pass), a rate in (0, 1) (each trace kept with
             that probability, by a seeded hash of its id: the same traces whoever runs it), or a count >= 1 (that many
             of the new traces per pass, drawn by the same hash).
@@ -525,6 +525,11 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
     Raises:
         InputError: an unknown experiment, a bad sample or filter, no metric that can run, another live monitor.
     """
+    if isinstance(since, str):
+        since = parse_since(since)
+    elif since is not None and hasattr(since, "timestamp"):  # a datetime (naive: UTC) or a pandas Timestamp
+        stamp = pd.Timestamp(since)
+        since = float((stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp).timestamp())
     cfg_dict: dict[str, Any] = dict(config or {})
     if judge is not None:
         cfg_dict["judge"] = judge
