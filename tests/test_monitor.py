@@ -347,6 +347,15 @@ def test_sample_rate_is_a_seeded_hash_and_count_samples_and_backlog(sqlite_store
     assert set(p2.judged) == set(newest[10:20]) and set(p3.judged) == set(newest[20:])
     assert sorted(p1.judged + p2.judged + p3.judged) == sorted(newest)
 
+    # a listing capped below the backlog still reaches every trace: the handled ones do not count against it
+    name4 = f"capped-{uuid.uuid4().hex[:8]}"
+    exp4 = mlflow.set_experiment(name4).experiment_id
+    _simple_app(25)
+    passes = [monitor_pass(name4, "offline:/lexical", ["faithfulness"], max_traces=5, max_scan=7, settle=0)
+              for _ in range(6)]
+    assert [len(p.judged) for p in passes] == [5, 5, 5, 5, 5, 0]
+    assert {t.info.trace_id for t in _traces(exp4) if _ours(t)} == {t.info.trace_id for t in _traces(exp4)}
+
     name3 = f"count-{uuid.uuid4().hex[:8]}"
     mlflow.set_experiment(name3)
     _simple_app(20)

@@ -98,16 +98,20 @@ class MonitorStore:
         self.workers = workers or (8 if is_remote_uri(self.client.tracking_uri) else 1)
 
     # -- the app's traces ---------------------------------------------------------------------------------------
-    def list_traces(self, filter_string: str | None, after_ms: int | None, limit: int) -> tuple[list[Any], bool]:
+    def list_traces(self, filter_string: str | None, after_ms: int | None, limit: int,
+                    skip: Callable[[Any], bool] = lambda t: False) -> tuple[list[Any], int, int | None, bool]:
         """The experiment's traces (infos with their assessments and tags, no spans), newest first, started at or
-        after ``after_ms``, matching the user's ``filter_string``; at most ``limit``. Traces of evaluations (a
-        ``ragjudge`` run's rows, ``mlflow.genai.evaluate``'s copies) are left out: they are not the app's.
-        Returns ``(traces, more)``, ``more`` when the limit cut the list."""
+        after ``after_ms``, matching the user's ``filter_string``, but those ``skip`` says (handled already); at
+        most ``limit`` of them. Traces of evaluations (a ``ragjudge`` run's rows, ``mlflow.genai.evaluate``'s
+        copies) are left out: they are not the app's. Returns ``(traces, how many were skipped, the newest listed
+        trace's time, more)``, ``more`` when the limit cut the list."""
         parts = [f"({filter_string})"] if filter_string else []
         if after_ms is not None:
             parts.append(f"timestamp_ms >= {int(after_ms)}")
         query = " AND ".join(parts) or None
         found: list[Any] = []
+        skipped = 0
+        newest: int | None = None
         token = None
         while True:
             page = self.tracing.search_traces(locations=[self.experiment_id], filter_string=query,
@@ -117,12 +121,16 @@ class MonitorStore:
                 tags = t.info.tags or {}
                 if EVAL_REQUEST_ID in tags or "ragjudge.run_id" in tags or tags.get("mlflow.traceName") == TRACE_NAME:
                     continue
+                newest = t.info.timestamp_ms if newest is None else max(newest, t.info.timestamp_ms)
+                if skip(t):
+                    skipped += 1
+                    continue
                 found.append(t)
                 if len(found) > limit:
-                    return found[:limit], True
+                    return found[:limit], skipped, newest, True
             token = page.token
             if not token:
-                return found, False
+                return found, skipped, newest, False
 
     def fetch(self, trace_ids: Sequence[str]) -> dict[str, Any]:
         """Each trace whole (its spans: the retrievers' documents), by id; a trace the store cannot give is left

@@ -65,6 +65,8 @@ __all__ = ["MONITOR_METRICS", "MonitorPass", "monitor", "monitor_pass", "parse_e
 MONITOR_METRICS = ("faithfulness", "answer_relevancy", "context_relevance")
 #: traces judged per pass by default (newest first; the rest wait for the next pass)
 DEFAULT_MAX_TRACES = 200
+#: traces listed per pass at most (infos only): the new ones and those the watermark could not pass yet
+DEFAULT_MAX_SCAN = 20_000
 #: a trace is written when its request ends, with its start time: a pass looks this far behind its watermark
 DEFAULT_SETTLE_S = 300.0
 #: earlier passes whose calibration a pass brings up to date
@@ -159,6 +161,7 @@ class MonitorPass:
     usage: dict[str, Any] = field(default_factory=dict)
     gate: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     interrupted: str | None = None
     calibrated: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -196,6 +199,7 @@ class MonitorPass:
                     lines.append(f"  calibrated {name} (run {run_id[:8]}): {value:.3f} [{low:.3f}, {high:.3f}] "
                                  f"from {int(cal[name + '/n_labelled'])} labels")
         lines.extend(f"  gate: {g['message']}" for g in self.gate)
+        lines.extend(f"  note: {n}" for n in self.notes)
         lines.extend(f"  warning: {e}" for e in self.errors[:5])
         if self.interrupted:
             lines.append(f"  stopped by {self.interrupted}: the traces not attached are judged by the next pass "
@@ -502,7 +506,8 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
                  max_traces: int = DEFAULT_MAX_TRACES, seed: int = 0, settle: float = DEFAULT_SETTLE_S,
                  fail_under: Mapping[str, float] | None = None, max_drop: Mapping[str, float] | None = None,
                  baseline: str | None = None, retriever_spans: str | Sequence[str] = "all",
-                 config: Mapping[str, Any] | None = None, lease_seconds: float = 3600.0) -> MonitorPass:
+                 config: Mapping[str, Any] | None = None, lease_seconds: float = 3600.0,
+                 max_scan: int = DEFAULT_MAX_SCAN) -> MonitorPass:
     """One monitoring pass over experiment ``experiment``'s traces (module docstring).
 
     Args:
@@ -521,6 +526,8 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
         max_drop, baseline: metric -> the largest drop tolerated against the ``baseline`` pass (a run id,
             ``first`` or ``previous``).
         lease_seconds: how long this pass holds the monitor's lease (renewed by every pass).
+        max_scan: traces not judged yet listed per pass at most (their infos, without spans); beyond it the older
+            ones wait until these are done.
 
     Raises:
         InputError: an unknown experiment, a bad sample or filter, no metric that can run, another live monitor.
@@ -553,7 +560,8 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
     try:
         _run_pass(store, ident, cfg_dict, cfg, result, filter_string=filter_string, since=since, sample=sample,
                   max_traces=max_traces, seed=seed, settle=settle, fail_under=dict(fail_under or {}),
-                  max_drop=dict(max_drop or {}), baseline=baseline, retriever_spans=retriever_spans)
+                  max_drop=dict(max_drop or {}), baseline=baseline, retriever_spans=retriever_spans,
+                  max_scan=max_scan)
     finally:
         store.release_lease(lease_key)
     return result
@@ -562,23 +570,21 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
 def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cfg: RagJudgeConfig,
               result: MonitorPass, *, filter_string: str | None, since: float | None, sample: float | None,
               max_traces: int, seed: int, settle: float, fail_under: dict[str, float], max_drop: dict[str, float],
-              baseline: str | None, retriever_spans: str | Sequence[str]) -> None:
+              baseline: str | None, retriever_spans: str | Sequence[str], max_scan: int) -> None:
     started = time.time()
     watermark_key = _key(ident, "watermark")
     stored = store.state(watermark_key)
     watermark = int(float(stored)) if stored else None
     after = max(x for x in (watermark, int(since * 1000) if since is not None else None, 0) if x is not None)
     tag = monitor_tag(ident.monitor_id)
-    scan = max_traces if sample is None else 100 * max_traces if sample >= 1 else int(max_traces / sample) + 1
     try:
-        listed, more = store.list_traces(filter_string, after, max(scan, 10 * max_traces))
+        fresh, result.already, newest, more = store.list_traces(
+            filter_string, after, max_scan, skip=lambda t: tag in (t.info.tags or {}))
     except Exception as e:
         if "filter" in str(e).lower() or "INVALID_PARAMETER" in str(e):
             raise InputError(f"The trace filter {filter_string!r} was refused: {str(e)[:300]}") from None
         raise
-    result.seen = len(listed)
-    fresh = [t for t in listed if tag not in (t.info.tags or {})]
-    result.already = len(listed) - len(fresh)
+    result.seen = len(fresh) + result.already
     if sample is not None and sample < 1:
         picked = [t for t in fresh if _sample_key(t.info.trace_id, seed) < sample]
     elif sample is not None:
@@ -586,13 +592,16 @@ def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cf
     else:
         picked = fresh  # newest first
     result.sampled_out = len(fresh) - len(picked)
-    if sample is None and len(picked) > max_traces:
+    if len(picked) > max_traces:  # newest first; the rest wait for the next pass
         result.backlog = len(picked) - max_traces
         picked = picked[:max_traces]
-    elif sample is not None and len(picked) > max_traces:
-        picked = picked[:max_traces]
+        result.notes.append(f"{result.backlog} traces wait for the next pass: more arrived than --max-traces "
+                            f"{max_traces} judges in one pass; if this lasts, raise --max-traces, run passes more "
+                            "often, or sample (--sample)")
+    if more:
+        result.notes.append(f"the listing stopped at {max_scan} traces not judged yet since the watermark: the older "
+                            "ones are looked at once these are done (a first pass over a large experiment: --since)")
     # the watermark moves past what this pass dealt with, less the settle time; a backlog keeps it where it is
-    newest = max((t.info.timestamp_ms for t in listed), default=None)
     new_watermark = None
     if newest is not None and result.backlog == 0 and not more:
         new_watermark = max(watermark or 0, min(newest, int((started - settle) * 1000)))
