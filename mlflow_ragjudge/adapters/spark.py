@@ -86,6 +86,9 @@ class SparkEvaluation:
     scored: Any = field(default=None, repr=False)
     #: every output's name (``correctness``, ``precision_at_5`` ...)
     outputs: list[str] = field(default_factory=list)
+    #: with ``collect=True``: every row's results on the driver, as an :class:`EvalOutput` (its per-row table's
+    #: question / answer / reference / ``<output>/score`` cells and ``row_id``, the results, the rows' contexts)
+    output: EvalOutput | None = field(default=None, repr=False)
 
     @property
     def results(self) -> dict[str, list[Any]]:
@@ -376,7 +379,7 @@ def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int) -> dict[str, An
 
 def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig | None = None, *,
                    experiment: str | None = None, run_name: str | None = None, log: bool = True,
-                   table_rows: int | str = DEFAULT_TABLE_ROWS) -> SparkEvaluation:
+                   table_rows: int | str = DEFAULT_TABLE_ROWS, collect: bool = False) -> SparkEvaluation:
     """Evaluate the rows of a Spark DataFrame in the executors and log one MLflow run from the driver.
 
     The run holds what ``evaluate_frame`` + logging hold on the same rows: the metrics, a per-row table (here a seeded
@@ -393,22 +396,29 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
         run_name: the run's name.
         log: False: compute, log nothing (``run_id`` is None).
         table_rows: rows of the per-row table logged with the run (a seeded sample), or ``"all"``.
+        collect: bring every row's results to the driver (``SparkEvaluation.output``), for a caller that acts on
+            each one (``ragjudge monitor`` attaches them to traces); with ``log=False`` only. The data must fit on
+            the driver (its results do: a few hundred bytes per row).
 
     Raises:
         InputError: a missing column, a column of the wrong Spark type, or a bad cell (the first in the order of
             the data, named as the pandas path names it): before any judge call.
     """
     with pandas_support_note():
-        return _evaluate_spark(sdf, evaluator_config, experiment, run_name, log, table_rows)
+        return _evaluate_spark(sdf, evaluator_config, experiment, run_name, log, table_rows, collect)
 
 
 def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig | None, experiment: str | None,
-                    run_name: str | None, log: bool, table_rows: int | str) -> SparkEvaluation:
+                    run_name: str | None, log: bool, table_rows: int | str, collect: bool = False
+                    ) -> SparkEvaluation:
     F = _pyspark()  # noqa: N806
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     cfg = evaluator_config if isinstance(evaluator_config, RagJudgeConfig) else \
         RagJudgeConfig.from_dict(evaluator_config or {})
+    if collect and log:
+        raise ValueError("collect=True brings every row's results to the driver for the caller to log: use it with "
+                         "log=False")
     if not (table_rows == "all" or (isinstance(table_rows, int) and table_rows >= 0)):
         raise ValueError(f"table_rows={table_rows!r}: give a number of rows >= 0, or 'all'.")
     check_splittable(cfg)
@@ -440,6 +450,8 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
         from .traces import pick_rows  # (imports mlflow: on the driver, not in every executor's Python worker)
 
         traced = pick_rows(n_rows, cfg.traces, cfg.seed)
+    elif collect:
+        traced = list(range(n_rows))
     schema = StructType([*sdf.schema.fields, StructField(_ROW, LongType()), StructField(_KEY, StringType()),
                          StructField(_CELLS, StringType()), StructField(_PART, StringType()),
                          StructField(_TRACE, StringType())])
@@ -478,8 +490,9 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
     params = {"ragjudge.version": VERSION, **merged.params, "ragjudge.spark.partitions": str(partitions)}
     run_id = _log(merged, params, record, sample, gate, experiment, run_name, picked) if log else None
     outputs = list(dict.fromkeys(o for p in parts for outs in p["summaries"].values() for o in outs))
+    output = _traced_output(picked, record) if collect and len(picked) else None
     return SparkEvaluation(rows, merged.metrics, run_id, record, params, merged.failures, merged.skipped, gate,
-                           scored, outputs)
+                           scored, outputs, output)
 
 
 def _task_failure(e: BaseException, cfg: RagJudgeConfig) -> str:

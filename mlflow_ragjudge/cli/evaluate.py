@@ -111,19 +111,31 @@ def run_evaluation(
     return run.info.run_id, out
 
 
+def spark_session(app: str, master: str | None) -> Any:
+    """The Spark session of ``--spark``: ``--spark-master``, else the session's own configuration, else
+    ``local[*]``."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app)
+    if master:
+        builder = builder.master(master)
+    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.master("local[*]")
+    return builder.getOrCreate()
+
+
 def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple[str, Any]:
     """``ragjudge evaluate DATA --spark``: DATA (a Parquet path, or a table of the session's catalog) scored in the
     Spark executors, one run logged from here (:func:`mlflow_ragjudge.spark.evaluate_spark`). A local DATA that is
     missing or not Parquet is refused before Spark starts; what Spark itself cannot read is said in one line too."""
-    import os
-
     from ..adapters.tracking import check_tracking_store
 
     kind = spark_data_kind(args.data)  # before the session starts: a bad path costs no JVM and no Java traceback
     try:
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import AnalysisException
-        from pyspark.sql import SparkSession
     except ImportError:
         raise InputError("--spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'") from None
     from ..adapters.spark import DEFAULT_TABLE_ROWS, evaluate_spark, pandas_support_note
@@ -133,12 +145,7 @@ def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple
         table_rows = "all" if args.table_rows == "all" else int(args.table_rows)
     check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was sent to the judge.")
     with pandas_support_note():  # PySpark's warning about pandas 3, at session start too: once, in our words
-        builder = SparkSession.builder.appName("ragjudge evaluate")
-        if args.spark_master:
-            builder = builder.master(args.spark_master)
-        elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-            builder = builder.master("local[*]")
-        spark = builder.getOrCreate()
+        spark = spark_session("ragjudge evaluate", args.spark_master)
         data = args.data
         try:
             sdf = spark.read.parquet(data) if kind == "path" else spark.table(data)

@@ -70,12 +70,23 @@ def monitor_command(args: argparse.Namespace) -> int:
     spans = args.retriever_spans
     retriever_spans = spans if spans in ("all", "first", "last") else [s.strip() for s in spans.split(",")]
     check_tracking_store(args.tracking_uri, None, nothing="Nothing was sent to the judge.")
+    spark = None
+    if args.spark:
+        try:
+            import pyspark  # noqa: F401
+        except ImportError:
+            raise ValueError("--spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'") from None
+        from ..adapters.spark import pandas_support_note
+        from .evaluate import spark_session
+
+        with pandas_support_note():
+            spark = spark_session("ragjudge monitor", args.spark_master)
     passes = monitor(args.experiment, cfg.pop("judge"), metrics, every=every, passes=args.passes,
                      on_pass=lambda r: print(r.summary(), flush=True), filter_string=args.filter_string,
                      since=parse_since(args.since) if args.since else None, sample=_sample(args.sample),
                      max_traces=args.max_traces, seed=args.seed, settle=args.settle,
                      fail_under=_numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
-                     baseline=args.baseline, retriever_spans=retriever_spans, config=cfg)
+                     baseline=args.baseline, retriever_spans=retriever_spans, config=cfg, spark=spark)
     last = passes[-1]
     if stop_requested():  # within a pass (what was attached stays) or between passes
         reason = stop_reason() or "SIGINT"

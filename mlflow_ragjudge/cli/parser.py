@@ -359,6 +359,11 @@ def _monitor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not read or write the judge-call cache")
     p.add_argument("--max-concurrency", type=int)
     p.add_argument("--batch", action="store_true", help="send the judge calls through the provider's batch API")
+    p.add_argument("--spark", action="store_true",
+                   help="judge the rows in Spark's executors (large backlogs; the spark extra, docs/scaling.md); the "
+                        "traces are read and the judgments attached from here")
+    p.add_argument("--spark-master", help="with --spark: the master of a new session (default: the session's own "
+                                          "configuration, else local[*])")
     plugin_option(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
 

@@ -309,10 +309,11 @@ def _stamp(fb: Any, ident: Identity, meta: dict[str, str]) -> Any:
     return fb
 
 
-def _judge(work: _Work, cfg: dict[str, Any], ident: Identity, run_id: str, meta: dict[str, str]
-           ) -> tuple[dict[str, list[Any]], dict[str, list[tuple[str, JudgeResult]]], list[EvalOutput]]:
-    """Judge the rows, one engine run per set of metrics the rows need (usually one); Feedback per trace, and per
-    output the ``(trace id, result)`` pairs."""
+def _judge(work: _Work, cfg: dict[str, Any], ident: Identity, run_id: str, meta: dict[str, str],
+           spark: Any = None) -> tuple[dict[str, list[Any]], dict[str, list[tuple[str, JudgeResult]]],
+                                       list[EvalOutput]]:
+    """Judge the rows, one engine run per set of metrics the rows need (usually one), in this process or on Spark;
+    Feedback per trace, and per output the ``(trace id, result)`` pairs."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for tid, metrics in work.needs.items():
         groups.setdefault(metrics, []).append(tid)
@@ -326,21 +327,45 @@ def _judge(work: _Work, cfg: dict[str, Any], ident: Identity, run_id: str, meta:
         if stop_requested():
             break
         frame = pd.DataFrame([_record(work.rows[t], t) for t in tids])
-        out = evaluate_frame(frame, {**cfg, "metrics": list(metrics), "traces": 0, "fail_under": {}})
+        run_cfg = {**cfg, "metrics": list(metrics), "traces": 0, "fail_under": {}}
+        out = _on_spark(spark, frame, run_cfg) if spark is not None else evaluate_frame(frame, run_cfg)
+        if out is None:
+            continue
         outs.append(out)
         calls = call_ids(out.transcripts)
         judge = out.config.get("judge") if isinstance(out.config.get("judge"), str) else None
-        for i, tid in enumerate(tids):
-            fbs = [a for a in row_assessments(i, out.table, out, _OWNERS, judge or ident.judge, run_id, calls,
-                                               user_name()) if isinstance(a, Feedback)]
-            if any(r[i].reason == "interrupted" for r in out.results.values() if i < len(r)):
+        ids = [str(t) for t in out.table["row_id"]] if "row_id" in out.table.columns else tids
+        for i, tid in enumerate(ids):
+            if any(r[i] is not None and r[i].reason == "interrupted" for r in out.results.values() if i < len(r)):
                 continue  # stopped before this row was judged: the next pass judges it (its calls are cached)
+            fbs = [a for a in row_assessments(i, out.table, out, _OWNERS, judge or ident.judge, run_id, calls,
+                                              user_name()) if isinstance(a, Feedback)]
             feedback.setdefault(tid, []).extend(_stamp(fb, ident, meta) for fb in fbs)
-        for name, res in out.results.items():
-            for i, tid in enumerate(tids):
-                if i < len(res) and res[i].reason != "interrupted":
+            for name, res in out.results.items():
+                if i < len(res) and res[i] is not None:
                     results.setdefault(name, []).append((tid, res[i]))
     return feedback, results, outs
+
+
+def _on_spark(spark: Any, frame: pd.DataFrame, cfg: dict[str, Any]) -> EvalOutput | None:
+    """One group's rows judged in Spark's executors (:func:`~mlflow_ragjudge.adapters.spark.evaluate_spark`, nothing
+    logged from there), every row's results brought back to attach them. List cells travel as JSON text."""
+    from ..adapters.spark import evaluate_spark
+
+    cells = frame.copy()
+    types = []
+    for col in cells.columns:
+        if col == "answerable":
+            types.append(f"`{col}` boolean")
+            continue
+        cells[col] = [None if v is None or (isinstance(v, float) and v != v) else
+                      json.dumps(v, ensure_ascii=False, default=str) if isinstance(v, (list, tuple, dict)) else str(v)
+                      for v in cells[col]]
+        types.append(f"`{col}` string")
+    sdf = spark.createDataFrame(cells.astype(object).where(cells.notna(), None), schema=", ".join(types))
+    evaluation = evaluate_spark(sdf, cfg, log=False, collect=True, table_rows=0)
+    evaluation.unpersist()
+    return evaluation.output
 
 
 def _pass_metrics(results: Mapping[str, list[tuple[str, JudgeResult]]]) -> dict[str, float]:
@@ -507,7 +532,7 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
                  fail_under: Mapping[str, float] | None = None, max_drop: Mapping[str, float] | None = None,
                  baseline: str | None = None, retriever_spans: str | Sequence[str] = "all",
                  config: Mapping[str, Any] | None = None, lease_seconds: float = 3600.0,
-                 max_scan: int = DEFAULT_MAX_SCAN) -> MonitorPass:
+                 max_scan: int = DEFAULT_MAX_SCAN, spark: Any = None) -> MonitorPass:
     """One monitoring pass over experiment ``experiment``'s traces (module docstring).
 
     Args:
@@ -526,6 +551,9 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
         max_drop, baseline: metric -> the largest drop tolerated against the ``baseline`` pass (a run id,
             ``first`` or ``previous``).
         lease_seconds: how long this pass holds the monitor's lease (renewed by every pass).
+        spark: a SparkSession: the rows are judged in its executors (large backlogs; the judge-call cache at a path
+            every executor reaches, ``requests_per_minute`` shared by the tasks: docs/scaling.md); the traces are
+            still read and the Feedback attached from here.
         max_scan: traces not judged yet listed per pass at most (their infos, without spans); beyond it the older
             ones wait until these are done.
 
@@ -561,7 +589,7 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
         _run_pass(store, ident, cfg_dict, cfg, result, filter_string=filter_string, since=since, sample=sample,
                   max_traces=max_traces, seed=seed, settle=settle, fail_under=dict(fail_under or {}),
                   max_drop=dict(max_drop or {}), baseline=baseline, retriever_spans=retriever_spans,
-                  max_scan=max_scan)
+                  max_scan=max_scan, spark=spark)
     finally:
         store.release_lease(lease_key)
     return result
@@ -570,7 +598,7 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
 def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cfg: RagJudgeConfig,
               result: MonitorPass, *, filter_string: str | None, since: float | None, sample: float | None,
               max_traces: int, seed: int, settle: float, fail_under: dict[str, float], max_drop: dict[str, float],
-              baseline: str | None, retriever_spans: str | Sequence[str], max_scan: int) -> None:
+              baseline: str | None, retriever_spans: str | Sequence[str], max_scan: int, spark: Any) -> None:
     started = time.time()
     watermark_key = _key(ident, "watermark")
     stored = store.state(watermark_key)
@@ -609,7 +637,7 @@ def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cf
     result.parent_run_id = parent
     if picked:
         _judge_and_log(store, ident, cfg_dict, cfg, result, picked, parent, retriever_spans, tag, fail_under,
-                       max_drop, baseline)
+                       max_drop, baseline, spark)
     if new_watermark is not None and not result.interrupted and not result.errors:
         store.set_state(watermark_key, str(new_watermark))
     # earlier passes whose traces got human labels since: their calibrated means brought up to date
@@ -624,7 +652,8 @@ def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cf
 
 def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cfg: RagJudgeConfig,
                    result: MonitorPass, picked: Sequence[Any], parent: str, retriever_spans: str | Sequence[str],
-                   tag: str, fail_under: dict[str, float], max_drop: dict[str, float], baseline: str | None) -> None:
+                   tag: str, fail_under: dict[str, float], max_drop: dict[str, float], baseline: str | None,
+                   spark: Any = None) -> None:
     client = store.client
     previous = tracking.child_runs(parent, PARENT_TAG)
     for run in previous:  # this monitor holds the lease: a pass still RUNNING was killed (its process is gone)
@@ -637,7 +666,7 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
     run_id = result.run_id = str(run.info.run_id)
     meta = {PASS_KEY: run_id, "ragjudge.monitor": ident.monitor_id}
     work = _plan_work(store, picked, ident, cfg, run_id, retriever_spans, meta)
-    feedback, results, outs = _judge(work, cfg_dict, ident, run_id, meta)
+    feedback, results, outs = _judge(work, cfg_dict, ident, run_id, meta, spark)
     result.unreadable = sum(1 for tid in work.direct if tid not in work.needs)
     result.usage = _usage(outs)
     # every metric of the identity must be on a trace before it carries the monitor's tag
