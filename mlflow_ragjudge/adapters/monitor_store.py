@@ -8,6 +8,7 @@ Each function is one kind of request; :mod:`mlflow_ragjudge.workflows.monitor` d
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -16,12 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pandas as pd
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracing.client import TracingClient
 from mlflow.tracking import MlflowClient
 
 from ..core.errors import InputError
 from .traces import EVAL_REQUEST_ID, TRACE_NAME
-from .tracking import is_remote_uri
+from .tracking import is_remote_uri, replace_table
 
 __all__ = ["MonitorStore", "Lease", "PAGE", "monitor_tag"]
 
@@ -192,6 +195,38 @@ class MonitorStore:
             token = page.token
             if not token:
                 return out
+
+    # -- the monitor's runs ----------------------------------------------------------------------------------------
+    def create_run(self, name: str, tags: dict[str, str], params: dict[str, str] | None = None) -> str:
+        """A run in the app's experiment (a monitor's, or a pass's: ``mlflow.parentRunId`` in ``tags``)."""
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        if params:
+            self.client.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+        return str(run.info.run_id)
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status)
+
+    def log_run(self, run_id: str, *, metrics: dict[str, float], params: dict[str, str], tags: dict[str, str],
+                table: tuple[pd.DataFrame, str] | None = None, text: tuple[str, str] | None = None) -> None:
+        """Metrics (finite ones, at step 0), params and tags, and a per-row table / a text artifact (``(content,
+        artifact path)``) into a run."""
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items()) if math.isfinite(float(v))]
+        for k in range(0, len(items), 1000):
+            self.client.log_batch(run_id, metrics=items[k: k + 1000])
+        self.client.log_batch(run_id, params=[Param(k, v[:6000]) for k, v in params.items()],
+                              tags=[RunTag(k, v[:5000]) for k, v in tags.items()])
+        if table is not None and len(table[0]):
+            replace_table(run_id, table[0], table[1])
+        if text is not None and text[0]:
+            self.client.log_text(run_id, text[0], text[1])
+
+    def log_series(self, run_id: str, metrics: dict[str, float], step: int, when_ms: int) -> None:
+        """One point of each metric's series (``step``, at ``when_ms``): MLflow's charts draw the trend."""
+        items = [Metric(k, float(v), int(when_ms), step) for k, v in sorted(metrics.items()) if math.isfinite(v)]
+        if items:
+            self.client.log_batch(run_id, metrics=items)
 
     # -- the monitor's own state: experiment tags ------------------------------------------------------------------
     def state(self, key: str) -> str | None:

@@ -177,6 +177,13 @@ def call_ids(transcripts: Sequence[dict[str, Any]]) -> dict[tuple[str, int], lis
     return calls
 
 
+def row_feedback(i: int, table: pd.DataFrame, out: Any, owners: dict[str, Any], judge: str | None, run_id: str,
+                 calls: dict[tuple[str, int], list[str]], user: str) -> list[Any]:
+    """:func:`row_assessments` without the reference's Expectation: the judgments alone (a monitor attaches them to a
+    trace that has its own expectations, if any)."""
+    return [a for a in row_assessments(i, table, out, owners, judge, run_id, calls, user) if isinstance(a, Feedback)]
+
+
 def row_assessments(i: int, table: pd.DataFrame, out: Any, owners: dict[str, Any], judge: str | None,
                      run_id: str, calls: dict[tuple[str, int], list[str]], user: str) -> list[Any]:
     found = []

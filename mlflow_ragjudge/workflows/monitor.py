@@ -40,24 +40,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from mlflow.entities import Feedback, Metric, Param, RunStatus, RunTag
 
 from ..adapters import tracking
 from ..adapters.monitor_store import MonitorStore, monitor_tag
-from ..adapters.scorer_inputs import missing_fields, read_scorer_args
-from ..adapters.traces import call_ids, feedback_for, metric_owners, row_assessments, spec_for, user_name
+from ..adapters.traces import spec_for
 from ..core.errors import InputError
 from ..core.stop import stop_reason, stop_requested, wait_for_stop
-from ..core.types import JudgeResult, Row, Status
+from ..core.types import JudgeResult, Status, aggregate
 from ..engine.aggregate import aggregate_metric
 from ..engine.config import RagJudgeConfig
-from ..engine.evaluate import EvalOutput, evaluate_frame
-from ..engine.identity import JUDGE_ID_KEY, JUDGE_KEY, PROMPTS_KEY, judge_id, score_options
-from ..engine.intervals import LEVEL, decide_gate, difference_interval, mean_interval
+from ..engine.evaluate import EvalOutput
+from ..engine.identity import JUDGE_ID_KEY
+from ..engine.intervals import LEVEL, decide_gate, difference_interval, gate_status, mean_interval
 from ..engine.ppi import TooFewLabels, ppi_mean
 from ..metrics.spec import get_metric
 from .calibration import scale_of
 from .calibration_traces import human_labels_on_traces
+from .monitor_judge import OWNERS, Identity, Work, has_identities, identify, judge_rows, plan_work
 
 __all__ = ["MONITOR_METRICS", "MonitorPass", "monitor", "monitor_pass", "parse_every", "parse_since"]
 
@@ -75,63 +74,7 @@ RECALIBRATE_PASSES = 20
 PARENT_TAG = "ragjudge.monitor.parent"
 #: the trace metadata / Feedback metadata key naming the pass
 PASS_KEY = "ragjudge.monitor.pass"
-_FIELDS = ("question", "answer", "reference", "contexts", "retrieved_doc_ids", "relevant_doc_ids",
-           "reference_contexts", "evidence_contexts", "gold_documents", "citations", "answerable", "raw_output")
-
-
 # ------------------------------------------------------------------------------------------------- the judge
-
-
-@dataclass(frozen=True)
-class Identity:
-    """The monitor's judge: per metric, the identity of its first output (:func:`~.identity.judge_id`), the
-    judge URI and the prompt versions; ``monitor_id`` names the whole set (its tag on traces, its state)."""
-
-    metrics: tuple[str, ...]
-    judge: str
-    ids: dict[str, str]
-    prompts: dict[str, dict[str, str]]
-    options: dict[str, Any]
-    skipped: dict[str, str]
-
-    @property
-    def monitor_id(self) -> str:
-        text = json.dumps(sorted(self.ids.items()), separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-
-    def output_id(self, output: str) -> str:
-        """The identity of one output (a metric with several outputs gives each its own)."""
-        spec = spec_for(output, _OWNERS)
-        metric = spec.name if spec is not None else output
-        judged = spec is None or spec.judged
-        return judge_id(output, self.judge if judged else None, self.prompts.get(metric, {}),
-                        self.options if judged else {})
-
-
-_OWNERS = metric_owners()
-
-
-def _synthetic_row() -> pd.DataFrame:
-    """A row with every column a monitored metric may read: the dry run that names the prompts needs one."""
-    return pd.DataFrame({"question": ["q?"], "answer": ["a."], "contexts": [["c."]], "reference": ["a."],
-                         "retrieved_doc_ids": [["d"]], "relevant_doc_ids": [["d"]]})
-
-
-def identify(cfg: dict[str, Any]) -> Identity:
-    """The judge's identity for ``cfg`` (the metrics it runs, their prompt versions), found by a dry run: nothing is
-    sent. A metric the judge cannot run (answer relevancy on the offline judge) is left out, with the reason."""
-    out = evaluate_frame(_synthetic_row(), {**cfg, "dry_run": True, "traces": 0})
-    metrics = tuple(out.config.get("metrics_run") or ())
-    if not metrics:
-        why = "; ".join(f"{k}: {v}" for k, v in out.skipped.items()) or "none was asked"
-        raise InputError(f"No metric can run for this monitor ({why}).")
-    panel = RagJudgeConfig.from_dict({k: v for k, v in cfg.items() if k != "dry_run"}).panel or []
-    judge = ",".join(sorted(str(j) for j in panel)) if panel else out.params.get("ragjudge.judge", "")
-    prompts = {k: dict(v) for k, v in (out.config.get("prompt_versions_by_metric") or {}).items()}
-    options = score_options(RagJudgeConfig.from_dict(cfg).as_dict())
-    ids = {m: judge_id(get_metric(m).output_names[0], judge if get_metric(m).judged else None, prompts.get(m, {}),
-                       options if get_metric(m).judged else {}) for m in metrics}
-    return Identity(metrics, judge, ids, prompts, options, dict(out.skipped))
 
 
 # ------------------------------------------------------------------------------------------------- one pass
@@ -172,8 +115,6 @@ class MonitorPass:
     @property
     def outcome(self) -> str | None:
         """``failed`` / ``undecided`` / ``passed`` over the gates, None without gates."""
-        from ..engine.intervals import gate_status
-
         return gate_status(self.gate)
 
     def summary(self) -> str:
@@ -214,164 +155,10 @@ def _sample_key(trace_id: str, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def _has(trace: Any, wanted: set[str]) -> set[str]:
-    """The identities among ``wanted`` that a trace carries already (a valid Feedback with that judge id)."""
-    found: set[str] = set()
-    for a in getattr(trace.info, "assessments", None) or []:
-        meta = getattr(a, "metadata", None) or {}
-        jid = meta.get(JUDGE_ID_KEY)
-        if jid in wanted and getattr(a, "valid", True) is not False and getattr(a, "feedback", None) is not None:
-            found.add(jid)
-    return found
-
-
-def _expectations(trace: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for a in getattr(trace.info, "assessments", None) or []:
-        exp = getattr(a, "expectation", None)
-        if exp is not None and getattr(a, "valid", True) is not False:
-            out[a.name] = exp.value
-    return out
-
-
-def _record(row: Row, trace_id: str) -> dict[str, Any]:
-    rec: dict[str, Any] = {"row_id": trace_id}
-    for f in _FIELDS:
-        value = getattr(row, f, None)
-        if f == "reference" and row.references and len(row.references) > 1:
-            value = list(row.references)
-        if value is not None:
-            rec[f] = value
-    return rec
-
-
-def _lacks(metric: str, row: Row, cfg: RagJudgeConfig, looked: dict[str, str]) -> list[str]:
-    """Nothing when the row has what ``metric`` reads, else what it lacks and where it was looked for (the failed
-    Feedback says it)."""
-    alternatives = get_metric(metric).requirements(cfg)
-    if any(all(getattr(row, c, None) is not None for c in alt) for alt in alternatives):
-        return []
-    return missing_fields(row, alternatives[0], looked)
-
-
-@dataclass
-class _Work:
-    """The traces of a pass and what each needs."""
-
-    traces: dict[str, Any]
-    rows: dict[str, Row] = field(default_factory=dict)
-    #: trace -> metric -> Feedback to attach without judging (the trace cannot be read for it)
-    direct: dict[str, list[Any]] = field(default_factory=dict)
-    #: trace -> the metrics to judge
-    needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-def _plan_work(store: MonitorStore, picked: Sequence[Any], ident: Identity, cfg: RagJudgeConfig, run_id: str,
-               retriever_spans: str | Sequence[str], meta: dict[str, str]) -> _Work:
-    work = _Work(store.fetch([t.info.trace_id for t in picked]))
-    for t in picked:
-        tid = t.info.trace_id
-        trace = work.traces.get(tid)
-        if trace is None:
-            continue
-        have = _has(trace, set(ident.ids.values()))
-        todo = [m for m in ident.metrics if ident.ids[m] not in have]
-        if not todo:
-            continue
-        try:
-            found = read_scorer_args(None, None, _expectations(trace), trace,
-                                     relevance_threshold=cfg.relevance_threshold, retriever_spans=retriever_spans)
-            row, looked = found.row, found.looked
-        except (InputError, ValueError) as e:
-            row, looked, error = None, {}, str(e)
-        judge_now: list[str] = []
-        for m in todo:
-            lacks = [error] if row is None else _lacks(m, row, cfg, looked)
-            if lacks:
-                res = JudgeResult.failed("invalid_input", f"the trace has no {'; no '.join(lacks)}")
-                fb = feedback_for(get_metric(m).output_names[0], None, res, get_metric(m), ident.judge, run_id, [])
-                work.direct.setdefault(tid, []).append(_stamp(fb, ident, meta))
-            else:
-                judge_now.append(m)
-        if judge_now and row is not None:
-            work.rows[tid] = row
-            work.needs[tid] = tuple(judge_now)
-    return work
-
-
-def _stamp(fb: Any, ident: Identity, meta: dict[str, str]) -> Any:
-    """A Feedback with the monitor's metadata: the judge's identity and the pass."""
-    extra = {JUDGE_ID_KEY: ident.output_id(fb.name.partition("@")[0]), JUDGE_KEY: ident.judge, **meta}
-    spec = spec_for(fb.name.partition("@")[0], _OWNERS)
-    if spec is not None and ident.prompts.get(spec.name):
-        extra[PROMPTS_KEY] = json.dumps(ident.prompts[spec.name], sort_keys=True)
-    fb.metadata = {**(fb.metadata or {}), **extra}
-    return fb
-
-
-def _judge(work: _Work, cfg: dict[str, Any], ident: Identity, run_id: str, meta: dict[str, str],
-           spark: Any = None) -> tuple[dict[str, list[Any]], dict[str, list[tuple[str, JudgeResult]]],
-                                       list[EvalOutput]]:
-    """Judge the rows, one engine run per set of metrics the rows need (usually one), in this process or on Spark;
-    Feedback per trace, and per output the ``(trace id, result)`` pairs."""
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for tid, metrics in work.needs.items():
-        groups.setdefault(metrics, []).append(tid)
-    feedback: dict[str, list[Any]] = {tid: list(fbs) for tid, fbs in work.direct.items()}
-    results: dict[str, list[tuple[str, JudgeResult]]] = {}
-    for tid, fbs in work.direct.items():
-        for fb in fbs:
-            results.setdefault(fb.name, []).append((tid, JudgeResult.failed("invalid_input", fb.error.error_message)))
-    outs: list[EvalOutput] = []
-    for metrics, tids in groups.items():
-        if stop_requested():
-            break
-        frame = pd.DataFrame([_record(work.rows[t], t) for t in tids])
-        run_cfg = {**cfg, "metrics": list(metrics), "traces": 0, "fail_under": {}}
-        out = _on_spark(spark, frame, run_cfg) if spark is not None else evaluate_frame(frame, run_cfg)
-        if out is None:
-            continue
-        outs.append(out)
-        calls = call_ids(out.transcripts)
-        judge = out.config.get("judge") if isinstance(out.config.get("judge"), str) else None
-        ids = [str(t) for t in out.table["row_id"]] if "row_id" in out.table.columns else tids
-        for i, tid in enumerate(ids):
-            if any(r[i] is not None and r[i].reason == "interrupted" for r in out.results.values() if i < len(r)):
-                continue  # stopped before this row was judged: the next pass judges it (its calls are cached)
-            fbs = [a for a in row_assessments(i, out.table, out, _OWNERS, judge or ident.judge, run_id, calls,
-                                              user_name()) if isinstance(a, Feedback)]
-            feedback.setdefault(tid, []).extend(_stamp(fb, ident, meta) for fb in fbs)
-            for name, res in out.results.items():
-                if i < len(res) and res[i] is not None:
-                    results.setdefault(name, []).append((tid, res[i]))
-    return feedback, results, outs
-
-
-def _on_spark(spark: Any, frame: pd.DataFrame, cfg: dict[str, Any]) -> EvalOutput | None:
-    """One group's rows judged in Spark's executors (:func:`~mlflow_ragjudge.adapters.spark.evaluate_spark`, nothing
-    logged from there), every row's results brought back to attach them. List cells travel as JSON text."""
-    from ..adapters.spark import evaluate_spark
-
-    cells = frame.copy()
-    types = []
-    for col in cells.columns:
-        if col == "answerable":
-            types.append(f"`{col}` boolean")
-            continue
-        cells[col] = [None if v is None or (isinstance(v, float) and v != v) else
-                      json.dumps(v, ensure_ascii=False, default=str) if isinstance(v, (list, tuple, dict)) else str(v)
-                      for v in cells[col]]
-        types.append(f"`{col}` string")
-    sdf = spark.createDataFrame(cells.astype(object).where(cells.notna(), None), schema=", ".join(types))
-    evaluation = evaluate_spark(sdf, cfg, log=False, collect=True, table_rows=0)
-    evaluation.unpersist()
-    return evaluation.output
-
-
 def _pass_metrics(results: Mapping[str, list[tuple[str, JudgeResult]]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, pairs in results.items():
-        spec = spec_for(name, _OWNERS)
+        spec = spec_for(name, OWNERS)
         out.update(aggregate_metric(name, [r for _, r in pairs], [], spec is None or spec.judged))
     return out
 
@@ -386,7 +173,7 @@ def _usage(outs: Sequence[EvalOutput]) -> dict[str, Any]:
     return total
 
 
-def _table(work: _Work, outs: Sequence[EvalOutput], results: Mapping[str, list[tuple[str, JudgeResult]]]
+def _table(work: Work, outs: Sequence[EvalOutput], results: Mapping[str, list[tuple[str, JudgeResult]]]
            ) -> pd.DataFrame:
     """The pass's per-trace table: trace id, time, question, each output's score and status."""
     scores: dict[str, dict[str, Any]] = {}
@@ -406,8 +193,6 @@ def _table(work: _Work, outs: Sequence[EvalOutput], results: Mapping[str, list[t
 
 def _gates(metrics: Mapping[str, float], results: Mapping[str, list[tuple[str, JudgeResult]]],
            fail_under: Mapping[str, float], rule: str) -> list[dict[str, Any]]:
-    from ..core.types import aggregate
-
     gates = []
     for name, threshold in fail_under.items():
         pairs = results.get(name)
@@ -496,16 +281,15 @@ def _parent_run(store: MonitorStore, ident: Identity, cfg: Mapping[str, Any]) ->
                 return run_id
         except Exception:  # deleted: a new one
             pass
-    run = store.client.create_run(store.experiment_id, run_name=f"ragjudge-monitor-{ident.monitor_id}",
-                                  tags={"ragjudge.monitor": ident.monitor_id, "ragjudge.kind": "monitor"})
     params = {"ragjudge.monitor.judge": ident.judge, "ragjudge.monitor.metrics": ",".join(ident.metrics),
-              "ragjudge.prompt_versions": json.dumps(ident.prompts, sort_keys=True)[:6000],
+              "ragjudge.prompt_versions": json.dumps(ident.prompts, sort_keys=True),
               **{f"ragjudge.judge_id.{m}": i for m, i in ident.ids.items()},
               **{f"ragjudge.option.{k}": str(v)[:500] for k, v in ident.options.items()}}
-    store.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
-    store.client.set_terminated(run.info.run_id)  # its metrics grow with every pass; it never runs itself
-    store.set_state(key, run.info.run_id)
-    return str(run.info.run_id)
+    run_id = store.create_run(f"ragjudge-monitor-{ident.monitor_id}", {"ragjudge.monitor": ident.monitor_id,
+                                                                      "ragjudge.kind": "monitor"}, params)
+    store.end_run(run_id)  # its metrics grow with every pass; it never runs itself
+    store.set_state(key, run_id)
+    return run_id
 
 
 def _baseline_table(store: MonitorStore, baseline: str, parent: str, current: str | None) -> tuple[str, pd.DataFrame]:
@@ -654,24 +438,23 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
                    result: MonitorPass, picked: Sequence[Any], parent: str, retriever_spans: str | Sequence[str],
                    tag: str, fail_under: dict[str, float], max_drop: dict[str, float], baseline: str | None,
                    spark: Any = None) -> None:
-    client = store.client
     previous = tracking.child_runs(parent, PARENT_TAG)
     for run in previous:  # this monitor holds the lease: a pass still RUNNING was killed (its process is gone)
         if run.info.status == "RUNNING":
-            client.set_terminated(run.info.run_id, "KILLED")
+            store.end_run(run.info.run_id, "KILLED")
     result.pass_number = len(previous) + 1
-    run = client.create_run(store.experiment_id, run_name=f"monitor-{ident.monitor_id}-pass-{result.pass_number}",
-                            tags={"mlflow.parentRunId": parent, PARENT_TAG: parent, "ragjudge.kind": "monitor_pass",
-                                  "ragjudge.monitor": ident.monitor_id})
-    run_id = result.run_id = str(run.info.run_id)
+    run_id = result.run_id = store.create_run(
+        f"monitor-{ident.monitor_id}-pass-{result.pass_number}",
+        {"mlflow.parentRunId": parent, PARENT_TAG: parent, "ragjudge.kind": "monitor_pass",
+         "ragjudge.monitor": ident.monitor_id})
     meta = {PASS_KEY: run_id, "ragjudge.monitor": ident.monitor_id}
-    work = _plan_work(store, picked, ident, cfg, run_id, retriever_spans, meta)
-    feedback, results, outs = _judge(work, cfg_dict, ident, run_id, meta, spark)
+    work = plan_work(store, picked, ident, cfg, run_id, retriever_spans, meta)
+    feedback, results, outs = judge_rows(work, cfg_dict, ident, run_id, meta, spark)
     result.unreadable = sum(1 for tid in work.direct if tid not in work.needs)
     result.usage = _usage(outs)
     # every metric of the identity must be on a trace before it carries the monitor's tag
     complete = {tid for tid in feedback
-                if {ident.ids[m] for m in ident.metrics} <= _has(work.traces[tid], set(ident.ids.values()))
+                if {ident.ids[m] for m in ident.metrics} <= has_identities(work.traces[tid], set(ident.ids.values()))
                 | {fb.metadata.get(JUDGE_ID_KEY) for fb in feedback[tid]}}
     items = [(tid, feedback[tid], (tag, run_id) if tid in complete else None) for tid in feedback]
     done, errors = store.attach_all(items, stop_requested)
@@ -680,7 +463,7 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
         tid = t.info.trace_id
         if tid in work.traces and tid not in feedback and tid not in work.needs and not stop_requested():
             try:
-                client.set_trace_tag(tid, tag, run_id)
+                store.client.set_trace_tag(tid, tag, run_id)
             except Exception as e:  # noqa: BLE001 - counted; the trace is looked at again next pass
                 errors.append(f"{tid}: {type(e).__name__}: {str(e)[:200]}")
     result.errors.extend(errors)
@@ -722,39 +505,23 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
 
 def _log_pass(store: MonitorStore, result: MonitorPass, ident: Identity, table: pd.DataFrame,
               outs: Sequence[EvalOutput], parent: str) -> None:
-    client = store.client
     run_id = str(result.run_id)
-    now = int(time.time() * 1000)
     params = {"ragjudge.monitor": ident.monitor_id, "ragjudge.monitor.judge": ident.judge,
               "ragjudge.monitor.metrics": ",".join(ident.metrics),
               "ragjudge.monitor.experiment": store.experiment_name}
     tags = {"ragjudge.monitor.window": json.dumps(result.window) if result.window else "",
             "ragjudge.status": "interrupted" if result.interrupted else "ok"}
     if result.gate:
-        from ..engine.intervals import gate_status
-
         tags["ragjudge.gate"] = str(gate_status(result.gate))
-        tags["ragjudge.gate.detail"] = json.dumps(result.gate, default=str)[:5000]
-    metrics = [Metric(k, float(v), now, 0) for k, v in sorted(result.metrics.items())
-               if v is not None and math.isfinite(float(v))]
-    for k in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[k: k + 1000])
-    client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()],
-                     tags=[RunTag(k, v) for k, v in tags.items()])
-    if len(table):
-        tracking.replace_table(run_id, table, TABLE_FILE)
-    transcripts = [rec for out in outs for rec in out.transcripts]
-    if transcripts:
-        client.log_text(run_id, "\n".join(json.dumps(r, default=str) for r in transcripts) + "\n",
-                        "ragjudge/judge_transcripts.jsonl")
-    client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED if result.interrupted else RunStatus.FINISHED))
+        tags["ragjudge.gate.detail"] = json.dumps(result.gate, default=str)
+    transcripts = "".join(json.dumps(r, default=str) + "\n" for out in outs for r in out.transcripts)
+    store.log_run(run_id, metrics=result.metrics, params=params, tags=tags, table=(table, TABLE_FILE),
+                  text=(transcripts, "ragjudge/judge_transcripts.jsonl"))
+    store.end_run(run_id, "KILLED" if result.interrupted else "FINISHED")
     # the trend: each pass's means on the monitor's run, at the window's end
-    when = result.window[1] if result.window else now
-    trend = [Metric(k, float(v), int(when), result.pass_number) for k, v in sorted(result.metrics.items())
-             if (k.endswith("/mean") or k.startswith("monitor/traces") or k.endswith("/ppi_mean")
-                 or k == "judge/cost_usd") and math.isfinite(float(v))]
-    if trend:
-        client.log_batch(parent, metrics=trend)
+    trend = {k: v for k, v in result.metrics.items() if k.endswith("/mean") or k.startswith("monitor/traces")
+             or k.endswith("/ppi_mean") or k == "judge/cost_usd"}
+    store.log_series(parent, trend, result.pass_number, result.window[1] if result.window else int(time.time() * 1000))
 
 
 # ------------------------------------------------------------------------------------------------- passes on a clock
