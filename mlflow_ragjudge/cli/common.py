@@ -4,12 +4,37 @@ code (``evaluate``, ``label-sample`` / ``calibrate`` / ``log-saved`` and ``sweep
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from typing import Any
 
 from ..core.constants import is_offline_judge
 from .exits import EXIT_GATE_FAILED, EXIT_GATE_UNDECIDED, EXIT_JUDGE_FAILURES, EXIT_OK
+from .parser import kv
+
+
+def config_json(text: str | None) -> dict[str, Any]:
+    """``--config``: a JSON object of evaluator settings (none: an empty one)."""
+    try:
+        cfg = json.loads(text) if text else {}
+    except ValueError as e:
+        raise ValueError(f"--config is not valid JSON ({e}); give a JSON object, e.g. "
+                         "--config '{\"max_context_chars\": 8000}'") from None
+    if not isinstance(cfg, dict):
+        raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
+    return cfg
+
+
+def numbers(items: list[str] | None, flag: str) -> dict[str, float]:
+    """Repeated ``NAME=NUMBER`` flags (``--fail-under``, ``--max-drop``) as a dict, a bad number named."""
+    out: dict[str, float] = {}
+    for name, value in kv(items, flag).items():
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise ValueError(f"{flag} {name}={value!r}: the value must be a number, e.g. {flag} {name}=0.5") from None
+    return out
 
 
 def judge_config(args: argparse.Namespace, cfg: dict[str, Any]) -> None:

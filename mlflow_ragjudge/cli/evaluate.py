@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import warnings
 from typing import Any
@@ -12,7 +11,7 @@ import pandas as pd
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
 from ..core.errors import InputError, LoggingFailed
-from .common import judge_config, model_config
+from .common import config_json, judge_config, model_config, numbers
 from .parser import kv
 from .reading import SPARK_DATA, read_corpus, read_table, spark_data_kind
 
@@ -31,13 +30,7 @@ def metrics_table() -> str:
     return "\n".join(lines)
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        cfg: dict[str, Any] = json.loads(args.config) if args.config else {}
-    except ValueError as e:
-        raise ValueError(f"--config is not valid JSON ({e}); give a JSON object, e.g. "
-                         "--config '{\"max_context_chars\": 8000}'") from None
-    if not isinstance(cfg, dict):
-        raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
+    cfg = config_json(args.config)
     if args.judge:
         judge_config(args, cfg)
     elif args.command == "evaluate":
@@ -66,14 +59,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "max_error_rate", None) is not None:
         cfg["max_error_rate"] = args.max_error_rate
     if getattr(args, "fail_under", None):
-        gates: dict[str, float] = {}
-        for name, value in kv(args.fail_under, "--fail-under").items():
-            try:
-                gates[name] = float(value)
-            except ValueError:
-                raise ValueError(f"--fail-under {name}={value!r}: the threshold must be a number, "
-                                 f"e.g. --fail-under {name}=3.5") from None
-        cfg["fail_under"] = gates
+        cfg["fail_under"] = numbers(args.fail_under, "--fail-under")
     if getattr(args, "gate_rule", None):
         cfg["gate_rule"] = args.gate_rule
     return cfg

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE
 from ..core.stop import EXIT_SIGNAL, stop_reason, stop_requested
-from .common import judge_config
+from .common import config_json, judge_config, numbers
 from .exits import EXIT_GATE_FAILED, EXIT_GATE_UNDECIDED, EXIT_OK
-from .parser import kv
-
-
-def _numbers(items: list[str] | None, flag: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, value in kv(items, flag).items():
-        try:
-            out[name] = float(value)
-        except ValueError:
-            raise ValueError(f"{flag} {name}={value!r}: the value must be a number, e.g. {flag} {name}=0.1") from None
-    return out
 
 
 def _sample(text: str | None) -> float | None:
@@ -35,12 +23,7 @@ def _sample(text: str | None) -> float | None:
 
 
 def monitor_config(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        cfg: dict[str, Any] = json.loads(args.config) if args.config else {}
-    except ValueError as e:
-        raise ValueError(f"--config is not valid JSON ({e}); give a JSON object") from None
-    if not isinstance(cfg, dict):
-        raise ValueError("--config must be a JSON object, e.g. --config '{\"max_context_chars\": 8000}'")
+    cfg = config_json(args.config)
     if args.judge:
         judge_config(args, cfg)
     cfg.setdefault("judge", DEFAULT_OFFLINE_JUDGE)
@@ -61,7 +44,7 @@ def monitor_command(args: argparse.Namespace) -> int:
 
     cfg = monitor_config(args)
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
-    max_drop = _numbers(args.max_drop, "--max-drop")
+    max_drop = numbers(args.max_drop, "--max-drop")
     if max_drop and not args.baseline:
         raise ValueError("--max-drop needs --baseline RUN|first|previous: the pass to compare with")
     every = parse_every(args.every) if args.every else None
@@ -85,7 +68,7 @@ def monitor_command(args: argparse.Namespace) -> int:
                      on_pass=lambda r: print(r.summary(), flush=True), filter_string=args.filter_string,
                      since=parse_since(args.since) if args.since else None, sample=_sample(args.sample),
                      max_traces=args.max_traces, seed=args.seed, settle=args.settle,
-                     fail_under=_numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
+                     fail_under=numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
                      baseline=args.baseline, retriever_spans=retriever_spans, config=cfg, spark=spark)
     last = passes[-1]
     if stop_requested():  # within a pass (what was attached stays) or between passes

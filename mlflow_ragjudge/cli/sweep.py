@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE
-from .common import judge_config, model_config
+from .common import config_json, judge_config, model_config
 from .exits import EXIT_JUDGE_FAILURES, EXIT_OK
 from .parser import kv
 from .reading import import_callable, read_grid, read_table
@@ -64,12 +63,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from ..core.errors import JudgeFailureWarning
     from ..workflows.sweep import sweep
 
-    try:
-        config: dict[str, Any] = json.loads(args.config) if args.config else {}
-    except ValueError as e:
-        raise ValueError(f"--config is not valid JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise ValueError("--config must be a JSON object")
+    config = config_json(args.config)
     config.setdefault("judge", DEFAULT_OFFLINE_JUDGE)
     judge_config(args, config)
     if args.metrics:
