@@ -133,6 +133,23 @@ def fresh_tracking_uri():
     return _fresh_tracking_uri
 
 
+@pytest.fixture(params=["sqlite", "server"])
+def store(request, tmp_path, fresh_tracking_uri, monkeypatch):
+    """The tracking store under test, made the active one: a new SQLite store, or a real ``mlflow server`` (one per
+    module: ``mlflow_server``); each test with its own judge-call cache and local output folder (it pays for its own
+    judge calls, and counts them)."""
+    import mlflow
+
+    monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAGJUDGE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    uri = (_fresh_tracking_uri(tmp_path / "store" / "mlflow.db") if request.param == "sqlite"
+           else request.getfixturevalue("mlflow_server"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    mlflow.tracking.fluent._active_experiment_id = None
+
+
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """A real ``mlflow server`` on 127.0.0.1 for the tests of one module, its SQLite store initialised beforehand (the

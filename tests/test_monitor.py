@@ -59,16 +59,6 @@ def judge_llm(monkeypatch, judge_mode, tmp_path) -> Iterator[FakeLLMServer]:
     server.stop()
 
 
-@pytest.fixture(params=["sqlite", "server"])
-def store(request, tmp_path, fresh_tracking_uri, monkeypatch) -> Iterator[str]:
-    uri = (fresh_tracking_uri(tmp_path / "mlflow.db") if request.param == "sqlite"
-           else request.getfixturevalue("mlflow_server"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
-    yield uri
-    mlflow.tracking.fluent._active_experiment_id = None
-
-
 @pytest.fixture
 def sqlite_store(tmp_path, fresh_tracking_uri, monkeypatch) -> Iterator[str]:
     uri = fresh_tracking_uri(tmp_path / "mlflow.db")

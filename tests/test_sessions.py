@@ -86,17 +86,6 @@ def _session_feedbacks(run_id: str, exp_id: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-@pytest.fixture(params=["sqlite", "server"])
-def store(request, tmp_path, fresh_tracking_uri, monkeypatch) -> Iterator[str]:
-    """A fresh SQLite store, or a real ``mlflow server``, made the active tracking store."""
-    uri = (fresh_tracking_uri(tmp_path / "mlflow.db") if request.param == "sqlite"
-           else request.getfixturevalue("mlflow_server"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
-    yield uri
-    mlflow.tracking.fluent._active_experiment_id = None
-
-
 def test_the_docs_example_judges_every_recorded_session(store, servers):
     app, judge = servers
     exp_id = _record(app.openai_base_url)

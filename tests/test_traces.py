@@ -32,18 +32,6 @@ from mlflow_ragjudge.workflows.calibration_traces import calibrate_traces
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlite", "server"])
-def store(request, tmp_path, fresh_tracking_uri, monkeypatch):
-    monkeypatch.setenv("RAGJUDGE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("RAGJUDGE_OUTPUT_DIR", str(tmp_path / "outputs"))
-    uri = (fresh_tracking_uri(tmp_path / "store" / "mlflow.db") if request.param == "sqlite"
-           else request.getfixturevalue("mlflow_server"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
-    yield uri
-    mlflow.tracking.fluent._active_experiment_id = None
-
-
 def _experiment(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
