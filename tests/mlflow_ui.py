@@ -75,7 +75,7 @@ def chromium(url: str, *, screenshot: Path | None = None, width: int = 1500, hei
 
 def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = None, width: int = 1900,
            height: int = 1000, settle: float = 8.0, timeout: float = 120.0, ready: tuple[str, ...] = (),
-           until: tuple[str, ...] = (), script: str | None = None) -> str:
+           until: tuple[str, ...] = (), script: str | None = None, click_every: tuple[str, ...] = ()) -> str:
     """Open ``url`` in headless Chromium driven over the DevTools protocol, click each CSS selector of ``clicks``
     that is on the page (in order, a second apart), optionally write a PNG, and return the DOM.
 
@@ -83,7 +83,8 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
     for (polled, up to ``timeout``) on top of ``settle``, so a slow machine renders late rather than never.
 
     For pages whose interesting state needs a click (a parent run's children expanded, a panel closed), which
-    ``chromium --screenshot`` cannot do. ``script``: a JavaScript expression evaluated last, in the page; its value
+    ``chromium --screenshot`` cannot do. ``click_every``: selectors whose every match is clicked, after ``clicks`` (a
+    list's rows expanded, say). ``script``: a JavaScript expression evaluated last, in the page; its value
     (as JSON text) is returned instead of the DOM -- for what the DOM text cannot tell, such as whether a cell's text
     is cut (its ``scrollWidth`` beyond its ``clientWidth``). Uses aiohttp's websocket client (an MLflow dependency)."""
     import asyncio
@@ -143,6 +144,10 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
                 await call("Runtime.evaluate", expression=(
                     f"(() => {{ const b = document.querySelector({json.dumps(selector)}); if (b) b.click(); }})()"))
                 await asyncio.sleep(1.5)
+            for selector in click_every:
+                await call("Runtime.evaluate", expression=(
+                    f"document.querySelectorAll({json.dumps(selector)}).forEach(b => b.click())"))
+                await asyncio.sleep(1.5)
             await shows(until)
             if screenshot is not None:
                 shot = await call("Page.captureScreenshot", format="png")
@@ -167,3 +172,11 @@ def browse(url: str, *, clicks: tuple[str, ...] = (), screenshot: Path | None = 
 #: selectors of the MLflow 3.17 UI that the screenshots click
 EXPAND_PARENT_RUN = '[data-component-id$="runnamecellrenderer.tsx_46"]'
 CLOSE_ASSISTANT = '[data-component-id="mlflow.assistant.chat_panel.close"]'
+#: the "Detect Issues in Your Traces" guidance over an experiment's Traces tab, shown on a first visit
+DISMISS_DETECT_ISSUES = '[data-component-id="mlflow.detect_issues.guidance.got_it"]'
+#: the sidebar's collapse button (room for a wide table)
+TOGGLE_SIDEBAR = '[data-component-id="mlflow_header.toggle_sidebar_button"]'
+#: an opened trace's "Assess" button: shows its Feedback and Expectations
+SHOW_ASSESSMENTS = '[data-component-id="shared.model-trace-explorer.assessments-pane-toggle"]'
+#: a Feedback's chevron in that pane: shows its rationale, source and metadata
+EXPAND_ASSESSMENT = '[data-component-id="shared.model-trace-explorer.toggle-assessment-expanded"]'
