@@ -217,6 +217,17 @@ def test_online_scoring_with_our_scorers(server, judge_llm, tmp_path):
         assert fbs[0].value is not None
         assert fbs[0].metadata["ragjudge.judge_id"] == judge_id("faithfulness", uri, versions, {})
         assert fbs[0].metadata["ragjudge.judge"] == uri
+    # a trace that already has this judgment (same name and judge identity, not an error: attached by an earlier
+    # pass or by `ragjudge monitor`) is not judged again: no request, no new Feedback
+    sent, count = len(judge_llm.requests), {tid: len(_all_feedback(tid, "faithfulness")) for tid in trace_ids}
+    again, _ = _container_half(stored["faithfulness"], exp_id, trace_ids, db, tmp_path / "c4", network=True)
+    assert again == {tid: {"assessments": [], "failures": []} for tid in trace_ids}
+    assert len(judge_llm.requests) == sent
+    assert {tid: len(_all_feedback(tid, "faithfulness")) for tid in trace_ids} == count
+
+
+def _all_feedback(trace_id: str, name: str) -> list[Any]:
+    return [a for a in mlflow.get_trace(trace_id).search_assessments(name=name) if a.feedback is not None]
 
 
 def test_custom_scorers_off_the_server_refuses_registration(tmp_path, monkeypatch, fresh_tracking_uri, judge_llm):

@@ -28,10 +28,11 @@ from typing import Any
 
 from mlflow.genai.scorers import Scorer, scorer
 
+from ..engine.identity import JUDGE_ID_KEY
 from ..llm.backends import safe_judge_uri
 from .scorers import MetricScorer, default_name
 
-__all__ = ["online_scorer", "score_online"]
+__all__ = ["already_judged", "online_scorer", "score_online"]
 
 #: the settings an online scorer may carry: JSON values only (no callables: a retriever or an embedder object
 #: cannot be stored as text)
@@ -100,9 +101,26 @@ def _scorer_for(spec: str) -> MetricScorer:
 
 
 def score_online(spec: str, *, inputs: Any = None, outputs: Any = None, trace: Any = None) -> Any:
-    """Score one trace with the scorer ``spec`` describes (what :func:`online_scorer`'s stored function calls)."""
+    """Score one trace with the scorer ``spec`` describes (what :func:`online_scorer`'s stored function calls).
+
+    A trace that already carries, for every result of this scorer, a Feedback of the same name and judge identity
+    (``ragjudge.judge_id``, e.g. attached by ``ragjudge monitor``) that is not an error is not judged again: None
+    (MLflow logs nothing for it)."""
+    scorer_ = _scorer_for(spec)
     expectations: dict[str, Any] = {}
     if trace is not None and hasattr(trace, "search_assessments"):
+        if already_judged(scorer_, trace):
+            return None
         for a in trace.search_assessments(type="expectation"):
             expectations.setdefault(a.name, getattr(a, "value", None))
-    return _scorer_for(spec)(inputs=inputs, outputs=outputs, expectations=expectations or None, trace=trace)
+    return scorer_(inputs=inputs, outputs=outputs, expectations=expectations or None, trace=trace)
+
+
+def already_judged(scorer_: MetricScorer, trace: Any) -> bool:
+    """Whether ``trace`` has, for each of the scorer's results (name -> its judge identity), a Feedback of that name
+    whose ``ragjudge.judge_id`` metadata is the scorer's and which is not an error."""
+    outputs = scorer_._single_names()
+    names = [scorer_.name] if outputs == [scorer_._spec.name] else outputs
+    done = {(a.name, (a.metadata or {}).get(JUDGE_ID_KEY)) for a in trace.search_assessments(type="feedback")
+            if getattr(a, "error", None) is None}
+    return all((name, scorer_.identity(out)[JUDGE_ID_KEY]) in done for name, out in zip(names, outputs, strict=True))
