@@ -89,7 +89,7 @@ def _log_app_traces(experiment: str) -> tuple[str, list[str]]:
     for q in QUESTIONS:
         answer(q)
     mlflow.flush_trace_async_logging()
-    ids = [t.info.trace_id for t in mlflow.search_traces(experiment_ids=[exp_id], return_type="list")]
+    ids = [t.info.trace_id for t in mlflow.search_traces(locations=[exp_id], return_type="list")]
     assert len(ids) == len(QUESTIONS)
     return exp_id, ids
 
@@ -179,7 +179,7 @@ def test_online_scoring_with_our_scorers(server, judge_llm, tmp_path):
         print(f"\noffline judge, network-less: {len(trace_ids)} traces in {seconds:.1f} s")
         got = _feedbacks(trace_ids, "faithfulness_offline")
         assert set(got) == set(trace_ids)  # the app's own traces, no new ones
-        assert len(mlflow.search_traces(experiment_ids=[exp_id], return_type="list")) == len(trace_ids)
+        assert len(mlflow.search_traces(locations=[exp_id], return_type="list")) == len(trace_ids)
         offline_id = judge_id("faithfulness", "offline:/lexical", _offline_versions(), {})
         for fb in got.values():
             assert fb.value is not None and fb.error is None

@@ -144,3 +144,21 @@ def test_feedback_carries_the_judge_identity_ragjudge_monitor_computes(fake_llm,
     assert {f.name: f.metadata["ragjudge.judge_id"] for f in lex} == {
         "word_recall": judge_id("word_recall", None), "rougeL": judge_id("rougeL", None)}
     assert {f.metadata["ragjudge.judge"] for f in lex} == {"none"}
+
+
+def test_online_scorer_form_same_identity_no_secrets(fake_llm, judge):
+    """The @scorer form (MLflow's online scoring stores it as text): the same judgment and identity as the class-based
+    scorer; a judge URI with credentials or a setting that is not JSON is refused when it is made."""
+    from mlflow_ragjudge.adapters.online import online_scorer
+
+    row = {"inputs": {"question": "Where is the Eiffel Tower?"},
+           "outputs": {"answer": "The Eiffel Tower is in Paris.", "contexts": ["The Eiffel Tower is in Paris."]}}
+    fn = online_scorer("faithfulness", judge)
+    assert fn.name == "faithfulness"
+    a, b = fn.run(**row), Faithfulness(judge=judge, cache=False)(**row)
+    assert (a.value, a.metadata["ragjudge.judge_id"]) == (b.value, b.metadata["ragjudge.judge_id"])
+    assert "sk-secret" not in json.dumps(fn.model_dump())
+    with pytest.raises(ValueError, match="without credentials"):
+        online_scorer("faithfulness", "openai:/m?api_key=sk-secret")
+    with pytest.raises(ValueError, match="JSON values; not: retriever"):
+        online_scorer("correctness", judge, retriever=lambda q: [])

@@ -72,8 +72,10 @@ def online_scorer(metric: str, judge: str | None = None, *, name: str | None = N
     spec = {"metric": metric, "judge": judge, "name": name, "cache": cache, "config": config}
     text = json.dumps(spec, sort_keys=True)
     built = _scorer_for(text)  # refuses a bad metric, judge or setting now, not on the server
+    # the same code with this spec as the default of ``ragjudge``: in the defaults (called here) and in the signature
+    # (what MLflow stores and rebuilds the function from elsewhere)
     func = types.FunctionType(ragjudge_online.__code__, ragjudge_online.__globals__, ragjudge_online.__name__,
-                              ragjudge_online.__defaults__)
+                              (*(ragjudge_online.__defaults__ or ())[:-1], text))
     sig = inspect.signature(ragjudge_online)
     func.__signature__ = sig.replace(  # type: ignore[attr-defined]
         parameters=[p.replace(default=text) if p.name == "ragjudge" else p for p in sig.parameters.values()])
