@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import mlflow
 import pytest
 from fakellm import Reply
 
-from mlflow_ragjudge.adapters.scorers import Correctness, LexicalOverlap, RetrievalMetrics
+from mlflow_ragjudge.adapters.scorers import Correctness, Faithfulness, LexicalOverlap, RetrievalMetrics
 
 
 def _verdicts(req):
@@ -110,3 +112,53 @@ def test_failed_feedback_reason_from_provider(fake_llm, judge_uri):
     fake_llm.set_handler(lambda r: Reply.error(401, "bad key"))
     fb = Correctness(judge=judge_uri, cache=False)(inputs="q", outputs="a", expectations={"expected_response": "r"})
     assert fb.error.error_code == "provider_error" and "401" in fb.error.error_message
+
+
+def test_feedback_carries_the_judge_identity_ragjudge_monitor_computes(fake_llm, judge):
+    """Every Feedback names its judge identity (mlflow_ragjudge.engine.identity): the id is judge_id of the metric's
+    result name, the judge URI, the prompts the metric uses at their versions and the score-changing options, so
+    `ragjudge monitor` and MLflow's online scoring recognise each other's judgments. Computed here by hand from the
+    prompt files and the options given."""
+    from mlflow_ragjudge.engine.identity import judge_id
+    from mlflow_ragjudge.llm.backends import resolve_backend
+    from mlflow_ragjudge.llm.prompts import load_prompt
+
+    uri = resolve_backend(judge).uri  # the judge's URI as the package names it (no credentials)
+    versions = {name: f"{p.name}-v{p.version}-{p.language}"
+                for name, p in (("statements", load_prompt("statements", "en")),
+                                ("faithfulness", load_prompt("faithfulness", "en")))}
+    row = {"inputs": {"question": "Where is the Eiffel Tower?"},
+           "outputs": {"answer": "The Eiffel Tower is in Paris.", "contexts": ["The Eiffel Tower is in Paris."]}}
+    fb = Faithfulness(judge=judge, cache=False)(**row)
+    assert fb.name == "faithfulness" and fb.metadata["status"] == "scored", fb.metadata
+    assert fb.metadata["ragjudge.judge_id"] == judge_id("faithfulness", uri, versions, {})
+    assert fb.metadata["ragjudge.judge"] == uri
+    assert json.loads(fb.metadata["ragjudge.prompt_versions"]) == versions
+    # a score-changing option is part of the identity, under whatever name the scorer gives its Feedback
+    fb3 = Faithfulness(judge=judge, cache=False, name="faith_x3", repeats=3)(**row)
+    assert fb3.name == "faith_x3"
+    assert fb3.metadata["ragjudge.judge_id"] == judge_id("faithfulness", uri, versions, {"repeats": 3})
+    assert fb3.metadata["ragjudge.judge_id"] != fb.metadata["ragjudge.judge_id"]
+    # a metric that calls no judge: judge None, one id per result
+    lex = LexicalOverlap()(inputs={"question": "q"}, outputs="a b", expectations={"expected_response": "a b c"})
+    assert {f.name: f.metadata["ragjudge.judge_id"] for f in lex} == {
+        "word_recall": judge_id("word_recall", None), "rougeL": judge_id("rougeL", None)}
+    assert {f.metadata["ragjudge.judge"] for f in lex} == {"none"}
+
+
+def test_online_scorer_form_same_identity_no_secrets(fake_llm, judge):
+    """The @scorer form (MLflow's online scoring stores it as text): the same judgment and identity as the class-based
+    scorer; a judge URI with credentials or a setting that is not JSON is refused when it is made."""
+    from mlflow_ragjudge.adapters.online import online_scorer
+
+    row = {"inputs": {"question": "Where is the Eiffel Tower?"},
+           "outputs": {"answer": "The Eiffel Tower is in Paris.", "contexts": ["The Eiffel Tower is in Paris."]}}
+    fn = online_scorer("faithfulness", judge)
+    assert fn.name == "faithfulness"
+    a, b = fn.run(**row), Faithfulness(judge=judge, cache=False)(**row)
+    assert (a.value, a.metadata["ragjudge.judge_id"]) == (b.value, b.metadata["ragjudge.judge_id"])
+    assert "sk-secret" not in json.dumps(fn.model_dump())
+    with pytest.raises(ValueError, match="without credentials"):
+        online_scorer("faithfulness", "openai:/m?api_key=sk-secret")
+    with pytest.raises(ValueError, match="JSON values; not: retriever"):
+        online_scorer("correctness", judge, retriever=lambda q: [])

@@ -50,6 +50,7 @@ from ..core.errors import EmbeddingsUnavailable, InputError, MultiTurnContextWar
 from ..core.types import JudgeResult, Status
 from ..engine.config import RagJudgeConfig
 from ..engine.draws import combine_draws
+from ..engine.identity import JUDGE_ID_KEY, JUDGE_KEY, PROMPTS_KEY, judge_id, score_options
 from ..engine.prepare import prepare_metrics
 from ..engine.schedule import by_output, score_row
 from ..llm.client import JudgeClient
@@ -73,6 +74,7 @@ __all__ = [
     "MetricScorer",
     "MultiTurnSession",
     "RetrievalMetrics",
+    "identity_metadata",
     "to_feedback",
 ]
 
@@ -112,6 +114,18 @@ def to_feedback(name: str, result: JudgeResult, source_id: str, extra: dict[str,
     return Feedback(
         name=name, value=result.value, rationale=result.rationale or None, source=source, metadata=_flat(metadata)
     )
+
+
+def identity_metadata(output: str, judge: str | None, prompt_versions: dict[str, str],
+                      options: dict[str, Any]) -> dict[str, Any]:
+    """The judge-identity metadata of one Feedback (:mod:`~mlflow_ragjudge.engine.identity`): the id that
+    ``ragjudge monitor`` and MLflow's online scoring both use to never judge a trace twice for the same output and
+    judge, and the parts it was made of."""
+    meta: dict[str, Any] = {JUDGE_ID_KEY: judge_id(output, judge, prompt_versions, options),
+                            JUDGE_KEY: judge if judge is not None else "none"}
+    if prompt_versions:
+        meta[PROMPTS_KEY] = dict(sorted(prompt_versions.items()))
+    return meta
 
 
 def _flat(meta: dict[str, Any]) -> dict[str, Any]:
@@ -238,6 +252,9 @@ class MetricScorer(Scorer):
     #: with ``repeats``: each draw's context (a view of the client) and judge object
     _draws: list[tuple[RunContext, Any]] = PrivateAttr(default_factory=list)
     _rule: str = PrivateAttr(default="auto")
+    #: the judge identity's parts (:func:`identity_metadata`): the judge URI (None: no judge), the metric's prompt
+    #: versions, the score-changing options
+    _identity: tuple[str | None, dict[str, str], dict[str, Any]] = PrivateAttr(default=(None, {}, {}))
 
     def __init__(self, metric: str | None = None, judge: Any = None, *, cache: Any = True,
                  max_concurrency: int | None = None, name: str | None = None,
@@ -282,6 +299,9 @@ class MetricScorer(Scorer):
         if spec.judged:  # a judge object per scorer; deterministic metrics are set up per row (they are cheap)
             self._state = spec.setup(self._ctx) if spec.setup is not None else None
         self._rule = cfg.panel_rule
+        versions = (dict(spec.prompt_versions(self._state))
+                    if spec.prompt_versions is not None and self._state is not None else {})
+        self._identity = (None if self._source == "code" else self._source, versions, score_options(cfg.as_dict()))
         if client is not None and cfg.repeats > 1:  # each draw: a view of the client, a judge object around it
             for k in range(cfg.repeats):
                 view = RunContext(client.for_draw(k, cfg.repeat_temperature), cfg, embed, metrics=(metric,))
@@ -351,11 +371,19 @@ class MetricScorer(Scorer):
             (res,) = results.values()
             if "context_mode" in res.details:
                 extra["context_mode"] = res.details["context_mode"]
-            return to_feedback(self.name, res, self._source, extra)
+            return to_feedback(self.name, res, self._source, {**extra, **self.identity(self._spec.name)})
         if not results:
             return [to_feedback(self._spec.name, JudgeResult.abstained(
-                "nothing_to_score", "the row has nothing this metric scores"), self._source, extra)]
-        return [to_feedback(n, r, self._source, extra) for n, r in results.items()]
+                "nothing_to_score", "the row has nothing this metric scores"), self._source,
+                {**extra, **self.identity(self._spec.name)})]
+        return [to_feedback(n, r, self._source, {**extra, **self.identity(n)}) for n, r in results.items()]
+
+    def identity(self, output: str) -> dict[str, Any]:
+        """The judge-identity metadata of this scorer's Feedback for the metric result ``output`` (e.g.
+        ``faithfulness``; under whatever name the scorer gives it): ``ragjudge.judge_id`` is
+        ``judge_id(output, judge URI, the metric's prompt versions, score_options(config))``, the id ``ragjudge
+        monitor`` computes for the same judgment, plus ``ragjudge.judge`` and ``ragjudge.prompt_versions``."""
+        return identity_metadata(output, *self._identity)
 
 
 class Correctness(MetricScorer):
@@ -561,10 +589,13 @@ class MultiTurnSession(Scorer):
         traces = sorted(session or [], key=lambda t: t.info.timestamp_ms)
         history = [_exchange(t) for t in traces]
         names = ("wscore", "lscore", "mscore")
+        versions = dict(self._runner.prompt_versions)
+        options = score_options({"language": self._runner.language})
 
         def failed(why: str) -> list[Feedback]:
             _log.warning("%s: a session was not judged: %s", self.name, why)
-            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src) for n in names]
+            return [to_feedback(n, JudgeResult.failed("invalid_input", why), src,
+                                identity_metadata(n, src, versions, options)) for n in names]
 
         exp = expectations
         try:
@@ -603,4 +634,5 @@ class MultiTurnSession(Scorer):
         result = self._runner.replay(history, question, reference, contexts)
         extra = {"sigma": json.dumps(result.sigma), "stop": result.stop, "n_exchanges": len(history),
                  "context_mode": mode}
-        return [to_feedback(n, r, src, extra) for n, r in result.to_judge_results().items()]
+        return [to_feedback(n, r, src, {**extra, **identity_metadata(n, src, versions, options)})
+                for n, r in result.to_judge_results().items()]
