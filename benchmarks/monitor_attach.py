@@ -3,27 +3,32 @@
 
 Usage (from the repository root, the project's venv)::
 
-    python benchmarks/monitor_attach.py                       # 200 traces, 3 rounds, SQLite and a real mlflow server
-    python benchmarks/monitor_attach.py --traces 50 --rounds 1 --stores sqlite     # a quick look
+    python benchmarks/monitor_attach.py                       # 200 traces, SQLite and a real mlflow server (1 worker)
+    python benchmarks/monitor_attach.py --stores server --server-workers 4 --parts attach,fetch   # its default
+    python benchmarks/monitor_attach.py --traces 40 --rounds 2 --stores sqlite     # a quick look
     python benchmarks/monitor_attach.py --json out.json
 
 The app is a small ``@mlflow.trace`` function with a RETRIEVER span (two documents), each trace a different
-question and answer. Two parts, on each store (a SQLite file, and a real ``mlflow server`` -- one worker, SQLite
-behind it -- started by ``tests/mlflow_ui.py``):
+question and answer. Three parts (``--parts``), on each store (a SQLite file, and a real ``mlflow server`` -- one
+worker unless ``--server-workers``, SQLite behind it -- started by ``tests/mlflow_ui.py``):
 
 1. **The attach step.** The Feedback the monitor builds (captured from a real pass of the fake LLM judge over the
    default metrics -- faithfulness, answer relevancy, context relevance: 3 Feedback per trace, with the judge as
    source, a rationale and the identity metadata) are written to fresh traces of the app, ``--traces`` per variant
-   and round, the variants in a rotated order each round; medians over the rounds, in ms per trace:
+   in ``--rounds`` blocks, the variants taking turns block by block (order rotated each round); the median over the
+   blocks, in ms per trace, with the CPU of this process and of the server:
 
    * ``ours``: ``MonitorStore.attach_all`` as a pass calls it (``log_assessment`` per Feedback, then the trace tag;
      8 threads on a server, 1 on SQLite), and the same at other thread counts and without the tag;
    * ``log_feedback``: the obvious user loop, ``mlflow.log_feedback(trace_id=, name=, value=, rationale=, source=,
      metadata=)`` per Feedback, serially, no tag.
 
-2. **A whole pass.** ``monitor_pass`` over ``--traces`` new traces with the offline judge (``offline:/lexical``:
-   the default metrics it can run, faithfulness and context relevance) and with the fake LLM judge
-   (``tests/fakellm.py`` with ``tests/compliant_model.py``, ``--latency`` s per request, in a child process so its
+2. **The fetch step** (``fetch``): ``MonitorStore.fetch`` (``get_trace`` per trace) against MLflow's
+   ``TracingClient.batch_get_traces`` on the same traces, alternately.
+
+3. **A whole pass** (``pass``). ``monitor_pass`` over ``--traces`` new traces with the offline judge
+   (``offline:/lexical``: the default metrics it can run, faithfulness and context relevance) and with the fake LLM
+   judge (``tests/fakellm.py`` with ``tests/compliant_model.py``, ``--latency`` s per request, in a child process so its
    CPU is not this process's), each phase timed by wrapping the monitor's functions here (the product code is not
    changed): setup (the judge's identity by a dry run, the lease, the monitor's run, the watermark), list, fetch,
    read (trace -> row), judge, attach, log (link the traces, the pass's run, the trend, calibration), other.
@@ -272,7 +277,7 @@ def attach_part(label: str, uri: str, template: list[Any], args: argparse.Namesp
         print(f"  [{label} round {r + 1}/{rounds}] " + ", ".join(f"{v}: {wall[v][-1] * 1000:.1f}" for v in names)
               + " ms/trace", flush=True)
     # what is on the traces: every variant wrote `per` Feedback to each of its traces
-    traces = mlflow.search_traces(locations=[mlflow.get_experiment_by_name(experiment).experiment_id],
+    traces = mlflow.search_traces(locations=[mlflow.set_experiment(experiment).experiment_id],
                                   return_type="list", include_spans=False, max_results=100_000)
     counts = Counter(len(t.info.assessments) for t in traces)
     assert counts == Counter({per: len(ids)}), counts
@@ -330,7 +335,7 @@ class Phases:
     out of the outer one's time)."""
 
     def __init__(self) -> None:
-        self.spent: Counter[str] = Counter()
+        self.spent: dict[str, float] = {}
         self._undo: list[tuple[Any, str, Any]] = []
         self._stack: list[list[float]] = []
 
@@ -345,7 +350,7 @@ class Phases:
             finally:
                 took = time.perf_counter() - t0
                 inner = self._stack.pop()[0]
-                self.spent[phase] += took - inner
+                self.spent[phase] = self.spent.get(phase, 0.0) + took - inner
                 if self._stack:
                     self._stack[-1][0] += took
 
@@ -437,6 +442,7 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=0.2, help="the fake LLM judge's seconds per request")
     ap.add_argument("--stores", default="sqlite,server")
     ap.add_argument("--parts", default="attach,fetch,pass")
+    ap.add_argument("--server-workers", type=int, default=1, help="the mlflow server's worker processes")
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -452,12 +458,13 @@ def main() -> int:
             if "sqlite" in stores:
                 run_store("sqlite", f"sqlite:///{WORK / 'bench.db'}", template, server, args, results)
             if "server" in stores:
+                label = "server" if args.server_workers == 1 else f"server ({args.server_workers} workers)"
                 from mlflow_ui import start_server
 
                 (WORK / "server").mkdir()
-                proc, url = start_server(WORK / "server")
+                proc, url = start_server(WORK / "server", workers=args.server_workers)
                 try:
-                    run_store("server", url, template, server, args, results, proc.pid)
+                    run_store(label, url, template, server, args, results, proc.pid)
                 finally:
                     proc.terminate()
                     proc.wait(timeout=30)
