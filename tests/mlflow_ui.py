@@ -24,12 +24,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(workdir: Path, timeout: float = 120, *, jobs: bool = False) -> tuple[subprocess.Popen, str]:
+def start_server(workdir: Path, timeout: float = 120, *, jobs: bool = False, workers: int = 1
+                 ) -> tuple[subprocess.Popen, str]:
     """Start `mlflow server` on 127.0.0.1 with a SQLite store in ``workdir``; returns (process, url).
 
     ``workdir / "mlflow.db"`` is created (and migrated) by the server unless it is there already. ``jobs``: MLflow's
     job execution, off by default: it starts several consumer processes (each importing mlflow) that neither
-    logging runs nor the UI pages need.
+    logging runs nor the UI pages need. ``workers``: the server's worker processes (``mlflow server``'s own default is
+    4; one is enough for tests).
     """
     port = free_port()
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true",
@@ -37,7 +39,7 @@ def start_server(workdir: Path, timeout: float = 120, *, jobs: bool = False) -> 
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-         "--default-artifact-root", str(workdir / "artifacts"), "--workers", "1"],
+         "--default-artifact-root", str(workdir / "artifacts"), "--workers", str(workers)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=workdir,
     )
     url = f"http://127.0.0.1:{port}"
