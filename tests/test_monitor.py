@@ -255,12 +255,12 @@ def test_a_pass_killed_while_attaching_then_restarted_judges_nothing_twice(sqlit
     real = MonitorStore.attach
     calls = {"n": 0}
 
-    def dies_after_three(self, trace_id, assessments, mark):
+    def dies_after_three(self, trace_id, assessments, mark, replace=()):
         calls["n"] += 1
         if calls["n"] == 4:  # the fourth trace: one Feedback written, then the process "dies"
             self.tracing.log_assessment(trace_id, assessments[0])
             raise SystemExit("killed")
-        return real(self, trace_id, assessments, mark)
+        return real(self, trace_id, assessments, mark, replace)
 
     monkeypatch.setattr(MonitorStore, "attach", dies_after_three)
     with pytest.raises(SystemExit):
@@ -415,6 +415,11 @@ def test_gates_exit_codes_and_the_drop_test(sqlite_store, capsys):
     assert "(paired, 30 questions)" in out and "passed" in out
     assert main(base + ["--fail-under", "faithfulness=2"]) == 0  # nothing new to judge: no gate to fail
     assert main(["monitor", "--experiment", "no-such-experiment"]) == 2
+    # no judge, no metrics: the offline judge on the defaults it can score (answer relevancy left out, not refused)
+    _simple_app(2, start=300)
+    assert main(["monitor", "--experiment", name, "--settle", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "2 traces judged" in out and "faithfulness" in out and "context_relevance" in out
     assert main(base + ["--sample", "1.5"]) == 2
     assert main(base + ["--max-drop", "faithfulness=0.1"]) == 2  # no baseline named
 
@@ -544,3 +549,51 @@ def test_a_backlog_judged_on_spark_attaches_what_one_process_attaches(sqlite_sto
                                                                   a.metadata["ragjudge.status"])
         assert result.metrics["faithfulness/n_scored"] == 10
     assert sorted(values["spark"].values()) == sorted(values["process"].values())
+
+
+def test_a_judge_server_that_is_down_is_tried_again_by_the_next_passes_then_settled(sqlite_store, judge_llm):
+    """A provider-side failure is not a judgment: the failed Feedback says why on the trace, the next pass tries
+    again and, once the server answers, replaces it (one Feedback per metric in the end); a server down for good is
+    tried MAX_TRIES passes, then its failure stands and nothing more is sent."""
+    from fakellm import Reply
+
+    from mlflow_ragjudge.workflows.monitor_judge import MAX_TRIES, TRY_KEY
+
+    name = f"down-{uuid.uuid4().hex[:8]}"
+    exp_id = mlflow.set_experiment(name).experiment_id
+    _simple_app(3)
+    healthy = CompliantModel("json_schema")
+    judge_llm.set_handler(lambda request: Reply.error(503, "overloaded"))
+    first = monitor_pass(name, _judge_uri(judge_llm), ["faithfulness"], settle=0)
+    assert len(first.judged) == 3 and first.retrying == 3
+    fbs = [a for t in _traces(exp_id) for a in _ours(t)]
+    assert len(fbs) == 3 and all(a.error is not None and a.metadata[TRY_KEY] == "1" for a in fbs)
+    assert all("ragjudge.monitor." + first.monitor_id not in t.info.tags for t in _traces(exp_id))
+
+    # the CLI says it loudly: exit 3, the judge failed on more than max_error_rate of the traces
+    _simple_app(1, start=900)
+    assert main(["monitor", "--experiment", name, "--judge", _judge_uri(judge_llm), "--metrics", "faithfulness",
+                 "--settle", "0"]) == 3
+    judge_llm.set_handler(healthy)
+    second = monitor_pass(name, _judge_uri(judge_llm), ["faithfulness"], settle=0)
+    assert len(second.judged) == 4 and second.retrying == 0
+    tries = []
+    for t in _traces(exp_id):
+        (fb,) = _ours(t)  # the failed tries replaced, not kept beside
+        assert fb.error is None and fb.value is not None
+        tries.append(fb.metadata[TRY_KEY])
+    assert sorted(tries) == ["2", "3", "3", "3"]  # the CLI's pass was the first three's second try
+    assert monitor_pass(name, _judge_uri(judge_llm), ["faithfulness"], settle=0).judged == []
+
+    name2 = f"down-for-good-{uuid.uuid4().hex[:8]}"
+    exp2 = mlflow.set_experiment(name2).experiment_id
+    _simple_app(2, start=500, supported=lambda q: False)  # not what the cache holds from the first app
+    judge_llm.set_handler(lambda request: Reply.error(503, "overloaded"))
+    tries = [monitor_pass(name2, _judge_uri(judge_llm), ["faithfulness"], settle=0) for _ in range(MAX_TRIES)]
+    assert [p.retrying for p in tries] == [2] * (MAX_TRIES - 1) + [0]
+    sent = judge_llm.request_count
+    assert monitor_pass(name2, _judge_uri(judge_llm), ["faithfulness"], settle=0).judged == []
+    assert judge_llm.request_count == sent
+    for t in _traces(exp2):
+        (fb,) = _ours(t)
+        assert fb.error is not None and fb.metadata[TRY_KEY] == str(MAX_TRIES)

@@ -30,6 +30,8 @@ __all__ = ["MonitorStore", "Lease", "PAGE", "monitor_tag"]
 
 #: traces per search page
 PAGE = 500
+#: traces per ``batch_get_traces`` request
+FETCH_BATCH = 100
 #: traces per ``link_traces_to_run`` request
 LINK_BATCH = 100
 T = TypeVar("T")
@@ -136,34 +138,49 @@ class MonitorStore:
                 return found, skipped, newest, False
 
     def fetch(self, trace_ids: Sequence[str]) -> dict[str, Any]:
-        """Each trace whole (its spans: the retrievers' documents), by id; a trace the store cannot give is left
-        out (deleted since it was listed)."""
+        """Each trace whole (its spans: the retrievers' documents), by id, :data:`FETCH_BATCH` per request
+        (``batch_get_traces``: 3-4x faster than one request per trace, benchmarks/monitor_attach.py); a trace the
+        store cannot give is left out (deleted since it was listed). A store without the batch call is asked one
+        trace at a time."""
+        ids = list(trace_ids)
+        out: dict[str, Any] = {}
+        try:
+            for k in range(0, len(ids), FETCH_BATCH):
+                out.update((t.info.trace_id, t) for t in self.tracing.batch_get_traces(ids[k: k + FETCH_BATCH]))
+            return out
+        except Exception:  # noqa: BLE001 - an older store or server: one at a time below
+            pass
+
         def get(tid: str) -> tuple[str, Any]:
             try:
                 return tid, self.tracing.get_trace(tid)
             except Exception:  # deleted meanwhile, or unreadable: the caller counts it
                 return tid, None
 
-        return {tid: t for tid, t in self._each(get, trace_ids) if t is not None}
+        return {tid: t for tid, t in self._each(get, ids) if t is not None}
 
-    def attach(self, trace_id: str, assessments: Sequence[Any], mark: tuple[str, str] | None) -> None:
-        """Log ``assessments`` on the trace, then (all of them taken) set the tag ``mark`` = ``(key, value)``: a
-        trace carries the mark only once everything is on it."""
+    def attach(self, trace_id: str, assessments: Sequence[Any], mark: tuple[str, str] | None,
+               replace: Sequence[str] = ()) -> None:
+        """Log ``assessments`` on the trace, delete the earlier assessments they replace (by id: a try that failed
+        on the provider's side), then (all of that done) set the tag ``mark`` = ``(key, value)``: a trace carries
+        the mark only once everything is on it."""
         for a in assessments:
             self.tracing.log_assessment(trace_id, a)
+        for assessment_id in replace:
+            self.tracing.delete_assessment(trace_id, assessment_id)
         if mark is not None:
             self.client.set_trace_tag(trace_id, *mark)
 
-    def attach_all(self, items: Sequence[tuple[str, Sequence[Any], tuple[str, str] | None]],
+    def attach_all(self, items: Sequence[tuple[str, Sequence[Any], tuple[str, str] | None, Sequence[str]]],
                    should_stop: Callable[[], bool]) -> tuple[list[str], list[str]]:
-        """:meth:`attach` for many traces (in parallel on a server); ``(attached trace ids, errors)``. Stops
-        starting new ones once ``should_stop()``."""
-        def one(item: tuple[str, Sequence[Any], tuple[str, str] | None]) -> tuple[str, str | None]:
-            tid, assessments, mark = item
+        """:meth:`attach` for many traces, each ``(trace id, assessments, mark, replaced ids)`` (in parallel on a
+        server); ``(attached trace ids, errors)``. Stops starting new ones once ``should_stop()``."""
+        def one(item: tuple[str, Sequence[Any], tuple[str, str] | None, Sequence[str]]) -> tuple[str, str | None]:
+            tid, assessments, mark, replace = item
             if should_stop():
                 return tid, "stopped"
             try:
-                self.attach(tid, assessments, mark)
+                self.attach(tid, assessments, mark, replace)
                 return tid, None
             except Exception as e:  # the store refused this one: count it, keep the others
                 return tid, f"{tid}: {type(e).__name__}: {str(e)[:300]}"

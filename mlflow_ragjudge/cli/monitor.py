@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Any
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE
+from ..core.errors import JudgeFailureWarning
 from ..core.stop import EXIT_SIGNAL, stop_reason, stop_requested
-from .common import config_json, judge_config, numbers
-from .exits import EXIT_GATE_FAILED, EXIT_GATE_UNDECIDED, EXIT_OK
+from .common import config_json, exit_code, judge_config, numbers
 
 
 def _sample(text: str | None) -> float | None:
@@ -64,17 +65,18 @@ def monitor_command(args: argparse.Namespace) -> int:
 
         with pandas_support_note():
             spark = spark_session("ragjudge monitor", args.spark_master)
-    passes = monitor(args.experiment, cfg.pop("judge"), metrics, every=every, passes=args.passes,
-                     on_pass=lambda r: print(r.summary(), flush=True), filter_string=args.filter_string,
-                     since=parse_since(args.since) if args.since else None, sample=_sample(args.sample),
-                     max_traces=args.max_traces, seed=args.seed, settle=args.settle,
-                     fail_under=numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
-                     baseline=args.baseline, retriever_spans=retriever_spans, config=cfg, spark=spark)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JudgeFailureWarning)  # said after the summary, with the exit code
+        passes = monitor(args.experiment, cfg.pop("judge"), metrics, every=every, passes=args.passes,
+                         on_pass=lambda r: print(r.summary(), flush=True), filter_string=args.filter_string,
+                         since=parse_since(args.since) if args.since else None, sample=_sample(args.sample),
+                         max_traces=args.max_traces, seed=args.seed, settle=args.settle,
+                         fail_under=numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
+                         baseline=args.baseline, retriever_spans=retriever_spans, config=cfg, spark=spark)
     last = passes[-1]
     if stop_requested():  # within a pass (what was attached stays) or between passes
         reason = stop_reason() or "SIGINT"
         print(f"stopped by {reason}: {len(passes)} pass(es) done; the next `ragjudge monitor` goes on from the "
               "watermark and judges nothing twice", file=sys.stderr)
         return EXIT_SIGNAL.get(reason, EXIT_SIGNAL["SIGINT"])
-    outcome = last.outcome
-    return EXIT_GATE_FAILED if outcome == "failed" else EXIT_GATE_UNDECIDED if outcome == "undecided" else EXIT_OK
+    return exit_code(last)  # 3: the judge failed on too many traces; 4 / 6: a gate failed / is undecided

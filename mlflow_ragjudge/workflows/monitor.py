@@ -44,6 +44,7 @@ import pandas as pd
 from ..adapters import tracking
 from ..adapters.monitor_store import MonitorStore, monitor_tag
 from ..adapters.traces import spec_for
+from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
 from ..core.errors import InputError
 from ..core.stop import stop_reason, stop_requested, wait_for_stop
 from ..core.types import JudgeResult, Status, aggregate
@@ -56,7 +57,17 @@ from ..engine.ppi import TooFewLabels, ppi_mean
 from ..metrics.spec import get_metric
 from .calibration import scale_of
 from .calibration_traces import human_labels_on_traces
-from .monitor_judge import OWNERS, Identity, Work, has_identities, identify, judge_rows, plan_work
+from .monitor_judge import (
+    MAX_TRIES,
+    OWNERS,
+    Identity,
+    Work,
+    has_identities,
+    identify,
+    judge_rows,
+    plan_work,
+    settles,
+)
 
 __all__ = ["MONITOR_METRICS", "MonitorPass", "monitor", "monitor_pass", "parse_every", "parse_since"]
 
@@ -105,6 +116,11 @@ class MonitorPass:
     gate: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: judged metrics that failed on more than ``max_error_rate`` of this pass's rows (as ``EvalOutput.failures``)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    #: traces whose judge failed on the provider's side, to be tried again by the next pass; the oldest one's time
+    retrying: int = 0
+    oldest_retry_ms: int | None = None
     interrupted: str | None = None
     calibrated: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -321,8 +337,9 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
 
     Args:
         experiment: the app's experiment, by name (or id).
-        judge, metrics: the judge URI (or a list: a panel) and the metrics (default :data:`MONITOR_METRICS`, those
-            the judge can run); ``config``: any other evaluator setting (``repeats``, ``batch``, ``language`` ...).
+        judge, metrics: the judge URI (or a list: a panel; default the offline judge) and the metrics (default
+            :data:`MONITOR_METRICS`, those the judge can run); ``config``: any other evaluator setting (``repeats``,
+            ``batch``, ``language`` ...).
         filter_string: an MLflow trace filter the traces must match too (``tags.env = 'prod'``).
         since: traces started before it are not looked at (the first pass's start; later passes start at the
             watermark): epoch seconds, a datetime, an ISO time or a duration back from now (``"2h"``, ``"7d"``).
@@ -352,6 +369,7 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
     cfg_dict: dict[str, Any] = dict(config or {})
     if judge is not None:
         cfg_dict["judge"] = judge
+    cfg_dict.setdefault("judge", DEFAULT_OFFLINE_JUDGE)  # no model named: the offline judge, as the CLI
     cfg_dict["metrics"] = list(metrics) if metrics else [m for m in MONITOR_METRICS]
     if sample is not None and not (0 < sample < 1 or (sample >= 1 and float(sample).is_integer())):
         raise InputError(f"sample={sample!r}: give a rate in (0, 1) or a whole number of traces >= 1")
@@ -359,8 +377,8 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
         raise InputError(f"max_traces={max_traces}: at least 1 trace per pass")
     store = MonitorStore(experiment)
     if not metrics:  # the defaults the judge cannot run (answer relevancy offline) are left out, not refused
-        probe = identify(cfg_dict)
-        cfg_dict["metrics"] = list(probe.metrics)
+        offline = isinstance(cfg_dict["judge"], str) and is_offline_judge(cfg_dict["judge"])
+        cfg_dict["metrics"] = [m for m in MONITOR_METRICS if not (offline and get_metric(m).offline_reason())]
     ident = identify(cfg_dict)
     cfg = RagJudgeConfig.from_dict({**cfg_dict, "dry_run": False})
     for name in list(fail_under or {}) + list(max_drop or {}):
@@ -422,6 +440,8 @@ def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cf
     if picked:
         _judge_and_log(store, ident, cfg_dict, cfg, result, picked, parent, retriever_spans, tag, fail_under,
                        max_drop, baseline, spark)
+    if new_watermark is not None and result.oldest_retry_ms is not None:
+        new_watermark = min(new_watermark, result.oldest_retry_ms)  # the traces to try again stay in view
     if new_watermark is not None and not result.interrupted and not result.errors:
         store.set_state(watermark_key, str(new_watermark))
     # earlier passes whose traces got human labels since: their calibrated means brought up to date
@@ -452,12 +472,22 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
     feedback, results, outs = judge_rows(work, cfg_dict, ident, run_id, meta, spark)
     result.unreadable = sum(1 for tid in work.direct if tid not in work.needs)
     result.usage = _usage(outs)
+    result.failures = [f for out in outs for f in out.failures]
     # every metric of the identity must be on a trace before it carries the monitor's tag
-    complete = {tid for tid in feedback
-                if {ident.ids[m] for m in ident.metrics} <= has_identities(work.traces[tid], set(ident.ids.values()))
-                | {fb.metadata.get(JUDGE_ID_KEY) for fb in feedback[tid]}}
-    items = [(tid, feedback[tid], (tag, run_id) if tid in complete else None) for tid in feedback]
+    wanted = set(ident.ids.values())
+    complete = {tid for tid in feedback if wanted <= has_identities(work.traces[tid], wanted)
+                | {fb.metadata.get(JUDGE_ID_KEY) for fb in feedback[tid] if settles(fb)}}
+    items = [(tid, feedback[tid], (tag, run_id) if tid in complete else None, work.replace.get(tid, []))
+             for tid in feedback]
     done, errors = store.attach_all(items, stop_requested)
+    # a metric that failed on the provider's side is tried again by the next pass (MAX_TRIES in all): the trace
+    # stays unmarked and the watermark waits for it
+    waiting = [work.traces[t].info.timestamp_ms for t in done if t not in complete]
+    result.retrying = len(waiting)
+    result.oldest_retry_ms = min(waiting, default=None)
+    if waiting:
+        result.notes.append(f"{len(waiting)} traces failed on the judge's side (timeouts, errors of the server): "
+                            f"the next pass tries them again ({MAX_TRIES} tries in all)")
     # traces already judged for every metric by someone with the same identity: marked, nothing to attach
     for t in picked:
         tid = t.info.trace_id
@@ -484,6 +514,7 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
     metrics.update({"monitor/traces_judged": float(len(done)), "monitor/traces_seen": float(result.seen),
                     "monitor/backlog": float(result.backlog), "monitor/unreadable": float(result.unreadable),
                     "monitor/feedback_attached": float(result.attached),
+                    "monitor/retrying": float(result.retrying),
                     "monitor/attach_errors": float(len(errors))})
     for k in ("requests", "input_tokens", "output_tokens", "cache_hits", "cost_usd"):
         if result.usage.get(k) is not None:

@@ -27,7 +27,8 @@ from ..engine.evaluate import EvalOutput, evaluate_frame
 from ..engine.identity import JUDGE_ID_KEY, JUDGE_KEY, PROMPTS_KEY, judge_id, score_options
 from ..metrics.spec import get_metric
 
-__all__ = ["OWNERS", "Identity", "Work", "has_identities", "identify", "judge_rows", "plan_work"]
+__all__ = ["MAX_TRIES", "OWNERS", "TRANSIENT", "Identity", "Judged", "Work", "has_identities", "identify", "judge_rows",
+           "judged", "plan_work", "settles"]
 
 #: the Row fields a trace's row carries into the engine
 _FIELDS = ("question", "answer", "reference", "contexts", "retrieved_doc_ids", "relevant_doc_ids",
@@ -88,15 +89,64 @@ def identify(cfg: dict[str, Any]) -> Identity:
 
 
 
-def has_identities(trace: Any, wanted: set[str]) -> set[str]:
-    """The identities among ``wanted`` that a trace carries already (a valid Feedback with that judge id)."""
-    found: set[str] = set()
+#: failures on the provider's side: the metric is judged again by a later pass, up to :data:`MAX_TRIES` passes in all
+TRANSIENT = frozenset({"timeout", "rate_limited", "connection_error", "provider_error"})
+MAX_TRIES = 3
+#: Feedback metadata: which pass's try this judgment was (1 = the first)
+TRY_KEY = "ragjudge.monitor.try"
+
+
+def _error_code(a: Any) -> str | None:
+    fb = getattr(a, "feedback", None)
+    err = getattr(fb, "error", None) if fb is not None else None
+    err = err or getattr(a, "error", None)
+    return None if err is None else str(getattr(err, "error_code", "") or "failed").lower()
+
+
+def _tries(a: Any) -> int:
+    try:
+        return int((getattr(a, "metadata", None) or {}).get(TRY_KEY, 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def settles(a: Any) -> bool:
+    """Whether a Feedback is a judgment that stands: a value, an abstention, or a failure that another try would not
+    change (a reply that could not be read, an input the metric cannot judge) or that was tried :data:`MAX_TRIES`
+    times; a provider-side failure (a timeout, the server down) before that does not."""
+    code = _error_code(a)
+    return code is None or code not in TRANSIENT or _tries(a) >= MAX_TRIES
+
+
+@dataclass
+class Judged:
+    """What a trace carries of some identities: ``settled`` (judged for good), and, for each one whose last try
+    failed on the provider's side, ``(tries so far, the ids of those failed Feedback)``."""
+
+    settled: set[str] = field(default_factory=set)
+    retry: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+
+
+def judged(trace: Any, wanted: set[str]) -> Judged:
+    """The judgments of ``wanted`` identities a trace carries (a valid Feedback with that judge id)."""
+    out = Judged()
     for a in getattr(trace.info, "assessments", None) or []:
-        meta = getattr(a, "metadata", None) or {}
-        jid = meta.get(JUDGE_ID_KEY)
-        if jid in wanted and getattr(a, "valid", True) is not False and getattr(a, "feedback", None) is not None:
-            found.add(jid)
-    return found
+        jid = (getattr(a, "metadata", None) or {}).get(JUDGE_ID_KEY)
+        if jid not in wanted or getattr(a, "valid", True) is False or getattr(a, "feedback", None) is None:
+            continue
+        if settles(a):
+            out.settled.add(jid)
+        else:
+            tries, ids = out.retry.get(jid, (0, []))
+            out.retry[jid] = (max(tries, _tries(a)), [*ids, str(getattr(a, "assessment_id", ""))])
+    for jid in out.settled:
+        out.retry.pop(jid, None)
+    return out
+
+
+def has_identities(trace: Any, wanted: set[str]) -> set[str]:
+    """The identities among ``wanted`` a trace is judged for, for good (:func:`judged`)."""
+    return judged(trace, wanted).settled
 
 
 def _expectations(trace: Any) -> dict[str, Any]:
@@ -138,6 +188,10 @@ class Work:
     direct: dict[str, list[Any]] = field(default_factory=dict)
     #: trace -> the metrics to judge
     needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: (trace, metric) -> which try this is, when an earlier pass's failed on the provider's side
+    tries: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: trace -> the earlier failed Feedback that this pass's judgments replace
+    replace: dict[str, list[str]] = field(default_factory=dict)
 
 
 def plan_work(store: MonitorStore, picked: Sequence[Any], ident: Identity, cfg: RagJudgeConfig, run_id: str,
@@ -148,10 +202,15 @@ def plan_work(store: MonitorStore, picked: Sequence[Any], ident: Identity, cfg: 
         trace = work.traces.get(tid)
         if trace is None:
             continue
-        have = has_identities(trace, set(ident.ids.values()))
-        todo = [m for m in ident.metrics if ident.ids[m] not in have]
+        have = judged(trace, set(ident.ids.values()))
+        todo = [m for m in ident.metrics if ident.ids[m] not in have.settled]
         if not todo:
             continue
+        for m in todo:
+            if ident.ids[m] in have.retry:
+                tries, ids = have.retry[ident.ids[m]]
+                work.tries[(tid, m)] = tries + 1
+                work.replace.setdefault(tid, []).extend(ids)
         try:
             found = read_scorer_args(None, None, _expectations(trace), trace,
                                      relevance_threshold=cfg.relevance_threshold, retriever_spans=retriever_spans)
@@ -164,7 +223,7 @@ def plan_work(store: MonitorStore, picked: Sequence[Any], ident: Identity, cfg: 
             if lacks:
                 res = JudgeResult.failed("invalid_input", f"the trace has no {'; no '.join(lacks)}")
                 fb = feedback_for(get_metric(m).output_names[0], None, res, get_metric(m), ident.judge, run_id, [])
-                work.direct.setdefault(tid, []).append(_stamp(fb, ident, meta))
+                work.direct.setdefault(tid, []).append(_stamp(fb, ident, meta, work.tries.get((tid, m), 1)))
             else:
                 judge_now.append(m)
         if judge_now and row is not None:
@@ -173,14 +232,20 @@ def plan_work(store: MonitorStore, picked: Sequence[Any], ident: Identity, cfg: 
     return work
 
 
-def _stamp(fb: Any, ident: Identity, meta: dict[str, str]) -> Any:
-    """A Feedback with the monitor's metadata: the judge's identity and the pass."""
-    extra = {JUDGE_ID_KEY: ident.output_id(fb.name.partition("@")[0]), JUDGE_KEY: ident.judge, **meta}
+def _stamp(fb: Any, ident: Identity, meta: dict[str, str], tries: int = 1) -> Any:
+    """A Feedback with the monitor's metadata: the judge's identity, the pass, and which try it was."""
+    extra = {JUDGE_ID_KEY: ident.output_id(fb.name.partition("@")[0]), JUDGE_KEY: ident.judge, **meta,
+             TRY_KEY: str(tries)}
     spec = spec_for(fb.name.partition("@")[0], OWNERS)
     if spec is not None and ident.prompts.get(spec.name):
         extra[PROMPTS_KEY] = json.dumps(ident.prompts[spec.name], sort_keys=True)
     fb.metadata = {**(fb.metadata or {}), **extra}
     return fb
+
+
+def _metric_of(name: str) -> str:
+    spec = spec_for(name.partition("@")[0], OWNERS)
+    return spec.name if spec is not None else name
 
 
 def judge_rows(work: Work, cfg: dict[str, Any], ident: Identity, run_id: str, meta: dict[str, str],
@@ -213,7 +278,8 @@ def judge_rows(work: Work, cfg: dict[str, Any], ident: Identity, run_id: str, me
             if any(r[i] is not None and r[i].reason == "interrupted" for r in out.results.values() if i < len(r)):
                 continue  # stopped before this row was judged: the next pass judges it (its calls are cached)
             fbs = row_feedback(i, out.table, out, OWNERS, judge or ident.judge, run_id, calls, user_name())
-            feedback.setdefault(tid, []).extend(_stamp(fb, ident, meta) for fb in fbs)
+            feedback.setdefault(tid, []).extend(_stamp(fb, ident, meta, work.tries.get((tid, _metric_of(fb.name)), 1))
+                                                for fb in fbs)
             for name, res in out.results.items():
                 if i < len(res) and res[i] is not None:
                     results.setdefault(name, []).append((tid, res[i]))
