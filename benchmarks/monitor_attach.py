@@ -164,7 +164,7 @@ def capture_feedback(judge: str, n: int = 12) -> list[tuple[list[Any], tuple[str
     real = MonitorStore.attach_all
 
     def spy(self: MonitorStore, items: Any, should_stop: Any) -> Any:
-        got.extend((copy.deepcopy(list(fbs)), mark) for _, fbs, mark in items)
+        got.extend((copy.deepcopy(list(fbs)), mark) for _, fbs, mark, _ in items)
         return real(self, items, should_stop)
 
     MonitorStore.attach_all = spy  # type: ignore[method-assign]
@@ -185,7 +185,7 @@ def fresh(template: list[tuple[list[Any], tuple[str, str] | None]], trace_ids: l
         fbs = copy.deepcopy(fbs)
         for fb in fbs:
             fb.trace_id, fb.assessment_id = tid, None
-        items.append((tid, fbs, mark if tag else None))
+        items.append((tid, fbs, mark if tag else None, ()))
     return items
 
 
@@ -220,7 +220,7 @@ def ours(workers: int | None, tag: bool = True) -> Callable[[str, list[Any]], No
 
         store = MonitorStore(experiment, workers=workers)
         if not tag:
-            items = [(tid, fbs, None) for tid, fbs, _ in items]
+            items = [(tid, fbs, None, ()) for tid, fbs, _, _ in items]
         done, errors = store.attach_all(items, lambda: False)
         assert len(done) == len(items) > 0 and not errors, errors[:3]
     return run
@@ -385,8 +385,8 @@ def one_pass(label: str, judge_label: str, judge: str, metrics: list[str] | None
     ph.wrap(S, "set_state", "setup")
     ph.wrap(S, "list_traces", "list")
     ph.wrap(S, "fetch", "fetch")
-    ph.wrap(mon, "_plan_work", "read")
-    ph.wrap(mon, "_judge", "judge")
+    ph.wrap(mon, "plan_work", "read")
+    ph.wrap(mon, "judge_rows", "judge")
     ph.wrap(S, "attach_all", "attach")
     ph.wrap(S, "link", "log")
     ph.wrap(mon, "_calibrate", "log")
