@@ -597,3 +597,21 @@ def test_a_judge_server_that_is_down_is_tried_again_by_the_next_passes_then_sett
     for t in _traces(exp2):
         (fb,) = _ours(t)
         assert fb.error is not None and fb.metadata[TRY_KEY] == str(MAX_TRIES)
+
+
+def test_a_panel_with_repeats_attaches_the_verdict_and_each_judges_feedback(sqlite_store, judge_llm):
+    """A panel of two judges with two draws each: the combined Feedback per metric and one per judge
+    (``faithfulness@<judge>``), all with the panel's identity; a second pass sends nothing."""
+    name = f"panel-{uuid.uuid4().hex[:8]}"
+    exp_id = mlflow.set_experiment(name).experiment_id
+    _simple_app(3, start=700)
+    judges = [f"openai:/judge-{k}?base_url={judge_llm.openai_base_url}" for k in ("a", "b")]
+    first = monitor_pass(name, judges, ["faithfulness"], settle=0, config={"repeats": 2})
+    assert len(first.judged) == 3 and first.retrying == 0, first.summary()
+    for t in _traces(exp_id):
+        names = sorted(a.name for a in _ours(t))
+        assert names[0] == "faithfulness" and len(names) == 3 and all(n.startswith("faithfulness@") for n in names[1:])
+        assert len({a.metadata[JUDGE_ID_KEY] for a in _ours(t)}) == 1
+    sent = judge_llm.request_count
+    assert monitor_pass(name, judges, ["faithfulness"], settle=0, config={"repeats": 2}).judged == []
+    assert judge_llm.request_count == sent
