@@ -615,3 +615,22 @@ def test_a_panel_with_repeats_attaches_the_verdict_and_each_judges_feedback(sqli
     sent = judge_llm.request_count
     assert monitor_pass(name, judges, ["faithfulness"], settle=0, config={"repeats": 2}).judged == []
     assert judge_llm.request_count == sent
+
+
+def test_batch_a_pass_sends_its_judge_calls_through_the_batch_api(sqlite_store, judge_llm):
+    """``--batch``: the pass's calls go through the provider's batch API (no synchronous chat request), and the
+    Feedback on the traces is what the synchronous pass attaches on the same app."""
+    values = {}
+    for mode in ("sync", "batch"):
+        name = f"{mode}-{uuid.uuid4().hex[:8]}"
+        exp_id = mlflow.set_experiment(name).experiment_id
+        _simple_app(4, start=800, supported=lambda q: int(q.split()[1].rstrip(":")) % 2 == 0)
+        judge_llm.reset()
+        config = {"cache": False, **({"batch": {"poll_interval": 0.05, "max_poll_interval": 0.2, "progress": False}}
+                                     if mode == "batch" else {})}
+        result = monitor_pass(name, _judge_uri(judge_llm), list(METRICS), settle=0, config=config)
+        assert len(result.judged) == 4 and result.attached == 8
+        if mode == "batch":
+            assert judge_llm.requests_for("openai_chat") == [] and judge_llm.batches.created
+        values[mode] = sorted((a.name, a.value) for t in _traces(exp_id) for a in _ours(t))
+    assert values["batch"] == values["sync"]
