@@ -634,3 +634,42 @@ def test_batch_a_pass_sends_its_judge_calls_through_the_batch_api(sqlite_store, 
             assert judge_llm.requests_for("openai_chat") == [] and judge_llm.batches.created
         values[mode] = sorted((a.name, a.value) for t in _traces(exp_id) for a in _ours(t))
     assert values["batch"] == values["sync"]
+
+
+def test_an_anthropic_autologged_app_and_a_langchain_shaped_one(sqlite_store, app_llm, judge_llm):
+    """Other shapes apps log: the Anthropic SDK autologged (the question is the last user turn's text block, the
+    answer the message's text blocks) and a chain's ``{"input": ...}`` -> ``{"output": ...}``; each trace judged
+    with its retriever's documents, nothing failed."""
+    import anthropic
+
+    name = f"shapes-{uuid.uuid4().hex[:8]}"
+    exp_id = mlflow.set_experiment(name).experiment_id
+    client = anthropic.Anthropic(base_url=app_llm.anthropic_base_url, api_key="sk-ant-app")
+
+    @mlflow.trace
+    def messages_app(messages: list[dict[str, Any]]) -> Any:
+        docs = retrieve(messages[-1]["content"][0]["text"])
+        return client.messages.create(model="app-claude", max_tokens=200, messages=messages,
+                                      system="Answer from: " + " ".join(d.page_content for d in docs))
+
+    @mlflow.trace(name="RetrievalQA")
+    def chain(inputs: dict[str, Any]) -> dict[str, Any]:
+        retrieve(inputs["input"])
+        return {"output": APP_ANSWER}
+
+    mlflow.anthropic.autolog()
+    try:
+        messages_app([{"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}])
+    finally:
+        mlflow.anthropic.autolog(disable=True)
+    chain({"input": "Which river flows through Paris?"})
+    mlflow.flush_trace_async_logging()
+    result = monitor_pass(name, _judge_uri(judge_llm), list(METRICS), settle=0)
+    assert len(result.judged) == 2 and result.unreadable == 0, result.summary()
+    for t in _traces(exp_id):
+        fbs = _ours(t)
+        assert sorted(a.name for a in fbs) == sorted(METRICS)
+        assert all(a.error is None for a in fbs), [a.error for a in fbs]
+    questions = {r.prompt_text for r in judge_llm.requests}
+    assert any("What is the capital of France?" in p for p in questions)
+    assert any("Which river flows through Paris?" in p for p in questions)
