@@ -238,6 +238,14 @@ def test_human_feedback_on_random_monitored_traces_calibrates_the_pass(sqlite_st
 
     again = calibrate_traces(first.run_id, ["faithfulness"], log=False)
     assert again["faithfulness"].mean == pytest.approx(expected.mean)
+    # the judge against the people on production traces: judge-report reads the pass's table and the labels
+    from mlflow_ragjudge.workflows.judge_report import judge_report
+
+    report = judge_report(first.run_id, metric="faithfulness", log=False)
+    by_id = dict(zip(ids, judge, strict=True))
+    agree = sum((by_id[t] >= 0.5) == (h == 1.0) for t, h in human.items())
+    assert (report.rows, report.labelled, report.n, report.n_agree) == (60, 40, 40, agree)
+    assert all(d["trace_id"] == d["row_id"] and d["row_id"] in traces for d in report.disagreements)
     from mlflow.genai import review_queues
 
     assert main(["label-sample", first.run_id, "--review-queue", "--n", "10", "--metrics", "faithfulness"]) == 0

@@ -225,9 +225,9 @@ class MonitorStore:
         self.client.set_terminated(run_id, status)
 
     def log_run(self, run_id: str, *, metrics: dict[str, float], params: dict[str, str], tags: dict[str, str],
-                table: tuple[pd.DataFrame, str] | None = None, text: tuple[str, str] | None = None) -> None:
-        """Metrics (finite ones, at step 0), params and tags, and a per-row table / a text artifact (``(content,
-        artifact path)``) into a run."""
+                table: tuple[pd.DataFrame, str] | None = None, texts: dict[str, str] | None = None) -> None:
+        """Metrics (finite ones, at step 0), params and tags, a per-row table (``(table, artifact path)``) and text
+        artifacts (artifact path -> content) into a run."""
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items()) if math.isfinite(float(v))]
         for k in range(0, len(items), 1000):
@@ -236,8 +236,9 @@ class MonitorStore:
                               tags=[RunTag(k, v[:5000]) for k, v in tags.items()])
         if table is not None and len(table[0]):
             replace_table(run_id, table[0], table[1])
-        if text is not None and text[0]:
-            self.client.log_text(run_id, text[0], text[1])
+        for path, content in (texts or {}).items():
+            if content:
+                self.client.log_text(run_id, content, path)
 
     def log_series(self, run_id: str, metrics: dict[str, float], step: int, when_ms: int) -> None:
         """One point of each metric's series (``step``, at ``when_ms``): MLflow's charts draw the trend."""

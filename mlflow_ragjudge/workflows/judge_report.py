@@ -358,6 +358,9 @@ def _human_from_traces(run_id: str, metric: str) -> tuple[dict[str, Any], dict[s
     _, human = human_labels_on_traces(traces, metric)
     trace_ids = _trace_ids(traces)
     by_trace = {tid: rid for rid, tid in trace_ids.items()}
+    # a monitor's pass: its rows are the app's own traces, each row's id its trace id
+    by_trace.update({t: t for t in traces["trace_id"] if t not in by_trace})
+    trace_ids.update({t: t for t in traces["trace_id"] if t not in trace_ids.values()})
     values = {by_trace[t]: v for t, v in human.items() if t in by_trace and v == v}
     if not values:
         raise InputError(f"No trace of run {run_id} has human feedback named {metric!r}; label the traces in the "

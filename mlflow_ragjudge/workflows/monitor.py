@@ -44,7 +44,7 @@ import pandas as pd
 from ..adapters import tracking
 from ..adapters.monitor_store import MonitorStore, monitor_tag
 from ..adapters.traces import spec_for
-from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
+from ..core.constants import DEFAULT_OFFLINE_JUDGE, VERSION, is_offline_judge
 from ..core.errors import InputError
 from ..core.stop import stop_reason, stop_requested, wait_for_stop
 from ..core.types import JudgeResult, Status, aggregate
@@ -189,21 +189,24 @@ def _usage(outs: Sequence[EvalOutput]) -> dict[str, Any]:
     return total
 
 
-def _table(work: Work, outs: Sequence[EvalOutput], results: Mapping[str, list[tuple[str, JudgeResult]]]
-           ) -> pd.DataFrame:
-    """The pass's per-trace table: trace id, time, question, each output's score and status."""
-    scores: dict[str, dict[str, Any]] = {}
+def _table(work: Work, results: Mapping[str, list[tuple[str, JudgeResult]]]) -> pd.DataFrame:
+    """The pass's per-row table, laid out as an evaluation's (``load_output`` and ``ragjudge judge-report`` read it):
+    the question, each output's score, status and justification, the answer; ``row_id`` is the trace id, and the
+    trace's time beside it."""
+    cells: dict[str, dict[str, Any]] = {}
     for name, pairs in results.items():
         for tid, r in pairs:
-            cell = scores.setdefault(tid, {})
+            cell = cells.setdefault(tid, {})
             cell[f"{name}/score"] = r.value if r.status is Status.SCORED else None
-            cell[f"{name}/status"] = r.status.value if r.reason is None else f"{r.status.value}: {r.reason}"
+            cell[f"{name}/status"] = r.status.value + (f":{r.reason}" if r.reason else "")
+            cell[f"{name}/justification"] = r.rationale or None
     rows = []
-    for tid, cells in scores.items():
+    for tid, row_cells in cells.items():
         trace = work.traces.get(tid)
         row = work.rows.get(tid)
-        rows.append({"trace_id": tid, "timestamp_ms": getattr(trace.info, "timestamp_ms", None) if trace else None,
-                     "question": row.question if row is not None else None, **cells})
+        rows.append({"question": row.question if row is not None else None, **row_cells,
+                     "answer": row.answer if row is not None else None, "row_id": tid, "trace_id": tid,
+                     "timestamp_ms": getattr(trace.info, "timestamp_ms", None) if trace is not None else None})
     return pd.DataFrame(rows)
 
 
@@ -323,7 +326,10 @@ def _baseline_table(store: MonitorStore, baseline: str, parent: str, current: st
                          f"{str(e)[:200]}); give a monitor pass's run id, 'first' or 'previous'") from None
 
 
-TABLE_FILE = "ragjudge/monitor_table.json"
+#: the pass's per-row table and its record, where an evaluation run keeps them (``load_output`` reads both)
+TABLE_FILE = "ragjudge/eval_results_table.json"
+CONFIG_FILE = "ragjudge/config.json"
+TRANSCRIPTS_FILE = "ragjudge/judge_transcripts.jsonl"
 
 
 def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | None = None, *,
@@ -522,7 +528,7 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
     if result.window is not None:
         metrics["monitor/window_start_ms"], metrics["monitor/window_end_ms"] = map(float, result.window)
     result.metrics = metrics
-    table = _table(work, outs, results)
+    table = _table(work, results)
     result.gate = _gates(metrics, results, fail_under, cfg.gate_rule)
     if max_drop and baseline:
         base_id, base_table = _baseline_table(store, baseline, parent, run_id)
@@ -532,6 +538,31 @@ def _judge_and_log(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any
         metrics.update(calibrated)
         result.calibrated[run_id] = calibrated
     _log_pass(store, result, ident, table, outs, parent)
+
+
+def _transcripts(outs: Sequence[EvalOutput], table: pd.DataFrame) -> str:
+    """The engine runs' judge calls as JSON lines, each one's ``row`` renumbered to its trace's row of the pass's
+    table (as ``load_output`` pairs calls with rows), with its ``trace_id``."""
+    position = {tid: k for k, tid in enumerate(table["row_id"])} if len(table) else {}
+    lines = []
+    for out in outs:
+        ids = list(out.table["row_id"]) if "row_id" in out.table.columns else []
+        for rec in out.transcripts:
+            row = rec.get("row")
+            tid = ids[row] if isinstance(row, int) and 0 <= row < len(ids) else None
+            lines.append(json.dumps({**rec, "row": position.get(tid, -1), "trace_id": tid}, default=str))
+    return "".join(line + "\n" for line in lines)
+
+
+def _record(result: MonitorPass, ident: Identity, table: pd.DataFrame) -> dict[str, Any]:
+    """The pass's run record (``ragjudge/config.json``), as an evaluation's: what judged, on which traces, what it
+    cost, what failed and the gates."""
+    return {"package_version": VERSION, "monitor": ident.monitor_id, "judge": ident.judge,
+            "metrics_run": list(ident.metrics), "judge_ids": ident.ids, "options": ident.options,
+            "prompt_versions": {k: v for versions in ident.prompts.values() for k, v in versions.items()},
+            "prompt_versions_by_metric": ident.prompts, "rows": len(table), "window_ms": result.window,
+            "usage": result.usage, "failures": result.failures, "gate": result.gate, "skipped": ident.skipped,
+            "retrying": result.retrying}
 
 
 def _log_pass(store: MonitorStore, result: MonitorPass, ident: Identity, table: pd.DataFrame,
@@ -545,9 +576,9 @@ def _log_pass(store: MonitorStore, result: MonitorPass, ident: Identity, table: 
     if result.gate:
         tags["ragjudge.gate"] = str(gate_status(result.gate))
         tags["ragjudge.gate.detail"] = json.dumps(result.gate, default=str)
-    transcripts = "".join(json.dumps(r, default=str) + "\n" for out in outs for r in out.transcripts)
     store.log_run(run_id, metrics=result.metrics, params=params, tags=tags, table=(table, TABLE_FILE),
-                  text=(transcripts, "ragjudge/judge_transcripts.jsonl"))
+                  texts={TRANSCRIPTS_FILE: _transcripts(outs, table),
+                         CONFIG_FILE: json.dumps(_record(result, ident, table), default=str, indent=1)})
     store.end_run(run_id, "KILLED" if result.interrupted else "FINISHED")
     # the trend: each pass's means on the monitor's run, at the window's end
     trend = {k: v for k, v in result.metrics.items() if k.endswith("/mean") or k.startswith("monitor/traces")
