@@ -432,6 +432,30 @@ def test_gates_exit_codes_and_the_drop_test(sqlite_store, capsys):
     assert main(base + ["--max-drop", "faithfulness=0.1"]) == 2  # no baseline named
 
 
+def test_production_against_the_variants_offline_evaluation(sqlite_store, capsys):
+    """``--baseline RUN`` may be the evaluation run that picked the variant: production's traces are paired with its
+    rows on the questions both have."""
+    import pandas as pd
+
+    from mlflow_ragjudge.adapters.run_log import log_output
+    from mlflow_ragjudge.engine.evaluate import evaluate_frame
+
+    name = f"vs-eval-{uuid.uuid4().hex[:8]}"
+    mlflow.set_experiment(name)
+    questions = [f"Question {i}: where is the capital of France?" for i in range(400, 420)]
+    offline = pd.DataFrame({"question": questions, "answer": [APP_ANSWER] * 20,
+                            "contexts": [[text for _, text in DOCS]] * 20})
+    out = evaluate_frame(offline, judge="offline:/lexical", metrics=["faithfulness"])
+    with mlflow.start_run(run_name="variant-b") as run:
+        log_output(out, run.info.run_id)
+    _simple_app(20, start=400, supported=lambda q: int(q.split()[1].rstrip(":")) % 2 == 0)  # half made up
+    code = main(["monitor", "--experiment", name, "--metrics", "faithfulness", "--settle", "0",
+                 "--max-drop", "faithfulness=0.05", "--baseline", run.info.run_id])
+    printed = capsys.readouterr().out
+    assert code == 4, printed
+    assert "(paired, 20 questions)" in printed and "dropped, failed" in printed
+
+
 def test_difference_interval_against_scipy():
     from scipy import stats
 

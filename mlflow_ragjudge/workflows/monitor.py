@@ -81,6 +81,10 @@ DEFAULT_MAX_SCAN = 20_000
 DEFAULT_SETTLE_S = 300.0
 #: earlier passes whose calibration a pass brings up to date
 RECALIBRATE_PASSES = 20
+#: the pass's per-row table and its record, where an evaluation run keeps them (``load_output`` reads both)
+TABLE_FILE = "ragjudge/eval_results_table.json"
+CONFIG_FILE = "ragjudge/config.json"
+TRANSCRIPTS_FILE = "ragjudge/judge_transcripts.jsonl"
 #: the run tag that names a pass's monitor run (its parent)
 PARENT_TAG = "ragjudge.monitor.parent"
 #: the trace metadata / Feedback metadata key naming the pass
@@ -290,7 +294,7 @@ def _key(ident: Identity, what: str) -> str:
     return f"ragjudge.monitor.{ident.monitor_id}.{what}"
 
 
-def _parent_run(store: MonitorStore, ident: Identity, cfg: Mapping[str, Any]) -> str:
+def _parent_run(store: MonitorStore, ident: Identity) -> str:
     """The monitor's own run (created on its first pass): its params name the judge; its metrics are the trend."""
     key = _key(ident, "run")
     run_id = store.state(key)
@@ -312,7 +316,9 @@ def _parent_run(store: MonitorStore, ident: Identity, cfg: Mapping[str, Any]) ->
 
 
 def _baseline_table(store: MonitorStore, baseline: str, parent: str, current: str | None) -> tuple[str, pd.DataFrame]:
-    """The per-trace table of the baseline pass: a run id, ``first`` (the monitor's first pass) or ``previous``."""
+    """The per-row table of the baseline: ``first`` (the monitor's first pass), ``previous``, or a run id -- a pass's,
+    or any ragjudge evaluation's (the variant's offline evaluation: production against it, paired on the questions
+    both have)."""
     run_id = baseline
     if baseline in ("first", "previous"):
         passes = [r.info.run_id for r in tracking.child_runs(parent, PARENT_TAG) if r.info.run_id != current]
@@ -322,14 +328,9 @@ def _baseline_table(store: MonitorStore, baseline: str, parent: str, current: st
     try:
         return run_id, tracking.load_run_table(run_id, TABLE_FILE)
     except Exception as e:
-        raise InputError(f"--baseline {baseline}: run {run_id} has no monitor table ({type(e).__name__}: "
-                         f"{str(e)[:200]}); give a monitor pass's run id, 'first' or 'previous'") from None
-
-
-#: the pass's per-row table and its record, where an evaluation run keeps them (``load_output`` reads both)
-TABLE_FILE = "ragjudge/eval_results_table.json"
-CONFIG_FILE = "ragjudge/config.json"
-TRANSCRIPTS_FILE = "ragjudge/judge_transcripts.jsonl"
+        raise InputError(f"--baseline {baseline}: run {run_id} has no ragjudge per-row table ({type(e).__name__}: "
+                         f"{str(e)[:200]}); give a monitor pass's or a ragjudge evaluation's run id, 'first' or "
+                         "'previous'") from None
 
 
 def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | None = None, *,
@@ -441,7 +442,7 @@ def _run_pass(store: MonitorStore, ident: Identity, cfg_dict: dict[str, Any], cf
     new_watermark = None
     if newest is not None and result.backlog == 0 and not more:
         new_watermark = max(watermark or 0, min(newest, int((started - settle) * 1000)))
-    parent = _parent_run(store, ident, cfg_dict)
+    parent = _parent_run(store, ident)
     result.parent_run_id = parent
     if picked:
         _judge_and_log(store, ident, cfg_dict, cfg, result, picked, parent, retriever_spans, tag, fail_under,
