@@ -24,16 +24,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(workdir: Path, timeout: float = 120, *, jobs: bool = False, workers: int = 1
-                 ) -> tuple[subprocess.Popen, str]:
+def start_server(workdir: Path, timeout: float = 120, *, jobs: bool = False, workers: int = 1,
+                 port: int | None = None) -> tuple[subprocess.Popen, str]:
     """Start `mlflow server` on 127.0.0.1 with a SQLite store in ``workdir``; returns (process, url).
 
     ``workdir / "mlflow.db"`` is created (and migrated) by the server unless it is there already. ``jobs``: MLflow's
     job execution, off by default: it starts several consumer processes (each importing mlflow) that neither
     logging runs nor the UI pages need. ``workers``: the server's worker processes (``mlflow server``'s own default is
-    4; one is enough for tests).
+    4; one is enough for tests). ``port``: a given one (a server started again where it was), else a free one.
     """
-    port = free_port()
+    port = port or free_port()
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true",
                MLFLOW_SERVER_ENABLE_JOB_EXECUTION="true" if jobs else "false")
     proc = subprocess.Popen(

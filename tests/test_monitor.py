@@ -705,3 +705,62 @@ def test_an_anthropic_autologged_app_and_a_langchain_shaped_one(sqlite_store, ap
     questions = {r.prompt_text for r in judge_llm.requests}
     assert any("What is the capital of France?" in p for p in questions)
     assert any("Which river flows through Paris?" in p for p in questions)
+
+
+@pytest.mark.slow
+def test_a_tracking_server_that_goes_down_and_comes_back(tmp_path, fresh_tracking_uri):
+    """A monitor on a clock outlives its tracking server's restart: the passes while it is down fail (said, bounded
+    by the HTTP retries), the monitor goes on, and once the server is back the traces logged meanwhile are judged,
+    nothing twice. A single pass against a server that is gone exits 5 within its retries."""
+    import threading
+
+    from mlflow_ui import free_port, start_server
+
+    fresh_tracking_uri(tmp_path / "mlflow.db")  # the server's store, made and migrated beforehand
+    port = free_port()
+    server, url = start_server(tmp_path, port=port)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": url, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
+           "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
+                                                     os.environ.get("PYTHONPATH")) if p)}
+    mlflow.set_tracking_uri(url)
+    name = f"outage-{uuid.uuid4().hex[:8]}"
+    exp_id = mlflow.set_experiment(name).experiment_id
+    _simple_app(2)
+    cmd = [sys.executable, "-m", "mlflow_ragjudge", "monitor", "--experiment", name, "--metrics", "faithfulness",
+           "--settle", "0"]
+    proc = subprocess.Popen(cmd + ["--every", "1s"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+
+    def wait_for(what: Any, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while not what() and time.time() < deadline:
+            time.sleep(0.2)
+        assert what(), "".join(lines)[-3000:]
+
+    try:
+        wait_for(lambda: any("2 traces judged" in ln for ln in lines))
+        server.terminate()
+        server.wait(timeout=30)
+        wait_for(lambda: any("failed: the tracking store" in ln for ln in lines))
+        assert proc.poll() is None  # the monitor goes on
+        server, _ = start_server(tmp_path, port=port)  # back, same store
+        _simple_app(2, start=50)
+        wait_for(lambda: sum(1 for t in _traces(exp_id) if _ours(t)) == 4)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM
+        for t in _traces(exp_id):
+            assert [a.name for a in _ours(t)] == ["faithfulness"]
+        server.terminate()
+        server.wait(timeout=30)
+        t0 = time.time()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode in (2, 5), done.stderr[-2000:]  # refused up front (2) or failed within the pass (5)
+        assert time.time() - t0 < 120
+    finally:
+        proc.kill()
+        server.kill()

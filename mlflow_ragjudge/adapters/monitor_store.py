@@ -26,7 +26,7 @@ from ..core.errors import InputError
 from .traces import EVAL_REQUEST_ID, TRACE_NAME
 from .tracking import is_remote_uri, replace_table
 
-__all__ = ["MonitorStore", "Lease", "PAGE", "monitor_tag"]
+__all__ = ["MonitorStore", "Lease", "PAGE", "monitor_tag", "store_failure", "bounded_store_retries"]
 
 #: traces per search page
 PAGE = 500
@@ -35,6 +35,32 @@ FETCH_BATCH = 100
 #: traces per ``link_traces_to_run`` request
 LINK_BATCH = 100
 T = TypeVar("T")
+
+
+#: MLflow's HTTP retries for a monitor's requests to a tracking server, unless set: 4 tries 2, 4, 8, 16 s apart and
+#: 30 s a request, so a server that is down fails a request in about a minute, not four (MLflow's 7 tries, 120 s)
+MONITOR_HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+def bounded_store_retries() -> None:
+    """Set :data:`MONITOR_HTTP_RETRIES` in this process's environment where the user has not (``ragjudge monitor``
+    is a long-running process: a pass that cannot reach the store ends, and the next one tries again)."""
+    for key, value in MONITOR_HTTP_RETRIES.items():
+        os.environ.setdefault(key, value)
+
+
+def store_failure(e: BaseException) -> bool:
+    """Whether an exception is the tracking store failing (MLflow's errors, the HTTP client's, the database's, the
+    network's), not a bug of ours: a monitor on a clock then tries again at its next pass."""
+    seen: set[int] = set()
+    err: BaseException | None = e
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        module = type(err).__module__.split(".")[0]
+        if module in ("mlflow", "requests", "urllib3", "sqlalchemy", "sqlite3", "http") or isinstance(err, OSError):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def monitor_tag(monitor_id: str) -> str:

@@ -11,6 +11,7 @@ from ..core.constants import DEFAULT_OFFLINE_JUDGE
 from ..core.errors import JudgeFailureWarning
 from ..core.stop import EXIT_SIGNAL, stop_reason, stop_requested
 from .common import config_json, exit_code, judge_config, numbers
+from .exits import EXIT_NOT_LOGGED
 
 
 def _sample(text: str | None) -> float | None:
@@ -39,7 +40,10 @@ def monitor_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def monitor_command(args: argparse.Namespace) -> int:
-    """Run one pass, or passes ``--every`` DURATION; print each pass. Exit 4 / 6 on the last pass's gates."""
+    """Run one pass, or passes ``--every`` DURATION; print each pass. Exit 3 when the judge failed on too many traces,
+    4 / 6 on the last pass's gates, 5 when the tracking store failed during a single pass (with ``--every`` the next
+    pass tries again), 130 / 143 when stopped."""
+    from ..adapters.monitor_store import bounded_store_retries, store_failure
     from ..adapters.tracking import check_tracking_store
     from ..workflows.monitor import monitor, parse_every, parse_since
 
@@ -53,6 +57,7 @@ def monitor_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--passes {args.passes}: at least 1")
     spans = args.retriever_spans
     retriever_spans = spans if spans in ("all", "first", "last") else [s.strip() for s in spans.split(",")]
+    bounded_store_retries()  # a store that goes down fails a request in about a minute; the next pass goes on
     check_tracking_store(args.tracking_uri, None, nothing="Nothing was sent to the judge.")
     spark = None
     if args.spark:
@@ -67,12 +72,20 @@ def monitor_command(args: argparse.Namespace) -> int:
             spark = spark_session("ragjudge monitor", args.spark_master)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JudgeFailureWarning)  # said after the summary, with the exit code
-        passes = monitor(args.experiment, cfg.pop("judge"), metrics, every=every, passes=args.passes,
-                         on_pass=lambda r: print(r.summary(), flush=True), filter_string=args.filter_string,
-                         since=parse_since(args.since) if args.since else None, sample=_sample(args.sample),
-                         max_traces=args.max_traces, seed=args.seed, settle=args.settle,
-                         fail_under=numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
-                         baseline=args.baseline, retriever_spans=retriever_spans, config=cfg, spark=spark)
+        try:
+            passes = monitor(args.experiment, cfg.pop("judge"), metrics, every=every, passes=args.passes,
+                             on_pass=lambda r: print(r.summary(), flush=True), filter_string=args.filter_string,
+                             since=parse_since(args.since) if args.since else None, sample=_sample(args.sample),
+                             max_traces=args.max_traces, seed=args.seed, settle=args.settle,
+                             fail_under=numbers(args.fail_under, "--fail-under"), max_drop=max_drop,
+                             baseline=args.baseline, retriever_spans=retriever_spans, config=cfg, spark=spark)
+        except Exception as e:
+            if not store_failure(e):
+                raise
+            print(f"error: the tracking store failed during the pass ({type(e).__name__}: {str(e)[:300]}); what was "
+                  "attached stays on the traces, and the next `ragjudge monitor` goes on from the watermark",
+                  file=sys.stderr)
+            return EXIT_NOT_LOGGED
     last = passes[-1]
     if stop_requested():  # within a pass (what was attached stays) or between passes
         reason = stop_reason() or "SIGINT"

@@ -42,7 +42,7 @@ from typing import Any
 import pandas as pd
 
 from ..adapters import tracking
-from ..adapters.monitor_store import MonitorStore, monitor_tag
+from ..adapters.monitor_store import MonitorStore, monitor_tag, store_failure
 from ..adapters.traces import spec_for
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, VERSION, is_offline_judge
 from ..core.errors import InputError
@@ -120,6 +120,8 @@ class MonitorPass:
     gate: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the pass could not finish: the tracking store failed (with ``monitor(every=...)``, the next pass tries again)
+    failed: str | None = None
     #: judged metrics that failed on more than ``max_error_rate`` of this pass's rows (as ``EvalOutput.failures``)
     failures: list[dict[str, Any]] = field(default_factory=list)
     #: traces whose judge failed on the provider's side, to be tried again by the next pass; the oldest one's time
@@ -138,6 +140,9 @@ class MonitorPass:
         return gate_status(self.gate)
 
     def summary(self) -> str:
+        if self.failed:
+            return "\n".join([f"monitor pass on experiment {self.experiment_id} failed: the tracking store: "
+                              f"{self.failed}", *(f"  note: {n}" for n in self.notes)])
         lines = [f"monitor {self.monitor_id} pass {self.pass_number} on experiment {self.experiment_id}: "
                  f"{len(self.judged)} traces judged, {self.attached} Feedback attached"
                  + (f" (run {self.run_id})" if self.run_id else " (nothing new: no run logged)")]
@@ -400,7 +405,11 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
                   max_drop=dict(max_drop or {}), baseline=baseline, retriever_spans=retriever_spans,
                   max_scan=max_scan, spark=spark)
     finally:
-        store.release_lease(lease_key)
+        try:
+            store.release_lease(lease_key)
+        except Exception as e:  # noqa: BLE001 - the store is down: the lease expires, or its dead process frees it
+            if not store_failure(e):
+                raise
     return result
 
 
@@ -628,7 +637,17 @@ def monitor(experiment: str, judge: Any = None, metrics: Sequence[str] | None = 
     while True:
         t0 = time.time()
         kwargs.setdefault("lease_seconds", max(3600.0, 3 * (every or 0)))
-        result = monitor_pass(experiment, judge, metrics, **kwargs)
+        try:
+            result = monitor_pass(experiment, judge, metrics, **kwargs)
+        except InputError:
+            raise
+        except Exception as e:
+            if every is None or not store_failure(e):
+                raise
+            # the tracking store failed (down, restarting, unreachable): what was attached stays, the watermark did
+            # not move, so the next pass takes up where this one stopped
+            result = MonitorPass("", experiment, failed=f"{type(e).__name__}: {str(e)[:300]}")
+            result.notes.append(f"the next pass in {every:g} s goes on from the watermark")
         done.append(result)
         if on_pass is not None:
             on_pass(result)
