@@ -35,6 +35,11 @@ APP_ANSWER = "Paris is the capital of France. It lies on the Seine."
 JUDGE_MODEL = "judge-m"
 METRICS = ("faithfulness", "context_relevance")
 
+#: the process-level tests (signals, a killed process) do not depend on MLflow's version: the main suite runs them,
+#: the MLflow-versions step (scripts/test_mlflow_versions.sh sets RAGJUDGE_EXPECT_MLFLOW) leaves them out
+once_per_ci = pytest.mark.skipif(bool(os.environ.get("RAGJUDGE_EXPECT_MLFLOW")),
+                                 reason="process-level: run once, in the main suite (not MLflow-version-specific)")
+
 
 @pytest.fixture
 def app_llm() -> Iterator[FakeLLMServer]:
@@ -288,6 +293,7 @@ def test_a_pass_killed_while_attaching_then_restarted_judges_nothing_twice(sqlit
 
 
 @pytest.mark.slow
+@once_per_ci
 def test_a_monitor_process_killed_mid_pass_resumes_and_loses_nothing(tmp_path, fresh_tracking_uri, judge_llm):
     uri = fresh_tracking_uri(tmp_path / "mlflow.db")
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
@@ -509,6 +515,7 @@ def test_another_live_monitor_of_the_same_judge_is_refused(sqlite_store):
 
 
 @pytest.mark.slow
+@once_per_ci
 def test_every_runs_passes_until_sigterm_then_stops_cleanly(tmp_path, fresh_tracking_uri):
     """``--every``: a pass, a wait, the next pass judges what arrived meanwhile; SIGTERM during the wait ends the
     process at once with 143, saying where the next monitor goes on."""
@@ -543,44 +550,6 @@ def test_every_runs_passes_until_sigterm_then_stops_cleanly(tmp_path, fresh_trac
     runs = mlflow.search_runs([exp_id], filter_string="tags.`ragjudge.kind` = 'monitor_pass'", output_format="list")
     assert sorted(r.data.metrics["monitor/traces_judged"] for r in runs) == [2, 3]
     assert all(r.info.status == "FINISHED" for r in runs)
-
-
-@pytest.fixture(scope="module")
-def spark_session():
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("ragjudge-monitor-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.OPENAI_API_KEY", "sk-judge").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.mark.slow
-def test_a_backlog_judged_on_spark_attaches_what_one_process_attaches(sqlite_store, judge_llm, spark_session,
-                                                                      tmp_path):
-    """The rows judged in Spark's executors, the Feedback attached from the driver: the same values, statuses and
-    identities as the in-process pass on the same app."""
-    values: dict[str, dict[str, Any]] = {}
-    for where in ("spark", "process"):
-        name = f"{where}-{uuid.uuid4().hex[:8]}"
-        exp_id = mlflow.set_experiment(name).experiment_id
-        _simple_app(10, supported=lambda q: int(q.split()[1].rstrip(":")) % 2 == 0)
-        result = monitor_pass(name, _judge_uri(judge_llm), list(METRICS), settle=0,
-                              config={"cache": str(tmp_path / f"{where}.db")},
-                              spark=spark_session if where == "spark" else None)
-        assert len(result.judged) == 10 and result.attached == 20, result.summary()
-        values[where] = {}
-        for t in _traces(exp_id):
-            q = json.loads(t.info.request_preview or "{}").get("question") if t.info.request_preview else None
-            for a in _ours(t):
-                values[where][(q or t.info.trace_id, a.name)] = (a.value, a.metadata[JUDGE_ID_KEY],
-                                                                  a.metadata["ragjudge.status"])
-        assert result.metrics["faithfulness/n_scored"] == 10
-    assert sorted(values["spark"].values()) == sorted(values["process"].values())
 
 
 def test_a_judge_server_that_is_down_is_tried_again_by_the_next_passes_then_settled(sqlite_store, judge_llm):

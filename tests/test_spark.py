@@ -612,3 +612,41 @@ def test_repeats_and_a_panel_on_spark_give_the_pandas_runs_scores_noise_and_agre
     assert "correctness/flip_rate" in scores and "correctness/judge_share" in scores
     assert not _close(scores, {k: v for k, v in res.metrics.items() if not k.startswith("judge/")})
     res.unpersist()
+
+
+def test_a_monitor_backlog_judged_on_spark_attaches_what_one_process_attaches(spark, fake_llm, judged, tmp_tracking,
+                                                                             tmp_path):
+    """``ragjudge monitor --spark``: a pass's rows judged in the executors, the Feedback attached from the driver to
+    the app's own traces -- the same values, statuses and identities as the in-process pass on the same app."""
+    import uuid
+
+    from mlflow.entities import Document, SpanType
+
+    from mlflow_ragjudge.engine.identity import JUDGE_ID_KEY
+    from mlflow_ragjudge.workflows.monitor import monitor_pass
+
+    @mlflow.trace(span_type=SpanType.RETRIEVER)
+    def retrieve(query: str) -> list[Document]:
+        return [Document(page_content="Paris is the capital and the largest city of France.",
+                         metadata={"doc_uri": "d1"})]
+
+    @mlflow.trace
+    def app(question: str) -> str:
+        retrieve(question)
+        return "Paris is the capital of France." if int(question.split()[1]) % 2 else "Lyon is the capital."
+
+    values: dict[str, list[tuple[str, float | None, str, str]]] = {}
+    for where in ("spark", "process"):
+        exp_id = mlflow.set_experiment(f"monitor-{where}-{uuid.uuid4().hex[:8]}").experiment_id
+        for i in range(10):
+            app(f"Question {i} about France?")
+        mlflow.flush_trace_async_logging()
+        result = monitor_pass(exp_id, judged, ["faithfulness", "context_relevance"], settle=0,
+                              config={"cache": str(tmp_path / f"{where}.db")},
+                              spark=spark if where == "spark" else None)
+        assert len(result.judged) == 10 and result.attached == 20, result.summary()
+        assert result.metrics["faithfulness/n_scored"] == 10
+        traces = mlflow.search_traces(locations=[exp_id], return_type="list", include_spans=False)
+        values[where] = sorted((a.name, a.value, a.metadata[JUDGE_ID_KEY], a.metadata["ragjudge.status"])
+                               for t in traces for a in t.info.assessments if (a.metadata or {}).get(JUDGE_ID_KEY))
+    assert len(values["spark"]) == 20 and values["spark"] == values["process"]
