@@ -434,6 +434,7 @@ def test_gates_exit_codes_and_the_drop_test(sqlite_store, capsys):
     assert main(["monitor", "--experiment", name, "--settle", "0"]) == 0
     out = capsys.readouterr().out
     assert "2 traces judged" in out and "faithfulness" in out and "context_relevance" in out
+    assert "answer_relevancy left out: the offline judge" in out
     assert main(base + ["--sample", "1.5"]) == 2
     assert main(base + ["--max-drop", "faithfulness=0.1"]) == 2  # no baseline named
 

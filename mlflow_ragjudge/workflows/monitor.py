@@ -388,15 +388,18 @@ def monitor_pass(experiment: str, judge: Any = None, metrics: Sequence[str] | No
     if max_traces < 1:
         raise InputError(f"max_traces={max_traces}: at least 1 trace per pass")
     store = MonitorStore(experiment)
+    left_out: dict[str, str] = {}
     if not metrics:  # the defaults the judge cannot run (answer relevancy offline) are left out, not refused
         offline = isinstance(cfg_dict["judge"], str) and is_offline_judge(cfg_dict["judge"])
         cfg_dict["metrics"] = [m for m in MONITOR_METRICS if not (offline and get_metric(m).offline_reason())]
+        left_out = {m: str(get_metric(m).offline_reason()) for m in MONITOR_METRICS if m not in cfg_dict["metrics"]}
     ident = identify(cfg_dict)
     cfg = RagJudgeConfig.from_dict({**cfg_dict, "dry_run": False})
     for name in list(fail_under or {}) + list(max_drop or {}):
         if not any(get_metric(m).produces(name) for m in ident.metrics):
             raise InputError(f"The gate on {name!r} names no metric this monitor judges ({', '.join(ident.metrics)}).")
     result = MonitorPass(ident.monitor_id, store.experiment_id)
+    result.notes.extend(f"{m} left out: {why}" for m, why in (left_out if not metrics else {}).items())
     lease_key = _key(ident, "lease")
     store.take_lease(lease_key, lease_seconds)
     try:
