@@ -117,6 +117,14 @@ def _ours(trace: Any) -> list[Any]:
             and getattr(a, "feedback", None) is not None]
 
 
+def _process_env(tracking_uri: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of a ``python -m mlflow_ragjudge`` child: this store, its own cache, this checkout first on
+    the path and an MLflow laid over (the version step's PYTHONPATH) kept."""
+    return {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
+                                                      os.environ.get("PYTHONPATH")) if p)}
+
+
 def _judge_uri(server: FakeLLMServer) -> str:
     return f"openai:/{JUDGE_MODEL}?base_url={server.openai_base_url}"
 
@@ -296,9 +304,7 @@ def test_a_pass_killed_while_attaching_then_restarted_judges_nothing_twice(sqlit
 @once_per_ci
 def test_a_monitor_process_killed_mid_pass_resumes_and_loses_nothing(tmp_path, fresh_tracking_uri, judge_llm):
     uri = fresh_tracking_uri(tmp_path / "mlflow.db")
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
-                                                     os.environ.get("PYTHONPATH")) if p)}  # an MLflow laid over
+    env = _process_env(uri, tmp_path)
     mlflow.set_tracking_uri(uri)
     name = f"sigkill-{uuid.uuid4().hex[:8]}"
     exp_id = mlflow.set_experiment(name).experiment_id
@@ -521,9 +527,7 @@ def test_every_runs_passes_until_sigterm_then_stops_cleanly(tmp_path, fresh_trac
     """``--every``: a pass, a wait, the next pass judges what arrived meanwhile; SIGTERM during the wait ends the
     process at once with 143, saying where the next monitor goes on."""
     uri = fresh_tracking_uri(tmp_path / "mlflow.db")
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
-                                                     os.environ.get("PYTHONPATH")) if p)}
+    env = _process_env(uri, tmp_path)
     mlflow.set_tracking_uri(uri)
     name = f"every-{uuid.uuid4().hex[:8]}"
     exp_id = mlflow.set_experiment(name).experiment_id
@@ -689,10 +693,8 @@ def test_a_tracking_server_that_goes_down_and_comes_back(tmp_path, fresh_trackin
     fresh_tracking_uri(tmp_path / "mlflow.db")  # the server's store, made and migrated beforehand
     port = free_port()
     server, url = start_server(tmp_path, port=port)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": url, "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"),
-           "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
-                                                     os.environ.get("PYTHONPATH")) if p)}
+    env = {**_process_env(url, tmp_path), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+           "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
     mlflow.set_tracking_uri(url)
     name = f"outage-{uuid.uuid4().hex[:8]}"
     exp_id = mlflow.set_experiment(name).experiment_id

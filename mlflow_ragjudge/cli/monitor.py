@@ -11,6 +11,7 @@ from ..core.constants import DEFAULT_OFFLINE_JUDGE
 from ..core.errors import JudgeFailureWarning
 from ..core.stop import EXIT_SIGNAL, stop_reason, stop_requested
 from .common import config_json, exit_code, judge_config, numbers
+from .evaluate import spark_session
 from .exits import EXIT_NOT_LOGGED
 
 
@@ -66,7 +67,6 @@ def monitor_command(args: argparse.Namespace) -> int:
         except ImportError:
             raise ValueError("--spark needs pyspark and pyarrow: pip install 'mlflow-ragjudge[spark]'") from None
         from ..adapters.spark import pandas_support_note
-        from .evaluate import spark_session
 
         with pandas_support_note():
             spark = spark_session("ragjudge monitor", args.spark_master)
