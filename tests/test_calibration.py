@@ -354,12 +354,19 @@ def test_human_feedback_on_traces_calibrates_a_genai_run(tmp_tracking):
 
 
 def test_review_queue_holds_a_random_sample_of_the_runs_traces(tmp_tracking):
+    from mlflow.entities import AssessmentSource, AssessmentSourceType
     from mlflow.genai import review_queues
 
     with mlflow.start_run() as run:
+        ids = []
         for i in range(12):
             with mlflow.start_span(name="rag") as span:
                 span.set_inputs({"question": f"q{i}"})
+            ids.append(span.trace_id)
+    mlflow.flush_trace_async_logging()
+    for i, trace_id in enumerate(ids):  # the judge's scores a queue needs (a metric without them is refused)
+        mlflow.log_feedback(trace_id=trace_id, name="correctness", value=float(1 + i % 5),
+                            source=AssessmentSource(source_type=AssessmentSourceType.LLM_JUDGE, source_id="j"))
     queue = queue_for_review(run.info.run_id, ["correctness"], n=5, seed=2)
     items = review_queues.list_review_queue_items(queue.queue_id)
     assert len(items) == 5

@@ -535,18 +535,46 @@ def register_prompt(name: str, template: str, commit_message: str) -> Any:
 
 
 def create_review_queue(run_id: str, trace_ids: list[str], schemas: dict[str, tuple[float, float, str]],
-                        queue_name: str) -> Any:
+                        queue_name: str) -> tuple[Any, str]:
     """An MLflow review queue (``mlflow.genai.review_queues``, experimental, open-source MLflow >= 3.14) holding
     ``trace_ids``, with one numeric label schema per name (``name -> (min, max, instruction)``; an existing schema of
-    that name in the run's experiment is reused)."""
+    that name in the run's experiment is reused). Returns the queue and what happened: ``"created"``; ``"reused"``
+    (a queue of that name already holds exactly these traces and schemas: the same draw asked for again);
+    ``"filled"`` (a queue of that name was left empty by an earlier failure: the traces are added to it). A queue
+    that is not created whole is deleted again, so a failure leaves no empty queue behind.
+
+    Raises:
+        InputError: a queue of that name holds other traces or other label schemas (people may be labelling it;
+            it is never changed).
+    """
+    from mlflow.exceptions import MlflowException
     from mlflow.genai import label_schemas, review_queues
 
     exp = run_experiment_id(run_id)
-    existing = {s.name: s for s in label_schemas.list_label_schemas(experiment_id=exp, max_results=1000)}
+    try:
+        existing = review_queues.get_review_queue(name=queue_name, experiment_id=exp)
+    except MlflowException as e:
+        if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST" and "not found" not in str(e).lower():
+            raise
+        existing = None
+    known = {s.name: s for s in label_schemas.list_label_schemas(experiment_id=exp, max_results=1000)}
+    if existing is not None:
+        held = {i.item_id for i in review_queues.list_review_queue_items(existing.queue_id, max_results=1000)}
+        wanted = {known[n].schema_id for n in schemas if n in known}
+        if held and (held != set(trace_ids) or len(wanted) < len(schemas) or not wanted <= set(existing.schema_ids)):
+            raise InputError(
+                f"Review queue {queue_name!r} ({existing.queue_id}) already exists in experiment {exp} with "
+                f"{len(held)} other trace(s) or other metrics than this draw ({len(trace_ids)} trace(s) for "
+                f"{', '.join(schemas)}); it is left as it is (people may be labelling it). Draw with another --seed, "
+                "or delete that queue in the MLflow UI first.")
+        if held:
+            return existing, "reused"
+        review_queues.add_items_to_review_queue(existing.queue_id, item_ids=trace_ids)
+        return existing, "filled"
     schema_ids = []
     for name, (lo, hi, instruction) in schemas.items():
-        if name in existing:
-            schema_ids.append(existing[name].schema_id)
+        if name in known:
+            schema_ids.append(known[name].schema_id)
             continue
         widget = label_schemas.InputNumeric(min_value=lo, max_value=hi)
         schema = label_schemas.create_label_schema(name, type="feedback", input=widget, instruction=instruction,
@@ -554,8 +582,12 @@ def create_review_queue(run_id: str, trace_ids: list[str], schemas: dict[str, tu
         schema_ids.append(schema.schema_id)
     queue = review_queues.create_review_queue(queue_name, queue_type="custom", schema_ids=schema_ids,
                                               experiment_id=exp)
-    review_queues.add_items_to_review_queue(queue.queue_id, item_ids=trace_ids)
-    return queue
+    try:
+        review_queues.add_items_to_review_queue(queue.queue_id, item_ids=trace_ids)
+    except BaseException:
+        review_queues.delete_review_queue(queue.queue_id)  # no empty queue left to block the next draw
+        raise
+    return queue, "created"
 
 
 def is_remote_uri(uri: str | None) -> bool:

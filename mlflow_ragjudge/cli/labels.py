@@ -23,9 +23,11 @@ def labels_command(args: argparse.Namespace) -> int:
             if not metrics:
                 raise InputError("--review-queue needs --metrics (the metrics people label, e.g. correctness)")
             queue = calibration_traces.queue_for_review(args.run_id, metrics, args.n, seed=args.seed)
-            print(f"review queue {queue.name} ({queue.queue_id}): sampled traces of run {args.run_id} to label "
-                  f"for {', '.join(metrics)} in the MLflow UI; then: {ragjudge} calibrate {args.run_id} --metrics "
-                  f"{','.join(metrics)}{store}")
+            what = {"created": "", "reused": " (it already held this draw: the same seed draws the same traces)",
+                    "filled": " (an empty queue of that name, left by an earlier failure, now holds the draw)"}
+            print(f"review queue {queue.name} ({queue.queue_id}){what[queue.outcome]}: {len(queue.trace_ids)} "
+                  f"sampled traces of run {args.run_id} to label for {', '.join(metrics)} in the MLflow UI; then: "
+                  f"{ragjudge} calibrate {args.run_id} --metrics {','.join(metrics)}{store}")
             return 0
         if not args.out:
             raise InputError("label-sample needs --out FILE (.csv, .jsonl or .xlsx), or --review-queue")

@@ -24,6 +24,8 @@ per metric, so people label in the MLflow UI.
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import time
 import warnings
@@ -101,7 +103,13 @@ def _runs_of(run_id: str) -> _Runs:
 def _outputs(runs: _Runs) -> dict[str, Any]:
     outs = {}
     for name, rid in runs.runs.items():
-        out = load_output(rid)
+        try:
+            out = load_output(rid)
+        except FileNotFoundError:
+            raise InputError(f"Run {rid} ({name}) has no ragjudge per-row table, so there are no rows to label: it was "
+                             "not logged by ragjudge evaluate / mlflow.models.evaluate(evaluators='ragjudge'). For an "
+                             "mlflow.genai.evaluate run, label its traces: label-sample --review-queue, then calibrate "
+                             "--metrics.") from None
         if "row_id" not in out.table.columns:
             raise InputError(f"Run {rid} ({name}) has no row_id column in its per-row table: it was evaluated by an "
                              "older mlflow-ragjudge. Evaluate it again to label it.")
@@ -137,6 +145,7 @@ def label_sample(run_id: str, n: int = 100, *, seed: int = 0, metrics: Sequence[
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InputError(f"n={n!r} must be a whole number >= 1 (rows to label; at least {MIN_LABELS} for an interval)")
+    out_path = _writable(Path(path)) if path is not None else None
     runs = _runs_of(run_id)
     outs = _outputs(runs)
     judged = sorted(set.intersection(*(set(_judged_metrics(o)) for o in outs.values())))
@@ -172,10 +181,29 @@ def label_sample(run_id: str, n: int = 100, *, seed: int = 0, metrics: Sequence[
     record = {"seed": seed, "n": len(picked), "asked": n, "population": len(pool), "row_ids": picked,
               "metrics": chosen, "runs": runs.runs, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "method": "uniform random sample without replacement (numpy default_rng(seed).choice)"}
+    if out_path is not None:
+        _write(frame, out_path)  # before the record: a draw is recorded only once its file exists
     tracking.log_dict(runs.parent or next(iter(runs.runs.values())), record, SAMPLE_FILE)
-    if path is not None:
-        _write(frame, Path(path))
     return frame
+
+
+def _writable(path: Path) -> Path:
+    """``path`` checked before anything is drawn or logged: a type label-sample writes, in a folder that exists
+    (made when missing) and takes a new file."""
+    if path.is_dir():
+        raise InputError(f"--out {str(path)!r} is a folder; name a file in it, e.g. {str(path / 'labels.csv')!r}.")
+    if path.suffix.lower() not in (".csv", ".jsonl", ".xlsx"):
+        raise InputError(f"--out {str(path)!r}: label-sample writes .csv, .jsonl or .xlsx; name the file with one of "
+                         "those endings.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--out {str(path)!r}: its folder cannot be made ({e.strerror or e}); choose a folder you can "
+                         "write to.") from None
+    if not os.access(path.parent, os.W_OK):
+        raise InputError(f"--out {str(path)!r}: the folder {str(path.parent)!r} is not writable; choose a folder you "
+                         "can write to.")
+    return path
 
 
 def _write(frame: pd.DataFrame, path: Path) -> None:
@@ -188,18 +216,62 @@ def _write(frame: pd.DataFrame, path: Path) -> None:
         frame.to_csv(path, index=False)
 
 
+#: byte-order marks and the encodings they announce (a spreadsheet's "Unicode text" export is UTF-16)
+_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+         (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+#: what to do with a label file that cannot be read, said in every such error
+_LABEL_FIX = ("label the file `ragjudge label-sample` wrote, and save it as .csv (UTF-8, comma-separated), .jsonl (one "
+              "JSON object per line) or .xlsx")
+
+
+def _label_text(path: Path) -> str:
+    """A text label file decoded by its byte-order mark (UTF-8 without one)."""
+    raw = path.read_bytes()
+    encoding = next((enc for bom, enc in _BOMS if raw.startswith(bom)), "utf-8")
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        raise InputError(f"Label file {str(path)!r} is not {encoding.upper()} text (byte {e.start}: {e.reason}); "
+                         f"{_LABEL_FIX}.") from None
+
+
 def _read(labels: Any) -> pd.DataFrame:
+    """A label file (``.csv``, ``.jsonl``, ``.xlsx``) as a frame; text in UTF-8, or in the encoding its byte-order
+    mark names (UTF-16 from a spreadsheet). Every way it cannot be read is an input error naming the file, the line
+    where there is one, and the fix."""
     if isinstance(labels, pd.DataFrame):
         return labels.copy()
     path = Path(labels)
-    if not path.exists():
-        raise InputError(f"Label file {str(path)!r} does not exist.")
+    if not path.is_file():
+        raise InputError(f"Label file {str(path)!r} does not exist (or is not a file); {_LABEL_FIX}.")
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return pd.read_json(path, lines=True, dtype=False)
-    if suffix == ".xlsx":
-        return pd.read_excel(path)
-    return pd.read_csv(path, dtype={"row_id": str, "run_id": str, "item_id": str})
+    try:
+        if suffix == ".xlsx":
+            return pd.read_excel(path)
+        text = _label_text(path)
+        if suffix == ".jsonl":
+            rows = []
+            for n, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as e:
+                    raise InputError(f"Label file {str(path)!r} line {n} is not a JSON object ({e}): the file is torn "
+                                     f"or was edited by hand; {_LABEL_FIX}.") from None
+                if not isinstance(row, dict):
+                    raise InputError(f"Label file {str(path)!r} line {n} is a JSON {type(row).__name__}, not an "
+                                     f"object; {_LABEL_FIX}.")
+                rows.append(row)
+            return pd.DataFrame(rows)
+        header = text.split("\n", 1)[0]
+        sep = "\t" if "\t" in header and "," not in header else ","  # a spreadsheet's "Unicode text" is tab-separated
+        return pd.read_csv(io.StringIO(text), sep=sep, dtype={"row_id": str, "run_id": str, "item_id": str})
+    except InputError:
+        raise
+    except (ValueError, OSError, ImportError) as e:
+        raise InputError(f"Label file {str(path)!r} could not be read as {suffix or 'CSV'} ({type(e).__name__}: "
+                         f"{str(e)[:200]}); {_LABEL_FIX}.") from None
 
 
 # --------------------------------------------------------------------------- calibrate
@@ -384,7 +456,16 @@ def calibrate(run_id: str, labels: Any, *, alpha: float = 0.05, lam: float | Non
     """
     runs = _runs_of(run_id)
     outs = _outputs(runs)
-    frame, metrics = _check_labels(_read(labels), runs, outs)
+    where = "" if isinstance(labels, pd.DataFrame) else f"Label file {str(labels)!r}: "
+    try:
+        frame, metrics = _check_labels(_read(labels), runs, outs)
+    except InputError as e:
+        raise InputError(f"{where}{e}" if where and not str(e).startswith("Label file") else str(e)) from None
+    if not frame[metrics].notna().any().any():
+        raise InputError(f"{where[:-2] if where else 'The label frame'} holds no label: every cell of "
+                         f"{', '.join(metrics)} is empty in {len(frame)} row(s). Fill in your own judgement for "
+                         "the rows you label (the metric's scale, blank where you skip), save, and run calibrate "
+                         "again.")
     method = "labels_only" if labels_only else ("ppi++" if lam is None else "ppi" if lam == 1 else "fixed lambda")
     result = CalibrationResult(run_ids=dict(runs.runs), method=method)
     human: dict[str, dict[str, pd.Series]] = {}

@@ -7,6 +7,7 @@ per metric, so that people label them in the MLflow UI."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,10 @@ from ..core.errors import InputError, TooFewLabels
 from ..engine.identity import JUDGE_ID_KEY
 from ..engine.inputs import off_scale
 from ..engine.ppi import CalibratedEstimate, ppi_mean
+from ..metrics.spec import all_specs
 from .calibration import CALIBRATION_FILE, SAMPLE_FILE, scale_of
 
-__all__ = ["calibrate_traces", "human_labels_on_traces", "queue_for_review"]
+__all__ = ["ReviewSample", "calibrate_traces", "human_labels_on_traces", "queue_for_review"]
 
 
 def _millis(stamp: Any) -> float:
@@ -128,15 +130,80 @@ def calibrate_traces(run_id: str, metrics: Sequence[str], *, alpha: float = 0.05
         tracking.log_dict(run_id, {m: e.as_dict() for m, e in out.items()}, CALIBRATION_FILE)
     return out
 
+def _judge_names(traces: pd.DataFrame) -> list[str]:
+    """The names of the assessments on ``traces`` that are not a person's (what a judge or code scored)."""
+    names: set[str] = set()
+    for assessments in traces.get("assessments", pd.Series(dtype=object)):
+        for a in assessments or []:
+            get = a.get if isinstance(a, dict) else (lambda k, a=a: getattr(a, k, None))
+            source = get("source")
+            stype = source.get("source_type") if isinstance(source, dict) else getattr(source, "source_type", None)
+            if not str(stype).upper().endswith("HUMAN"):
+                names.add(str(get("assessment_name") or get("name")))
+    return sorted(names)
+
+
+def _check_calibratable(run_id: str, traces: pd.DataFrame, metrics: Sequence[str]) -> None:
+    """Refuse, before a queue is made, a metric that :func:`calibrate_traces` could not calibrate: one computed
+    exactly (retrieval, lexical: no judge to correct) or one no trace of the run carries a judge's score for."""
+    exact = {s.name for s in all_specs() if not s.judged}
+    for m in metrics:
+        spec = next((s for s in all_specs() if s.produces(m)), None)
+        if spec is not None and spec.name in exact:
+            raise InputError(f"{m!r} is computed exactly, not judged: there is no judge error for human labels to "
+                             "correct, so it cannot be calibrated. Label a judged metric (e.g. correctness, "
+                             "faithfulness).")
+        judge, _ = human_labels_on_traces(traces, m)
+        if judge.notna().sum() == 0:
+            found = _judge_names(traces)
+            raise InputError(f"No trace of run {run_id} has a judge's score named {m!r}, so labels for it could not "
+                             f"be calibrated; the traces carry {', '.join(found) if found else 'no judge scores'}. "
+                             "Name one of those with --metrics.")
+
+
+@dataclass(frozen=True)
+class ReviewSample:
+    """What :func:`queue_for_review` did: the MLflow review queue, the traces drawn into it, and ``outcome``:
+    ``"created"``, ``"reused"`` (the same draw asked for again: the queue already held it) or ``"filled"`` (an empty
+    queue of that name, left by an earlier failure, now holds the draw)."""
+
+    queue: Any
+    trace_ids: list[str]
+    outcome: str
+
+    @property
+    def queue_id(self) -> str:
+        return str(self.queue.queue_id)
+
+    @property
+    def name(self) -> str:
+        return str(self.queue.name)
+
+    @property
+    def schema_ids(self) -> list[str]:
+        return list(self.queue.schema_ids)
+
+
 def queue_for_review(run_id: str, metrics: Sequence[str], n: int = 100, *, seed: int = 0,
-                     queue_name: str | None = None) -> Any:
+                     queue_name: str | None = None) -> ReviewSample:
     """Put a seeded uniform random sample of an ``mlflow.genai.evaluate`` run's traces into an MLflow review queue
     (``mlflow.genai.review_queues``, experimental, open-source MLflow >= 3.14), with one numeric label schema per
     metric on its scale, so that people label them in the MLflow UI; :func:`calibrate_traces` reads the labels back.
-    Returns the queue."""
+    Returns a :class:`ReviewSample` (the queue, its traces, and whether it was created or the same draw reused).
+
+    Raises:
+        InputError: ``n`` < 1, no metric, a run without traces, a metric that cannot be calibrated (computed exactly,
+            or no judge score of that name on the traces), or a queue of that name holding another draw; nothing is
+            created then.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(f"n={n!r} must be a whole number >= 1 (traces to label; at least 30 for an interval).")
+    if not metrics:
+        raise InputError("A review queue needs at least one metric to label (e.g. correctness).")
     traces = _traces(run_id)
     if traces is None or len(traces) == 0:
         raise InputError(f"Run {run_id} has no traces to queue for review.")
+    _check_calibratable(run_id, traces, metrics)
     ids = sorted(traces["trace_id"])
     rng = np.random.default_rng(seed)
     picked = [ids[i] for i in sorted(rng.choice(len(ids), size=min(n, len(ids)), replace=False))]
@@ -146,7 +213,8 @@ def queue_for_review(run_id: str, metrics: Sequence[str], n: int = 100, *, seed:
         six = (lo, hi) == (1.0, 5.0)
         schemas[m] = (0.0 if six else lo, hi, f"Your own judgement of {m} for this answer, {lo:g}..{hi:g}"
                       + (" (0 = not sure)" if six else "") + ". Do not look at the judge's score.")
-    queue = tracking.create_review_queue(run_id, picked, schemas, queue_name or f"ragjudge-{run_id[:8]}-seed{seed}")
+    queue, outcome = tracking.create_review_queue(run_id, picked, schemas,
+                                                  queue_name or f"ragjudge-{run_id[:8]}-seed{seed}")
     tracking.log_dict(run_id, {"seed": seed, "n": len(picked), "trace_ids": picked, "metrics": list(metrics),
                                "queue": queue.queue_id}, SAMPLE_FILE)
-    return queue
+    return ReviewSample(queue, picked, outcome)
