@@ -110,6 +110,15 @@ def test_case_15_label_sample_out_that_cannot_be_written_is_refused_before_the_d
     assert "ragjudge/label_sample.json" not in logged  # nothing recorded in the run: the draw never happened
 
 
+def test_case_15_label_sample_never_overwrites_a_file_that_may_hold_labels(run_id, tmp_path, capsys):
+    path = tmp_path / "labels.csv"
+    assert main(["label-sample", run_id, "--out", str(path), "--n", "5"]) == 0
+    path.write_text(path.read_text(encoding="utf-8") + "# a person's work\n", encoding="utf-8")
+    before = path.read_bytes()
+    code, text = _queue([run_id, "--out", str(path), "--n", "5", "--seed", "9"], capsys)
+    assert code == 2 and "exists" in text and path.read_bytes() == before
+
+
 def test_case_15_calibrate_with_a_file_holding_no_labels_is_an_error_naming_it(run_id, tmp_path, capsys):
     path = tmp_path / "labels.csv"
     assert main(["label-sample", run_id, "--out", str(path), "--n", "35"]) == 0  # written, never filled in

@@ -188,10 +188,13 @@ def label_sample(run_id: str, n: int = 100, *, seed: int = 0, metrics: Sequence[
 
 
 def _writable(path: Path) -> Path:
-    """``path`` checked before anything is drawn or logged: a type label-sample writes, in a folder that exists
-    (made when missing) and takes a new file."""
+    """``path`` checked before anything is drawn or logged: a new file (an existing one may hold a person's labels:
+    it is never overwritten) of a type label-sample writes, in a folder that exists (made when missing)."""
     if path.is_dir():
         raise InputError(f"--out {str(path)!r} is a folder; name a file in it, e.g. {str(path / 'labels.csv')!r}.")
+    if path.exists():
+        raise InputError(f"--out {str(path)!r} exists; it may hold labels already filled in, and is left as it is. "
+                         "Name a new file, or delete that one first.")
     if path.suffix.lower() not in (".csv", ".jsonl", ".xlsx"):
         raise InputError(f"--out {str(path)!r}: label-sample writes .csv, .jsonl or .xlsx; name the file with one of "
                          "those endings.")
