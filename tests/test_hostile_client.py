@@ -15,6 +15,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import mlflow
 import pandas as pd
 import pytest
 from compliant_model import CompliantModel
@@ -238,12 +239,13 @@ def _as_reply(value) -> Reply:
 
 
 @pytest.mark.filterwarnings("ignore::mlflow_ragjudge.core.errors.JudgeFailureWarning")
-@pytest.mark.parametrize("wait", ["cool_down", "budget"])
-def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, monkeypatch, wait):
+@pytest.mark.parametrize("wait,how", [("cool_down", "evaluate_frame"), ("budget", "evaluate_frame"),
+                                      ("cool_down", "mlflow.models.evaluate")])
+def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, monkeypatch, request, wait, how):
     """The 6th request is answered with a 429 asking for 3 s of quiet (or with an announced budget of 0 for 3 s):
-    the other workers wait in the gate; SIGINT comes while they wait. ``evaluate_frame`` returns; the cool-down
-    (the budget's reset) then passes, and still no request reaches the server -- and the run's worker threads end
-    at the stop, not when the wait would have ended (the process can exit)."""
+    the other workers wait in the gate; SIGINT comes while they wait. ``evaluate_frame`` (``mlflow.models.evaluate``)
+    returns; the cool-down (the budget's reset) then passes, and still no request reaches the server -- and the
+    run's worker threads end at the stop, not when the wait would have ended (the process can exit)."""
     cool = 3.0
     model = CompliantModel("json_schema")
     served = threading.Event()
@@ -251,7 +253,7 @@ def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, 
     count = {"n": 0}
     lock = threading.Lock()
 
-    def handler(request):
+    def handler(req):
         with lock:
             count["n"] += 1
             n = count["n"]
@@ -260,11 +262,11 @@ def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, 
             served.set()
             if wait == "cool_down":
                 return Reply.error(429, "slow down", retry_after=cool)
-            reply = _as_reply(model(request))
+            reply = _as_reply(model(req))
             reply.headers = {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "0",
                              "x-ratelimit-reset-requests": f"{cool:g}s"}
             return reply
-        return model(request)
+        return model(req)
 
     fake_llm.set_handler(handler)
     monkeypatch.setenv("RAGJUDGE_STOP_GRACE", "1")
@@ -277,9 +279,15 @@ def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, 
     threading.Thread(target=stop_while_waiting, daemon=True).start()
     cfg = {"judge": f"openai:/m?base_url={fake_llm.openai_base_url}", "metrics": ["correctness", "faithfulness"],
            "max_concurrency": 4, "cache": False}
-    out = evaluate_frame(ROWS, cfg)
+    if how == "evaluate_frame":
+        out = evaluate_frame(ROWS, cfg)
+        assert out.config["interrupted"]["by"] == "SIGINT"
+    else:
+        request.getfixturevalue("tmp_tracking")
+        with mlflow.start_run():
+            mlflow.models.evaluate(data=ROWS, predictions="answer", targets="reference", model_type="rag",
+                                   evaluators="ragjudge", evaluator_config=cfg)
     returned = fake_llm.request_count
-    assert out.config["interrupted"]["by"] == "SIGINT"
     (t0,) = served_at
     # the run's workers end at the stop (each wait wakes), before the cool-down (the reset) would have ended
     while any(re.fullmatch(r"ragjudge_\d+", t.name) for t in threading.enumerate()) and time.monotonic() < t0 + 30:
