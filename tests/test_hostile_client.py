@@ -49,34 +49,29 @@ def _req(i: int) -> ChatRequest:
     return ChatRequest.of([{"role": "user", "content": f"question {i}"}])
 
 
-def _calls_within(client: JudgeClient, n: int, threads: int, bound: float) -> list:
-    """``n`` calls from ``threads`` threads; fails when they have not all ended within ``bound`` seconds (a wait
-    past the retry budget). Daemon threads: a hang fails the test instead of holding the process."""
+def _calls_within(client: JudgeClient, n: int, bound: float) -> list:
+    """``n`` calls at once, one per thread; fails when they have not all ended within ``bound`` seconds (a wait past
+    the retry budget), or when one raised (in a run, the row's ``internal_error``). Daemon threads: a hang fails the
+    test instead of holding the process."""
     results: list = []
     lock = threading.Lock()
-    todo = iter(range(n))
 
-    def work() -> None:
-        while True:
-            with lock:
-                i = next(todo, None)
-            if i is None:
-                return
-            try:
-                res = client.call(_req(i))
-            except Exception as e:  # noqa: BLE001 - a run's engine makes this the row's internal_error
-                res = e
-            with lock:
-                results.append(res)
+    def work(i: int) -> None:
+        try:
+            res = client.call(_req(i))
+        except Exception as e:  # noqa: BLE001 - a run's engine makes this the row's internal_error
+            res = e
+        with lock:
+            results.append(res)
 
-    pool = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    pool = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(n)]
     t0 = time.monotonic()
     for t in pool:
         t.start()
     for t in pool:
         t.join(timeout=max(0.0, bound - (time.monotonic() - t0)))
     stuck = sum(t.is_alive() for t in pool)
-    assert not stuck, f"{stuck} of {threads} threads still waiting after {bound:g} s (calls ended: {len(results)})"
+    assert not stuck, f"{stuck} of {n} calls still waiting after {bound:g} s (calls ended: {len(results)})"
     raised = [f"internal_error: {type(r).__name__}: {r}" for r in results if isinstance(r, Exception)]
     assert not raised, raised
     return results
@@ -88,13 +83,14 @@ def _calls_within(client: JudgeClient, n: int, threads: int, bound: float) -> li
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_case_02_a_long_retry_after_fails_the_waiting_rows_now(fake_llm, api):
     """A 429 asking for an hour of quiet, with a retry budget of 3 s: the refused call fails ``rate_limited`` at once,
-    and every call behind it -- which would wait for the same hour -- fails now too, without sending anything."""
+    and every call behind it (8 at once) -- which would wait for the same hour -- fails now too, without sending
+    anything."""
     budget = 3.0
     fake_llm.script(Reply.error(429, "come back in an hour", retry_after=3600))
     client = _client(fake_llm, api, max_retry_time=budget)
     first = client.call(_req(-1))
     assert first.failure is not None and first.failure.value == "rate_limited" and "retry budget" in first.error
-    results = _calls_within(client, 8, threads=4, bound=budget)
+    results = _calls_within(client, 8, bound=budget)
     assert [r.failure.value for r in results if r.failure] == ["rate_limited"] * 8
     assert all("max_retry_time" in r.error for r in results), results[0].error
     assert fake_llm.request_count == 1  # the hour is the server's word: nothing else was sent
@@ -115,7 +111,7 @@ def test_case_02_an_announced_budget_of_zero_with_a_distant_reset_fails_now(fake
     fake_llm.script(Reply(text="the last one", headers=headers))
     client = _client(fake_llm, api, max_retry_time=budget)
     assert client.call(_req(-1)).ok
-    results = _calls_within(client, 6, threads=3, bound=budget)
+    results = _calls_within(client, 6, bound=budget)
     assert [r.failure.value for r in results if r.failure] == ["rate_limited"] * 6
     assert "budget" in results[0].error and "max_retry_time" in results[0].error
     assert fake_llm.request_count == 1
@@ -126,7 +122,7 @@ def test_case_02_a_short_cool_down_within_the_budget_is_still_waited_out(fake_ll
     every call succeeds."""
     fake_llm.script(Reply.error(429, "a moment", retry_after=1))
     client = _client(fake_llm, max_retry_time=30.0)
-    results = _calls_within(client, 6, threads=3, bound=30.0)
+    results = _calls_within(client, 6, bound=30.0)
     assert all(r.ok for r in results) and len(results) == 6
 
 
@@ -320,16 +316,16 @@ BUDGETS = [
 
 @pytest.mark.parametrize("headers", RETRY_AFTER + BUDGETS, ids=lambda h: ";".join(f"{k}={v}" for k, v in h.items()))
 def test_case_11_absurd_header_values_are_clamped(fake_llm, headers):
-    """Each absurd value on the first reply (a 429 for ``retry-after``, a success for the budget headers), then calls
-    from three threads: no row fails ``internal_error``; each ends scored, or ``rate_limited`` by the rule of
-    case 2 (a wait past the 2 s retry budget), within that budget."""
+    """Each absurd value on the first reply (a 429 for ``retry-after``, a success for the budget headers), then 6
+    calls at once: no row fails ``internal_error``; each ends scored, or ``rate_limited`` by the rule of case 2 (a
+    wait past the 2 s retry budget), within that budget."""
     budget = 2.0
     retry = any(k.startswith("retry-after") for k in headers)
     api = "anthropic" if any(k.startswith("anthropic") for k in headers) else "openai"
     fake_llm.script(Reply.error(429, "absurd", headers=headers) if retry else Reply(text="first", headers=headers))
     client = _client(fake_llm, api, max_retry_time=budget)
     first = client.call(_req(-1))
-    results = [first, *_calls_within(client, 6, threads=3, bound=budget + 2.0)]
+    results = [first, *_calls_within(client, 6, bound=budget + 2.0)]
     outcomes = {"scored" if r.ok else r.failure.value for r in results}
     assert outcomes <= {"scored", "rate_limited"}, [r.error for r in results if not r.ok]
     assert not any("OverflowError" in (r.error or "") for r in results)

@@ -215,6 +215,11 @@ class ProviderGate:
                 uncounted = max(since, self.concurrency.active - 1)
                 self.budget.announce(remaining, clamp_seconds(rate.reset), now, started_after, uncounted)
                 self._quiet.notify_all()
+            elif started_after is not None and started_after == self.budget.probe:
+                # the request sent to learn the new budget came back without one: the server announces none any
+                # more (or none that can be read); nobody waits for a count that will not come
+                self.budget.left = self.budget.probe = None
+                self._quiet.notify_all()
 
     def adaptive_timeout(self, timeout: float) -> float:
         """The timeout for a request's first attempt (:meth:`~.pacing.Latency.tail_timeout`)."""
