@@ -294,6 +294,34 @@ def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, 
     assert workers_done < t0 + cool, "the run's workers waited for the cool-down after the stop"
 
 
+@pytest.mark.filterwarnings("ignore::mlflow_ragjudge.core.errors.JudgeFailureWarning")
+def test_case_04_a_batch_run_stopped_in_python_sends_nothing_after_it_returned(fake_llm, monkeypatch):
+    """The same through the batch API, with no grace: SIGINT once the batch is at the provider (which takes an
+    hour). ``evaluate_frame`` returns at once and clears the stop; its calls waiting for the batch and the batch
+    coordinator still know their run was stopped: no poll, no new batch reaches the server afterwards (a few poll
+    intervals later)."""
+    fake_llm.set_handler(CompliantModel("json_schema"))
+    fake_llm.batches.delay = 3600.0
+    monkeypatch.setenv("RAGJUDGE_STOP_GRACE", "0")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-hostile-batch-01")
+
+    def stop_once_submitted() -> None:
+        deadline = time.monotonic() + 60
+        while not fake_llm.batches.created and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=stop_once_submitted, daemon=True).start()
+    out = evaluate_frame(ROWS.head(4), {"judge": f"openai:/m?base_url={fake_llm.openai_base_url}", "cache": False,
+                                        "metrics": ["correctness"], "batch": {"poll_interval": 0.05,
+                                                                              "max_poll_interval": 0.1,
+                                                                              "progress": False}})
+    returned = fake_llm.request_count
+    assert out.config["interrupted"]["by"] == "SIGINT" and len(fake_llm.batches.created) == 1
+    time.sleep(2.0)  # 20 poll intervals, and a waiting call's look at the stop (every second)
+    assert fake_llm.request_count == returned and len(fake_llm.batches.created) == 1
+
+
 # --------------------------------------------------------------------------- case 11: absurd header values
 
 RETRY_AFTER = [
