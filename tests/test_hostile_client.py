@@ -236,7 +236,7 @@ def _as_reply(value) -> Reply:
 
 @pytest.mark.filterwarnings("ignore::mlflow_ragjudge.core.errors.JudgeFailureWarning")
 @pytest.mark.parametrize("wait,how", [("cool_down", "evaluate_frame"), ("budget", "evaluate_frame"),
-                                      ("cool_down", "mlflow.models.evaluate")])
+                                      pytest.param("cool_down", "mlflow.models.evaluate", marks=pytest.mark.slow)])
 def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, monkeypatch, request, wait, how):
     """The 6th request is answered with a 429 asking for 3 s of quiet (or with an announced budget of 0 for 3 s):
     the other workers wait in the gate; SIGINT comes while they wait. ``evaluate_frame`` (``mlflow.models.evaluate``)
@@ -294,6 +294,7 @@ def test_case_04_after_a_stop_in_python_no_request_reaches_the_server(fake_llm, 
     assert workers_done < t0 + cool, "the run's workers waited for the cool-down after the stop"
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::mlflow_ragjudge.core.errors.JudgeFailureWarning")
 def test_case_04_a_batch_run_stopped_in_python_sends_nothing_after_it_returned(fake_llm, monkeypatch):
     """The same through the batch API, with no grace: SIGINT once the batch is at the provider (which takes an
