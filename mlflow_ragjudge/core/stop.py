@@ -1,9 +1,14 @@
 """Stopping an evaluation on request (Ctrl-C, SIGTERM) without losing what was paid for.
 
-One process-wide flag. The first SIGINT or SIGTERM sets it: the judge client sends no new request (a call that
-would start fails ``interrupted``), the replies already in flight are awaited for a grace period
-(:func:`grace_seconds`, ``RAGJUDGE_STOP_GRACE``, default 10 s) and cached as they arrive, and the evaluation ends
-with what is done -- logged, its run marked KILLED, with a line on how to resume. A second SIGINT exits at once.
+One process-wide flag, and a count of the stops requested so far. The first SIGINT or SIGTERM sets it: the judge
+client sends no new request (a call that would start fails ``interrupted``), the replies already in flight are
+awaited for a grace period (:func:`grace_seconds`, ``RAGJUDGE_STOP_GRACE``, default 10 s) and cached as they arrive,
+and the evaluation ends with what is done -- logged, its run marked KILLED, with a line on how to resume. A second
+SIGINT exits at once.
+
+The flag is cleared when the stopped evaluation returns, so that later work starts afresh; what belonged to the
+stopped one -- a worker thread, a judge call waiting for a cool-down -- knows it by the count (:func:`stop_epoch`,
+:func:`stopped_since`): it sends nothing after the evaluation has returned, whenever its wait ends.
 
 Standard library only: the floor of the package (docs/architecture.md).
 """
@@ -29,19 +34,49 @@ _LOCK = threading.Lock()
 _reason: str | None = None
 _at: float | None = None
 _depth = 0  # nested stop_on_signals (a sweep's variants): only the outermost installs the handlers
+_stops = 0  # stops requested in this process so far
+_SCOPE = threading.local()  # the epoch of the run a thread works for (stop_scope)
+#: the longest a wait that must notice a stop already cleared (stopped_since) sleeps before it looks again
+POLL = 0.25
 
 
 def request_stop(reason: str = "stop requested") -> None:
     """Ask every running evaluation of this process to stop sending and finish with what it has."""
-    global _reason, _at
+    global _reason, _at, _stops
     with _LOCK:
         if not _EVENT.is_set():
             _reason, _at = reason, time.monotonic()
+            _stops += 1
             _EVENT.set()
 
 
 def stop_requested() -> bool:
     return _EVENT.is_set()
+
+
+def stop_epoch() -> int:
+    """What :func:`stopped_since` compares with: the epoch of the run this thread works for (:func:`stop_scope`),
+    else the number of stops requested so far."""
+    bound = getattr(_SCOPE, "epoch", None)
+    return _stops if bound is None else bound
+
+
+def stopped_since(epoch: int) -> bool:
+    """Whether a stop was requested since ``epoch`` (a :func:`stop_epoch`) -- still true once the stopped evaluation
+    has returned and cleared the flag -- or is requested now."""
+    return _EVENT.is_set() or _stops != epoch
+
+
+@contextlib.contextmanager
+def stop_scope(epoch: int) -> Iterator[None]:
+    """Work on this thread inside the block belongs to a run that started at ``epoch`` (:func:`stop_epoch` gives it):
+    a stop of that run stops it even after the run has returned and the flag was cleared."""
+    before = getattr(_SCOPE, "epoch", None)
+    _SCOPE.epoch = epoch
+    try:
+        yield
+    finally:
+        _SCOPE.epoch = before
 
 
 def stop_reason() -> str | None:
@@ -75,9 +110,19 @@ def grace_left() -> float:
     return max(0.0, grace_seconds() - (time.monotonic() - at))
 
 
-def wait_for_stop(seconds: float) -> bool:
-    """Sleep up to ``seconds``, waking early on a stop; True when a stop was requested."""
-    return _EVENT.wait(max(0.0, seconds))
+def wait_for_stop(seconds: float, since: int | None = None) -> bool:
+    """Sleep up to ``seconds``, waking early on a stop; True when a stop was requested (with ``since``, a
+    :func:`stop_epoch`: any stop since then, even one already cleared). Any length is safe (a timer's upper limit is
+    never met)."""
+    end = time.monotonic() + min(max(0.0, seconds), 1e9)
+    while True:
+        if since is not None and stopped_since(since):
+            return True
+        left = end - time.monotonic()
+        if left <= 0:
+            return _EVENT.is_set()
+        if _EVENT.wait(min(left, POLL if since is not None else 3600.0)):
+            return True
 
 
 def await_until_stopped(futures: Iterable[Future]) -> set[Future]:  # type: ignore[type-arg]

@@ -16,7 +16,7 @@ from itertools import repeat
 from typing import Any
 
 from ..core.matching import cut_by_sentence
-from ..core.stop import grace_left, stop_reason, stop_requested
+from ..core.stop import grace_left, stop_epoch, stop_reason, stop_requested, stop_scope, stopped_since
 from ..core.types import FailureReason, JudgeResult, Row
 from ..metrics.spec import MetricSpec, RunContext
 from .batch_step import BatchStep
@@ -181,15 +181,17 @@ def _run(jobs: Sequence[Job], workers: int) -> list[tuple[str, int | None]]:
     running = [workers]
     lock = threading.Lock()
     finished = threading.Event()
+    epoch = stop_epoch()  # a stop of this run ends its workers even once the run has returned (core.stop)
 
     def work() -> None:
         try:
-            while not stop_requested() and not raised:
-                n = next(taken)
-                if n >= len(jobs):
-                    break
-                jobs[n][0]()
-                done[n] = True
+            with stop_scope(epoch):
+                while not stopped_since(epoch) and not raised:
+                    n = next(taken)
+                    if n >= len(jobs):
+                        break
+                    jobs[n][0]()
+                    done[n] = True
         except BaseException as e:  # (a metric's exception is its row's already: this is a bug, raised below)
             raised.append(e)
         finally:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.stop import stop_reason, stop_requested
+from ..core.stop import stop_epoch, stop_reason, stopped_since
 from .backends import Backend, BackendError, ChatRequest, ChatResponse, ErrorKind
 from .cache import CallCache
 from .sender import Sender, Usage
@@ -149,6 +149,7 @@ class BatchRunner:
         self._closed = False
         self._quiet_since: float | None = None
         self._thread: threading.Thread | None = None
+        self._epoch = 0  # core.stop's count when the coordinator was started (_start)
         self._local = threading.local()
         #: counters (also in the client's usage): batches submitted, lines sent, lines re-attached, rounds, polls
         self.stats = {"batches": 0, "lines": 0, "reattached_lines": 0, "reattached_batches": 0, "retried_lines": 0,
@@ -200,6 +201,7 @@ class BatchRunner:
     def chat(self, request: ChatRequest, key: str) -> tuple[ChatResponse | None, int, BackendError | None, str | None]:
         """The reply to one call through batches: ``(response, rounds, error, batch id)``, like the synchronous
         path's ``(response, attempts, error, waited)``."""
+        epoch = stop_epoch()  # a stop of this call's run, even once the run has returned (core.stop)
         rounds = 0
         format_changes = 0
         last: BackendError | None = None
@@ -213,7 +215,7 @@ class BatchRunner:
                 self._waiting += 1
                 self._cond.notify_all()
                 try:
-                    while not line.done and not stop_requested():
+                    while not line.done and not stopped_since(epoch):
                         self._cond.wait(timeout=1.0)
                         if not line.done:
                             self._start()  # a coordinator that stopped after this line was queued: start another
@@ -278,6 +280,7 @@ class BatchRunner:
     def _start(self) -> None:
         """Start the coordinator unless it runs (called with the condition held)."""
         if self._thread is None or not self._thread.is_alive():
+            self._epoch = stop_epoch()  # the run of the call that starts it: a stop of that run ends it
             self._thread = threading.Thread(target=self._run, name="ragjudge-batches", daemon=True)
             self._thread.start()
 
@@ -325,7 +328,7 @@ class BatchRunner:
         # before sending, so a round is one batch and not several
         settle = min(1.0, max(0.25, self.options.poll_interval / 10))
         while True:
-            if stop_requested():
+            if stopped_since(self._epoch):
                 # Ctrl-C / SIGTERM: no new batch is submitted and none is awaited; a batch already submitted goes on
                 # at the provider, recorded in the cache, and a re-run re-attaches to it (nothing bought twice)
                 return

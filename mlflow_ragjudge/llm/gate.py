@@ -14,7 +14,7 @@ from typing import Any
 
 from .backends import Backend, resolve_backend
 from .backends._sdk import parse_retry_after
-from .backends.base import BackendError, ErrorKind, RateInfo
+from .backends.base import BackendError, ErrorKind, RateInfo, clamp_count, clamp_seconds
 from .pacing import (
     ENV_TAIL_TIMEOUT_FLOOR,
     AnnouncedBudget,
@@ -115,22 +115,39 @@ class ProviderGate:
                 self.rpm.rpm = requests_per_minute or None
             self._slot.notify_all()
 
-    def acquire(self, sleep: Callable[[float], None] = time.sleep) -> Ticket:
+    #: how often a wait in the gate looks for a stop (``stopped``)
+    POLL = 0.25
+
+    def acquire(self, sleep: Callable[[float], None] = time.sleep, *, deadline: float | None = None,
+                stopped: Callable[[], bool] | None = None) -> Ticket:
         """Take a slot and start a request; its ticket holds the seconds spent waiting for the announced budget, a
-        cool-down or the pace."""
+        cool-down or the pace.
+
+        The waits for the server's word follow one rule (docs/failure-modes.md): one that would end past
+        ``deadline`` (the call's retry budget, a ``time.monotonic()`` time) raises :class:`BackendError`
+        (``RATE_LIMITED``, saying why) now, with nothing started -- a cool-down at once; an announced budget of 0 at
+        once when no request in flight can bring a fresher count, else at the deadline. ``stopped`` is asked while
+        waiting (every ``POLL`` s): True raises ``INTERRUPTED``."""
         quiet_wait = 0.0
         with self._lock:
             while True:
+                if stopped is not None and stopped():
+                    raise BackendError(ErrorKind.INTERRUPTED, "not sent: the evaluation was stopped")
                 if self.concurrency.active >= self.concurrency.limit:
-                    self._slot.wait()
+                    self._slot.wait(self.POLL if stopped is not None else None)
                     continue
                 now = time.monotonic()  # a cool-down is waited out before the request counts as started
-                until = max(self.cooldown.until, self.budget.hold_until(now))
+                cool, hold = self.cooldown.until, self.budget.hold_until(now)
+                until = max(cool, hold)
                 if now >= until:
                     break
+                if deadline is not None and until > deadline and (
+                        cool > deadline or self.concurrency.active == 0 or now >= deadline):
+                    raise BackendError(ErrorKind.RATE_LIMITED, _past_budget(cool, hold, now), retry_after=until - now)
                 if not quiet_wait and self.budget.exhausted():
                     self.budget.waits += 1
-                self._quiet.wait(timeout=until - now)
+                end = until if deadline is None else min(until, max(deadline, now))
+                self._quiet.wait(timeout=min(end - now, self.POLL))
                 quiet_wait += time.monotonic() - now
             probe = self.budget.exhausted()  # past the announced reset: this request learns the new budget
             self.concurrency.enter()
@@ -154,6 +171,7 @@ class ProviderGate:
 
     def cool_down(self, seconds: float) -> None:
         """A 429 asked for ``seconds`` of quiet: everyone waits, then requests start at the learned pace."""
+        seconds = clamp_seconds(seconds) or 0.0  # (whatever a backend reports: never past MAX_HEADER_SECONDS)
         with self._lock:
             now = time.monotonic()
             self.cooldown.until = max(self.cooldown.until, now + seconds)
@@ -188,12 +206,19 @@ class ProviderGate:
             now = time.monotonic()
             self.latency.seen.append(seconds)
             self.learned.accepted.append(now - seconds)
-            if rate is not None and rate.remaining is not None:
+            # (clamped again: whatever a backend reports, no count or reset can overflow the waits)
+            remaining = clamp_count(rate.remaining) if rate is not None else None
+            if rate is not None and remaining is not None:
                 # every other request in flight may not be counted yet: those started after this one, and those
                 # started before it that a busy client has not put on the wire yet
                 since = self.starts - started_after if started_after is not None else 0
                 uncounted = max(since, self.concurrency.active - 1)
-                self.budget.announce(rate.remaining, rate.reset, now, started_after, uncounted)
+                self.budget.announce(remaining, clamp_seconds(rate.reset), now, started_after, uncounted)
+                self._quiet.notify_all()
+            elif started_after is not None and started_after == self.budget.probe:
+                # the request sent to learn the new budget came back without one: the server announces none any
+                # more (or none that can be read); nobody waits for a count that will not come
+                self.budget.left = self.budget.probe = None
                 self._quiet.notify_all()
 
     def adaptive_timeout(self, timeout: float) -> float:
@@ -218,6 +243,17 @@ class ProviderGate:
         round trip."""
         with self._lock:
             self.concurrency.throttled(min(5.0, max(0.05, self.latency.median())))
+
+
+
+def _past_budget(cool: float, hold: float, now: float) -> str:
+    """Why a call is not sent: the server's word outlasts its retry budget."""
+    if cool >= hold:
+        what = f"the server asked for quiet (retry-after) for {cool - now:.0f} s more"
+    else:
+        what = f"the server announced no request left in its budget until its reset in {hold - now:.0f} s"
+    return f"{what}, past this call's retry budget: not sent"
+
 
 _GATES: dict[str, ProviderGate] = {}
 

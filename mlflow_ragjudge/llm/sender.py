@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from ..core.stop import stop_reason, stop_requested, wait_for_stop
+from ..core.stop import POLL, stop_epoch, stop_reason, stopped_since, wait_for_stop
 from .backends import BackendError, ErrorKind
-from .backends.base import watching_wire
+from .backends.base import clamp_seconds, watching_wire
 from .gate import ProviderGate, Ticket
 
 __all__ = ["Sender", "Usage", "ENV_BACKOFF_SCALE", "MAX_RATE_LIMITED_ATTEMPTS"]
@@ -71,6 +72,7 @@ class _Call:
     """One call's attempts so far."""
 
     started: float
+    epoch: int = 0  # core.stop's count of stops when the call began
     attempt: int = 0
     counted: int = 0  # attempts that count against max_attempts
     format_refusals: int = 0  # the server refused the output format; the backend moved to a weaker mode
@@ -105,8 +107,9 @@ class Sender:
         self.backoff_base = backoff_base * scale
         self.backoff_max = backoff_max * scale
         self._cap = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
-        # a wait (backoff, pacing, cool-down) ends early when the evaluation is stopped (core.stop)
-        self._sleep = _stoppable_sleep if sleep is time.sleep else sleep
+        # a wait (backoff, pacing, cool-down) ends early when the evaluation is stopped (core.stop): the default sleep
+        # is made per call (it knows when the call began); an injected one is the tests'
+        self._sleep = None if sleep is time.sleep else sleep
         self._lock = threading.Lock()
         self._in_flight = 0
         self.peak_in_flight = 0
@@ -126,21 +129,22 @@ class Sender:
         Returns (value or None, attempts, last error, seconds spent waiting).
         """
         gate = gate or self.gate
-        call = _Call(time.monotonic())
+        call = _Call(time.monotonic(), stop_epoch())
+        stopped = partial(stopped_since, call.epoch)  # a stop since the call began, even one already cleared
+        sleep: Callable[[float], Any] = self._sleep or partial(wait_for_stop, since=call.epoch)
         while True:
-            if stop_requested():  # Ctrl-C / SIGTERM: nothing new is sent (what is in flight is awaited)
+            if stopped():  # Ctrl-C / SIGTERM: nothing new is sent (what is in flight is awaited)
                 return None, call.attempt, _not_sent(), call.waited
             call.attempt += 1
             call.counted += 1
-            if self._cap is not None:
-                self._cap.acquire()
-            ticket = gate.acquire(self._sleep)
-            call.waited += ticket.waited
-            if stop_requested():  # stopped while waiting for a slot or the pace
-                gate.release()
-                if self._cap is not None:
-                    self._cap.release()
-                return None, call.attempt - 1, _not_sent(), call.waited
+            try:
+                ticket = self._start(gate, call, sleep, stopped)
+            except BackendError as e:  # stopped, or the server's word outlasts the retry budget: nothing was sent
+                if e.kind is ErrorKind.INTERRUPTED:
+                    e = _not_sent()
+                else:
+                    e.message += f" (max_retry_time {self.max_retry_time:g} s)"
+                return None, call.attempt - 1, e, call.waited
             with self._lock:
                 self._in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
@@ -163,8 +167,30 @@ class Sender:
             if isinstance(then, BackendError):
                 return None, call.attempt, then, call.waited
             if then > 0:
-                self._sleep(then)
+                sleep(then)
                 call.waited += then
+
+    def _start(self, gate: ProviderGate, call: _Call, sleep: Callable[[float], Any],
+               stopped: Callable[[], bool]) -> Ticket:
+        """This sender's own cap, then the gate (:meth:`ProviderGate.acquire`): the call's retry budget bounds the
+        waits for the server's word, and every wait ends at a stop. Raises :class:`BackendError` with nothing held."""
+        if self._cap is not None:
+            while not self._cap.acquire(timeout=POLL):
+                if stopped():
+                    raise BackendError(ErrorKind.INTERRUPTED, "stopped")
+        try:
+            ticket = gate.acquire(sleep, deadline=call.started + self.max_retry_time, stopped=stopped)
+        except BaseException:
+            if self._cap is not None:
+                self._cap.release()
+            raise
+        call.waited += ticket.waited
+        if stopped():  # stopped while waiting for a slot or the pace
+            gate.release()
+            if self._cap is not None:
+                self._cap.release()
+            raise BackendError(ErrorKind.INTERRUPTED, "stopped")
+        return ticket
 
     def _after_error(self, err: BackendError, call: _Call, gate: ProviderGate, limit: float) -> float | BackendError:
         """What an attempt's error means: the seconds to wait before the next attempt (0: at once), or the error the
@@ -176,7 +202,8 @@ class Sender:
             return 0.0
         cut_short = err.kind is ErrorKind.TIMEOUT and (limit < self.timeout or "far past" in err.message)
         call.timeouts = call.timeouts + 1 if err.kind is ErrorKind.TIMEOUT else 0
-        told_when = err.kind is ErrorKind.RATE_LIMITED and err.retry_after is not None
+        retry_after = clamp_seconds(err.retry_after)  # (whatever a backend reports: finite, at most a day)
+        told_when = err.kind is ErrorKind.RATE_LIMITED and retry_after is not None
         if err.kind is ErrorKind.RATE_LIMITED:
             if not told_when:
                 # "slow down", with no word on when: fewer in flight. A 429 that says when to come back is a rate
@@ -200,15 +227,15 @@ class Sender:
         if not err.retryable or call.counted >= self.max_attempts:
             return err
         if told_when:
-            delay = float(err.retry_after or 0.0)
+            delay = retry_after or 0.0
             gate.cool_down(delay)  # everyone on this connection waits
         elif cut_short:
             delay = 0.0  # an attempt left far past the usual latency (tail): sent again at once
         else:
-            exp = min(self.backoff_max, self.backoff_base * 2 ** (call.attempt - 1))
+            exp = min(self.backoff_max, self.backoff_base * 2.0 ** min(call.attempt - 1, 64))
             delay = exp * (0.5 + random.random() / 2)
-            if err.retry_after is not None:
-                delay = max(delay, err.retry_after)
+            if retry_after is not None:
+                delay = max(delay, retry_after)
         if time.monotonic() - call.started + delay > self.max_retry_time:
             err.message += f" (gave up after {call.attempt} attempts: retry budget of {self.max_retry_time:g}s)"
             return err
@@ -289,10 +316,6 @@ class _EarlyAttempts:
 
 
 _EARLY = _EarlyAttempts()
-
-
-def _stoppable_sleep(seconds: float) -> None:
-    wait_for_stop(seconds)
 
 
 def _not_sent() -> BackendError:

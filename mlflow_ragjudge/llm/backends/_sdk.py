@@ -15,76 +15,98 @@ import re
 import time
 from typing import Any
 
-from .base import BackendError, ErrorKind, RateInfo, wire_watch
+from . import deadline
+from .base import BackendError, ErrorKind, RateInfo, clamp_count, clamp_seconds, wire_watch
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")
 
 
-def parse_retry_after(headers: Any) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date)."""
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
+def header_number(value: Any) -> float | None:
+    """A header's value as a number, or None when it is absent or not a number (``nan`` included; ``inf`` and
+    ``1e308`` are numbers, left to the clamps of :func:`~.base.clamp_seconds` and :func:`~.base.clamp_count`). The
+    one reader of every numeric header."""
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_tz(value)
-        if parsed is None:
-            return None
-        return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+        number = float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return None if number != number else number
+
+
+def _seconds(value: Any) -> float | None:
+    """A header's plain number of seconds, clamped; None when unreadable or negative (a malformed value, not
+    "now")."""
+    number = header_number(value)
+    return clamp_seconds(number) if number is not None and number >= 0 else None
+
+
+def parse_retry_after(headers: Any) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date), clamped to
+    ``[0, MAX_HEADER_SECONDS]``; None when neither is there or readable."""
+    if headers is None:
+        return None
+    ms = header_number(headers.get("retry-after-ms"))
+    if ms is not None and ms >= 0:
+        return clamp_seconds(ms / 1000.0)
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    if header_number(value) is not None or str(value).strip().lower() in ("nan", "+nan", "-nan"):
+        return _seconds(value)
+    try:  # an HTTP date
+        parsed = email.utils.parsedate_tz(str(value))
+        return None if parsed is None else clamp_seconds(email.utils.mktime_tz(parsed) - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _duration(value: str) -> float | None:
-    """``"6m0s"``, ``"1.5s"``, ``"20ms"``, ``"2"`` -> seconds (OpenAI's reset headers); None when unreadable."""
+    """``"6m0s"``, ``"1.5s"``, ``"20ms"``, ``"2"`` -> seconds (OpenAI's reset headers), clamped; None when
+    unreadable."""
     value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    if header_number(value) is not None or value.lower() in ("nan", "+nan", "-nan"):
+        return _seconds(value)
     parts = _DURATION_PART.findall(value)
     if not parts or "".join(n + u for n, u in parts) != value.replace(" ", ""):
         return None
     scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    return sum(float(n) * scale[u] for n, u in parts)
+    return clamp_seconds(sum(float(n) * scale[u] for n, u in parts))
 
 
-def _int(value: Any) -> int | None:
+def _count(value: Any) -> int | None:
+    """A header's request count, clamped to ``[0, MAX_HEADER_COUNT]``; None when unreadable or negative."""
+    number = header_number(value)
+    return clamp_count(number) if number is not None and number >= 0 else None
+
+
+def _reset_time(value: Any) -> float | None:
+    """Seconds until an RFC 3339 time (Anthropic's resets), clamped; None when unreadable."""
     try:
-        return int(float(value))
-    except (TypeError, ValueError):
+        when = _dt.datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        return clamp_seconds(when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
 def parse_rate_headers(headers: Any) -> RateInfo | None:
     """The request budget a reply's headers announce, or None when they announce none: OpenAI's
     ``x-ratelimit-{remaining,limit,reset}-requests`` (reset as ``"1.5s"`` / ``"6m0s"``) or Anthropic's
-    ``anthropic-ratelimit-requests-{remaining,limit,reset}`` (reset as an RFC 3339 time)."""
+    ``anthropic-ratelimit-requests-{remaining,limit,reset}`` (reset as an RFC 3339 time). Every value is clamped
+    (:func:`~.base.clamp_seconds`, :func:`~.base.clamp_count`): an absurd one is read as the longest wait or the
+    largest count, an unreadable one as unknown."""
     if headers is None:
         return None
     remaining = headers.get("x-ratelimit-remaining-requests")
     if remaining is not None:
         reset = headers.get("x-ratelimit-reset-requests")
-        return RateInfo(_int(remaining), _int(headers.get("x-ratelimit-limit-requests")),
-                        _duration(reset) if reset else None)
+        return RateInfo(_count(remaining), _count(headers.get("x-ratelimit-limit-requests")),
+                        _duration(str(reset)) if reset else None)
     remaining = headers.get("anthropic-ratelimit-requests-remaining")
     if remaining is not None:
         reset_at = headers.get("anthropic-ratelimit-requests-reset")
-        seconds = None
-        if reset_at:
-            try:
-                when = _dt.datetime.fromisoformat(reset_at.replace("Z", "+00:00"))
-                seconds = max(0.0, when.timestamp() - time.time())
-            except ValueError:
-                seconds = None
-        return RateInfo(_int(remaining), _int(headers.get("anthropic-ratelimit-requests-limit")), seconds)
+        return RateInfo(_count(remaining), _count(headers.get("anthropic-ratelimit-requests-limit")),
+                        _reset_time(reset_at) if reset_at else None)
     return None
 
 
@@ -140,12 +162,25 @@ def _before_wire(request: Any) -> None:
     watch = wire_watch()
     if watch is not None:
         watch.before_wire()
+    limit = deadline.current()
+    if limit is not None:  # the connection opened for it is watched from the start (deadline.py)
+        request.extensions["trace"] = deadline.traced(limit, request.extensions.get("trace"))
 
 
 def _on_reply(response: Any) -> None:
     watch = wire_watch()
     if watch is not None:
         watch.on_reply(response.status_code, response.headers)
+    limit = deadline.current()
+    if limit is not None:
+        deadline.attach(limit, response.extensions.get("network_stream"))
+        if limit.fired:
+            raise _timed_out(limit)
+
+
+def _timed_out(limit: deadline.Deadline) -> BackendError:
+    return BackendError(ErrorKind.TIMEOUT, f"no complete reply within the timeout of {limit.timeout:g} s (a deadline "
+                                           "for the whole request, its body included)")
 
 
 def http_client(sdk: Any) -> Any:
@@ -172,8 +207,16 @@ def post(client: Any, sdk: Any, path: str, body: dict[str, Any], *, timeout: flo
     also switches on for the length of an evaluation -- and a judge's own request must never become a trace or a
     span in the user's experiment. ``client.post`` is the SDKs' documented way to call an endpoint directly; with
     the HTTP library's ``Response`` as ``cast_to`` it hands back the response itself, so that the reply is read here
-    as plain JSON, the same way for a synchronous reply and a batch result line."""
-    return client.post(path, cast_to=_response_class(sdk), body=body, options={"timeout": timeout})
+    as plain JSON, the same way for a synchronous reply and a batch result line.
+
+    ``timeout`` bounds the whole request, the reply's body included (:mod:`.deadline`), not only each read."""
+    with deadline.watch(timeout) as limit:
+        try:
+            return client.post(path, cast_to=_response_class(sdk), body=body, options={"timeout": timeout})
+        except Exception as exc:
+            if limit.fired:  # the deadline ended it, however the SDK words the broken read
+                raise _timed_out(limit) from exc
+            raise
 
 
 def token_count(value: Any) -> int:

@@ -41,7 +41,41 @@ __all__ = [
     "url_credentials",
     "split_base_url",
     "query_secrets",
+    "MAX_HEADER_SECONDS",
+    "MAX_HEADER_COUNT",
+    "clamp_seconds",
+    "clamp_count",
 ]
+
+#: the longest wait a server's header is taken to ask for (a day: no provider's window is longer); a longer, an
+#: infinite or an overflowing value (``retry-after: 1e308``, a reset in the year 9999) is read as this, and the
+#: retry budget (``max_retry_time``) then decides whether it is waited out
+MAX_HEADER_SECONDS = 86_400.0
+#: the largest request count a header is taken to announce
+MAX_HEADER_COUNT = 10**9
+
+
+def clamp_seconds(value: object) -> float | None:
+    """A number of seconds a server asked for, as a finite float in ``[0, MAX_HEADER_SECONDS]``; None when it is not
+    a number or not a real one (``nan``). The one clamp every wait read from a server goes through (the header
+    readers, and again the gate for what a backend reports), so no absurd value can overflow a timer."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        return MAX_HEADER_SECONDS if value > 0 else 0.0
+    if seconds != seconds:
+        return None
+    return min(MAX_HEADER_SECONDS, max(0.0, seconds))
+
+
+def clamp_count(value: object) -> int | None:
+    """A request count a server announced, as an int in ``[0, MAX_HEADER_COUNT]``; None when it is not a real
+    number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return int(min(MAX_HEADER_COUNT, max(0, value)))
 
 
 def query_secrets(query: dict[str, str]) -> list[str]:
