@@ -231,7 +231,8 @@ LIKELY_FIX: dict[str, str] = {
                       "of the transcripts",
     "refused": "the model refused to judge (content policy); try another judge model",
     "invalid_input": "rows lack what the metric needs; see the justification column of the per-row table",
-    "internal_error": "an error inside mlflow-ragjudge; please report it with the transcript",
+    "internal_error": "an error inside mlflow-ragjudge, or in a metric's own code (a plugin's score function: see the "
+                      "first error); one of ours, please report it with the transcript",
     "system_error": "the RAG system under test raised; see ragjudge/multiturn_conversations.jsonl",
     "interrupted": "the evaluation was stopped (Ctrl-C or SIGTERM) before these rows were judged; run the same "
                    "command again: the judge-call cache holds every reply that arrived, so only the rest is sent",
