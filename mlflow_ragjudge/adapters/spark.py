@@ -366,8 +366,9 @@ TASK_PACE_SHARE = 0.97
 
 
 def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int) -> dict[str, Any]:
-    """The config each task runs with: the whole job's request limit (and concurrency, when set) shared between the
-    tasks that run at once; no progress bar (the driver logs the run and its traces)."""
+    """The config each task runs with: the whole job's request limit (and concurrency, when set: at most
+    ``max_concurrency`` in flight over the job, :func:`_within_concurrency`) shared between the tasks that run at
+    once; no progress bar (the driver logs the run and its traces)."""
     d = cfg.as_dict()
     if cfg.requests_per_minute:
         d["requests_per_minute"] = cfg.requests_per_minute / concurrent_tasks * TASK_PACE_SHARE
@@ -426,11 +427,10 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()
     spark = sdf.sparkSession
+    sdf, partitions, concurrent = _within_concurrency(sdf, cfg)
     offsets, n_rows = _offsets(sdf)
     if not offsets:
         raise InputError("The data has no rows: pass at least one row with question/answer/reference columns.")
-    partitions = sdf.rdd.getNumPartitions()
-    concurrent = max(1, min(partitions, spark.sparkContext.defaultParallelism))
     id_col = cfg.column("row_id")
     if id_col in sdf.columns:
         dup = [r[0] for r in sdf.groupBy(id_col).count().where("count > 1").limit(3).collect()]
@@ -493,6 +493,21 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
     output = _traced_output(picked, record) if collect and len(picked) else None
     return SparkEvaluation(rows, merged.metrics, run_id, record, params, merged.failures, merged.skipped, gate,
                            scored, outputs, output)
+
+
+def _within_concurrency(sdf: Any, cfg: RagJudgeConfig) -> tuple[Any, int, int]:
+    """The data as the scoring pass reads it, its partitions and how many of its tasks run at once. Each task sends at
+    most ``max_concurrency // tasks at once`` requests (:func:`_executor_config`), so the job never has more than
+    ``max_concurrency`` in flight; with fewer allowed in flight than tasks would run at once, the partitions are
+    coalesced (in their order, no shuffle) into ``max_concurrency`` -- one request per task, that many tasks."""
+    partitions = sdf.rdd.getNumPartitions()
+    concurrent = max(1, min(partitions, sdf.sparkSession.sparkContext.defaultParallelism))
+    judged = cfg.judge is not None and not is_offline_judge(cfg.judge)
+    if judged and cfg.max_concurrency and cfg.max_concurrency < concurrent:
+        sdf = sdf.coalesce(cfg.max_concurrency)
+        partitions = sdf.rdd.getNumPartitions()
+        concurrent = max(1, min(partitions, cfg.max_concurrency))
+    return sdf, partitions, concurrent
 
 
 def _task_failure(e: BaseException, cfg: RagJudgeConfig) -> str:
