@@ -160,13 +160,16 @@ def test_case_13_an_unwritable_spark_output_is_refused_before_spark_starts(fake_
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     (tmp_path / "afile").write_text("the user's own file\n")
     _rag_rows(3).to_parquet(tmp_path / "rows.parquet")
-    for target in (tmp_path / "afile" / "out", tmp_path / "afile", tmp_path / "missing" / "out"):
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("the user's notes\n")
+    for target in (tmp_path / "afile" / "out", tmp_path / "afile", tmp_path / "theirs", Path("/proc/ragjudge-out")):
         code = main(["evaluate", str(tmp_path / "rows.parquet"), "--spark", "--judge", _judge(fake_llm),
                      "--metrics", "correctness", "--spark-output", str(target)])
         err = capsys.readouterr().err
         assert code == 2 and f"--spark-output {target}" in err, err
     assert fake_llm.request_count == 0
     assert (tmp_path / "afile").read_text() == "the user's own file\n"  # left alone
+    assert (tmp_path / "theirs" / "notes.txt").read_text() == "the user's notes\n"
 
 
 # ----------------------------------------------------------------------------------------- case 13: Spark

@@ -89,6 +89,8 @@ class SparkEvaluation:
     #: with ``collect=True``: every row's results on the driver, as an :class:`EvalOutput` (its per-row table's
     #: question / answer / reference / ``<output>/score`` cells and ``row_id``, the results, the rows' contexts)
     output: EvalOutput | None = field(default=None, repr=False)
+    #: ``ragjudge evaluate --spark-output``: why the rows could not be written there, and where the results are
+    unwritten: str | None = None
 
     @property
     def results(self) -> dict[str, list[Any]]:
