@@ -75,7 +75,8 @@ def test_case_07_surrogates_in_identifier_columns_are_repaired_and_logged(fake_l
         # the repaired ids still match each other: both rows find their relevant document at rank 1
         direct = rj.evaluate_frame(_surrogate_rows(), {**cfg, "metrics": ["retrieval"]})
         assert direct.table["mrr/score"].tolist() == [1.0, 1.0]
-        assert logged["mrr/mean"] == 1.0 and logged["correctness/count"] == 2 and logged["correctness/n_failed"] == 0, (attempt, logged)
+        assert logged["mrr/mean"] == 1.0, (attempt, logged)
+        assert logged["correctness/count"] == 2 and logged["correctness/n_failed"] == 0, (attempt, logged)
 
 
 def test_case_07_ids_made_equal_by_the_repair_are_refused_before_any_call(fake_llm):
@@ -218,7 +219,8 @@ def test_case_13_skip_reasons_add_up_over_partitions(spark):
     res = evaluate_spark(spark.createDataFrame(rows, _SCHEMA).repartition(3), cfg, log=False)
     res.unpersist()
     whole = rj.evaluate_frame(rows, cfg)
-    assert whole.skipped["retrieval_rows_without_gold_ids"].startswith(f"{sum(r is None for r in rows.relevant_doc_ids)} ")
+    lacking = sum(r is None for r in rows.relevant_doc_ids)
+    assert whole.skipped["retrieval_rows_without_gold_ids"].startswith(f"{lacking} row(s)")
     assert res.skipped == whole.skipped
 
 

@@ -428,7 +428,6 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
     _check_schema(sdf.schema, cfg)
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()
-    spark = sdf.sparkSession
     sdf, partitions, concurrent = _within_concurrency(sdf, cfg)
     offsets, n_rows = _offsets(sdf)
     if not offsets:
