@@ -45,6 +45,7 @@ from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_pa
 from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
+from .spark_stop import sigint_ignored, stoppable
 
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
 DEFAULT_TABLE_ROWS = 1000
@@ -337,12 +338,13 @@ class _Score:
         cfg = RagJudgeConfig.from_dict(self.cfg)
         client = _client(cfg)
         at = self.offsets.get(_partition_id(), 0)
-        for batch in batches:
-            before = _usage(client)
-            out = evaluate_part(batch, cfg, first_row=at, client=client)
-            summary = part_summary(out, at, _minus(_usage(client), before) if client is not None else None)
-            yield self._rows(batch, out, summary, at)
-            at += len(batch)
+        with sigint_ignored():  # a terminal's Ctrl-C: the driver cancels the job (spark_stop)
+            for batch in batches:
+                before = _usage(client)
+                out = evaluate_part(batch, cfg, first_row=at, client=client)
+                summary = part_summary(out, at, _minus(_usage(client), before) if client is not None else None)
+                yield self._rows(batch, out, summary, at)
+                at += len(batch)
 
     def _rows(self, batch: pd.DataFrame, out: EvalOutput, summary: dict[str, Any], at: int) -> pd.DataFrame:
         table = out.table.drop(columns=[c for c in (*_FROM_INPUT, *self.drop) if c in out.table.columns])
@@ -406,19 +408,20 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     Raises:
         InputError: a missing column, a column of the wrong Spark type, or a bad cell (the first in the order of
             the data, named as the pandas path names it): before any judge call.
+        Interrupted: Ctrl-C or SIGTERM (in the main thread) came before the run was logged: its Spark jobs were
+            cancelled, nothing was logged (:mod:`.spark_stop`).
     """
-    with pandas_support_note():
-        return _evaluate_spark(sdf, evaluator_config, experiment, run_name, log, table_rows, collect)
+    cfg = evaluator_config if isinstance(evaluator_config, RagJudgeConfig) else \
+        RagJudgeConfig.from_dict(evaluator_config or {})
+    with pandas_support_note(), stoppable(sdf.sparkSession, cfg):  # Ctrl-C: our stop, not PySpark's (spark_stop)
+        return _evaluate_spark(sdf, cfg, experiment, run_name, log, table_rows, collect)
 
 
-def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig | None, experiment: str | None,
-                    run_name: str | None, log: bool, table_rows: int | str, collect: bool = False
-                    ) -> SparkEvaluation:
+def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_name: str | None, log: bool,
+                    table_rows: int | str, collect: bool = False) -> SparkEvaluation:
     F = _pyspark()  # noqa: N806
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    cfg = evaluator_config if isinstance(evaluator_config, RagJudgeConfig) else \
-        RagJudgeConfig.from_dict(evaluator_config or {})
     if collect and log:
         raise ValueError("collect=True brings every row's results to the driver for the caller to log: use it with "
                          "log=False")

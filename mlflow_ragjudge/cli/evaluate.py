@@ -117,6 +117,7 @@ def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple
     Spark executors, one run logged from here (:func:`mlflow_ragjudge.spark.evaluate_spark`). A local DATA that is
     missing or not Parquet is refused before Spark starts; what Spark itself cannot read is said in one line too."""
     from ..adapters.tracking import check_tracking_store
+    from ..core.stop import reclaim_signals
 
     kind = spark_data_kind(args.data)  # before the session starts: a bad path costs no JVM and no Java traceback
     if args.spark_output:
@@ -134,6 +135,7 @@ def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple
     check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was sent to the judge.")
     with pandas_support_note():  # PySpark's warning about pandas 3, at session start too: once, in our words
         spark = spark_session("ragjudge evaluate", args.spark_master)
+        reclaim_signals()  # PySpark's context put its SIGINT handler in place of ours (core.stop)
         data = args.data
         try:
             sdf = spark.read.parquet(data) if kind == "path" else spark.table(data)
