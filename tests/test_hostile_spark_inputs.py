@@ -287,11 +287,11 @@ def test_case_16_ctrl_c_during_spark_stops_cleanly_with_130(fake_llm, tmp_path):
                OPENAI_API_KEY=KEY, RAGJUDGE_CACHE_DIR=str(tmp_path / "cache"), RAGJUDGE_STOP_GRACE="2",
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.Popen([sys.executable, "-m", "mlflow_ragjudge", "evaluate", str(data), "--spark",
-                             "--spark-master", "local[2]", "--judge", judge, "--metrics", "correctness",
+                             "--spark-master", "local[1]", "--judge", judge, "--metrics", "correctness",
                              "--max-concurrency", "2", "--experiment", "spark-stop"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
-        assert fake_llm.wait_for_requests(4, timeout=300), proc.poll()
+        assert fake_llm.wait_for_requests(2, timeout=300), proc.poll()
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=300)
     finally:
