@@ -9,6 +9,7 @@ Real SDKs against the fake server (requests counted there), a real SQLite MLflow
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -88,6 +89,18 @@ def test_case_07_ids_made_equal_by_the_repair_are_refused_before_any_call(fake_l
         rj.evaluate_frame(rows, {"judge": _judge(fake_llm), "metrics": ["correctness"], "cache": False})
     assert "U+FFFD" in str(e.value)
     assert fake_llm.request_count == 0
+
+
+def test_case_07_a_scorer_repairs_document_ids_the_same_way():
+    """The ``mlflow.genai`` scorers read ids from ``outputs`` / ``expectations``: the same repair, so the ids match."""
+    from mlflow_ragjudge.adapters.scorers import RetrievalMetrics
+
+    fbs = RetrievalMetrics()(outputs={"retrieved_doc_ids": ["x", "d\ud800"]},
+                             expectations={"relevant_doc_ids": {"d\udc00": 1}})
+    got = {f.name: f.value for f in fbs}
+    assert got["mrr"] == 0.5 and got["hit_rate_at_1"] == 0.0
+    for f in fbs:  # what MLflow logs of it is valid text
+        json.dumps(f.to_dictionary(), ensure_ascii=False).encode("utf-8")
 
 
 # ----------------------------------------------------------------------------------------- case 12: plain plugins

@@ -42,6 +42,7 @@ __all__ = [
     "set_references",
     "TEXT_COLUMNS",
     "LIST_COLUMNS",
+    "repaired_ids",
 ]
 
 TEXT_COLUMNS = ("question", "answer", "reference")
@@ -320,7 +321,7 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
             if logical in present:
                 col = cfg.column(logical)
                 ids = as_list(rec[col], col, pos, mapping_ok=logical == "relevant_doc_ids")
-                setattr(r, logical, _repaired_ids(ids, col, pos, repairs))
+                setattr(r, logical, repaired_ids(ids, col, pos, repairs))
         if "row_id" in present:  # repaired as text is (row_ids gives the repaired id): announced here
             repairs.text(rec[cfg.column("row_id")], cfg.column("row_id"), pos)
         if group_col:
@@ -330,7 +331,7 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
     return rows
 
 
-def _repaired_ids(ids: Any, column: str, row: int, repairs: Repairs) -> Any:
+def repaired_ids(ids: Any, column: str, row: int, repairs: Repairs) -> Any:
     """Document ids (a list, or a dict of id -> grade) with the lone surrogates of their text replaced as text cells'
     are, so that an id and its copy in another column are still the same id (and the table can be logged)."""
     if isinstance(ids, dict):
