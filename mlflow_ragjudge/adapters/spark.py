@@ -45,7 +45,7 @@ from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_pa
 from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
-from .spark_stop import sigint_ignored, stoppable
+from .spark_stop import stoppable
 
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
 DEFAULT_TABLE_ROWS = 1000
@@ -338,13 +338,12 @@ class _Score:
         cfg = RagJudgeConfig.from_dict(self.cfg)
         client = _client(cfg)
         at = self.offsets.get(_partition_id(), 0)
-        with sigint_ignored():  # a terminal's Ctrl-C: the driver cancels the job (spark_stop)
-            for batch in batches:
-                before = _usage(client)
-                out = evaluate_part(batch, cfg, first_row=at, client=client)
-                summary = part_summary(out, at, _minus(_usage(client), before) if client is not None else None)
-                yield self._rows(batch, out, summary, at)
-                at += len(batch)
+        for batch in batches:
+            before = _usage(client)
+            out = evaluate_part(batch, cfg, first_row=at, client=client)
+            summary = part_summary(out, at, _minus(_usage(client), before) if client is not None else None)
+            yield self._rows(batch, out, summary, at)
+            at += len(batch)
 
     def _rows(self, batch: pd.DataFrame, out: EvalOutput, summary: dict[str, Any], at: int) -> pd.DataFrame:
         table = out.table.drop(columns=[c for c in (*_FROM_INPUT, *self.drop) if c in out.table.columns])

@@ -10,14 +10,14 @@ which a flag on the driver does not reach: a cancelled task's Python worker is e
 A Spark run is logged once every partition is scored, so a stopped one logs nothing; :class:`Interrupted` says so, and
 how to finish (the same command again: the cache answers what was paid for).
 
-A Ctrl-C at a terminal reaches the whole process group, the Python workers too: our tasks ignore SIGINT while they run
-(the driver's cancellation ends them), so no worker prints a KeyboardInterrupt traceback of its own.
+A Ctrl-C at a terminal reaches the driver only: PySpark starts the JVM with SIGINT ignored, and the Python workers
+run in a process group of their own (measured with pyspark 4.3, ``local[n]``), so a terminal's Ctrl-C and a
+``kill -INT`` of the driver are the same stop.
 """
 
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -27,7 +27,7 @@ from ..core.errors import Interrupted
 from ..core.stop import reclaim_signals, stop_on_signals, stop_reason, stop_requested, wait_for_stop
 from ..engine.config import RagJudgeConfig
 
-__all__ = ["stoppable", "sigint_ignored"]
+__all__ = ["stoppable"]
 
 
 @contextlib.contextmanager
@@ -73,19 +73,3 @@ def _stopped(cfg: RagJudgeConfig) -> str:
     return (f"stopped by {stop_reason() or 'a stop request'}: the Spark job was cancelled and nothing was logged (a "
             f"Spark run is logged once every partition is scored); {kept}. To finish, run the same command again (in "
             "Python: the same call).")
-
-
-@contextlib.contextmanager
-def sigint_ignored() -> Iterator[None]:
-    """In a Spark task (a Python worker's main thread): SIGINT ignored while it runs, the worker's own handler given
-    back after. Elsewhere (another thread): nothing."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError, TypeError):
-            signal.signal(signal.SIGINT, previous)
