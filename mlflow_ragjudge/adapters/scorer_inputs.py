@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.types import Row
-from ..engine.inputs import Repairs, as_flag, as_list, as_references, passages, set_references
+from ..engine.inputs import Repairs, as_flag, as_list, as_references, passages, repaired_ids, set_references
 from .trace_fields import answer_of, question_of, retrieved, root_span, where_answer, where_question
 
 
@@ -96,10 +96,14 @@ def read_scorer_args(inputs: Any = None, outputs: Any = None, expectations: dict
     row.reference_contexts = passages(exp.get("reference_contexts"), "expectations['reference_contexts']", 0, repairs)
     row.evidence_contexts = passages(exp.get("evidence_contexts"), "expectations['evidence_contexts']", 0, repairs)
     row.gold_documents = passages(exp.get("gold_documents"), "expectations['gold_documents']", 0, repairs)
-    row.retrieved_doc_ids = as_list(retrieved_ids, "outputs['retrieved_doc_ids']", 0)
+    # document ids: lone surrogates repaired as the evaluator repairs them (engine.inputs.read_rows)
+    where = "outputs['retrieved_doc_ids']"
+    row.retrieved_doc_ids = repaired_ids(as_list(retrieved_ids, where, 0), where, 0, repairs)
     relevant = exp.get("relevant_doc_ids", exp.get("expected_document_ids"))
-    row.relevant_doc_ids = as_list(relevant, "expectations['relevant_doc_ids']", 0, mapping_ok=True)
-    row.citations = as_list(out.get("citations"), "outputs['citations']", 0)
+    where = "expectations['relevant_doc_ids']"
+    row.relevant_doc_ids = repaired_ids(as_list(relevant, where, 0, mapping_ok=True), where, 0, repairs)
+    row.citations = repaired_ids(as_list(out.get("citations"), "outputs['citations']", 0), "outputs['citations']", 0,
+                                 repairs)
     if isinstance(out.get("raw_output"), str):
         row.raw_output = repairs.text(out["raw_output"], "outputs['raw_output']", 0)
     if exp.get("answerable") is not None:

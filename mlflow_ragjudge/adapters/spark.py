@@ -45,6 +45,7 @@ from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_pa
 from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.client import JudgeClient
+from .spark_stop import stoppable
 
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
 DEFAULT_TABLE_ROWS = 1000
@@ -89,6 +90,8 @@ class SparkEvaluation:
     #: with ``collect=True``: every row's results on the driver, as an :class:`EvalOutput` (its per-row table's
     #: question / answer / reference / ``<output>/score`` cells and ``row_id``, the results, the rows' contexts)
     output: EvalOutput | None = field(default=None, repr=False)
+    #: ``ragjudge evaluate --spark-output``: why the rows could not be written there, and where the results are
+    unwritten: str | None = None
 
     @property
     def results(self) -> dict[str, list[Any]]:
@@ -366,8 +369,9 @@ TASK_PACE_SHARE = 0.97
 
 
 def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int) -> dict[str, Any]:
-    """The config each task runs with: the whole job's request limit (and concurrency, when set) shared between the
-    tasks that run at once; no progress bar (the driver logs the run and its traces)."""
+    """The config each task runs with: the whole job's request limit (and concurrency, when set: at most
+    ``max_concurrency`` in flight over the job, :func:`_within_concurrency`) shared between the tasks that run at
+    once; no progress bar (the driver logs the run and its traces)."""
     d = cfg.as_dict()
     if cfg.requests_per_minute:
         d["requests_per_minute"] = cfg.requests_per_minute / concurrent_tasks * TASK_PACE_SHARE
@@ -403,19 +407,20 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     Raises:
         InputError: a missing column, a column of the wrong Spark type, or a bad cell (the first in the order of
             the data, named as the pandas path names it): before any judge call.
+        Interrupted: Ctrl-C or SIGTERM (in the main thread) came before the run was logged: its Spark jobs were
+            cancelled, nothing was logged (:mod:`.spark_stop`).
     """
-    with pandas_support_note():
-        return _evaluate_spark(sdf, evaluator_config, experiment, run_name, log, table_rows, collect)
+    cfg = evaluator_config if isinstance(evaluator_config, RagJudgeConfig) else \
+        RagJudgeConfig.from_dict(evaluator_config or {})
+    with pandas_support_note(), stoppable(sdf.sparkSession, cfg):  # Ctrl-C: our stop, not PySpark's (spark_stop)
+        return _evaluate_spark(sdf, cfg, experiment, run_name, log, table_rows, collect)
 
 
-def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig | None, experiment: str | None,
-                    run_name: str | None, log: bool, table_rows: int | str, collect: bool = False
-                    ) -> SparkEvaluation:
+def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_name: str | None, log: bool,
+                    table_rows: int | str, collect: bool = False) -> SparkEvaluation:
     F = _pyspark()  # noqa: N806
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    cfg = evaluator_config if isinstance(evaluator_config, RagJudgeConfig) else \
-        RagJudgeConfig.from_dict(evaluator_config or {})
     if collect and log:
         raise ValueError("collect=True brings every row's results to the driver for the caller to log: use it with "
                          "log=False")
@@ -425,12 +430,10 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
     _check_schema(sdf.schema, cfg)
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()
-    spark = sdf.sparkSession
+    sdf, partitions, concurrent = _within_concurrency(sdf, cfg)
     offsets, n_rows = _offsets(sdf)
     if not offsets:
         raise InputError("The data has no rows: pass at least one row with question/answer/reference columns.")
-    partitions = sdf.rdd.getNumPartitions()
-    concurrent = max(1, min(partitions, spark.sparkContext.defaultParallelism))
     id_col = cfg.column("row_id")
     if id_col in sdf.columns:
         dup = [r[0] for r in sdf.groupBy(id_col).count().where("count > 1").limit(3).collect()]
@@ -493,6 +496,21 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
     output = _traced_output(picked, record) if collect and len(picked) else None
     return SparkEvaluation(rows, merged.metrics, run_id, record, params, merged.failures, merged.skipped, gate,
                            scored, outputs, output)
+
+
+def _within_concurrency(sdf: Any, cfg: RagJudgeConfig) -> tuple[Any, int, int]:
+    """The data as the scoring pass reads it, its partitions and how many of its tasks run at once. Each task sends at
+    most ``max_concurrency // tasks at once`` requests (:func:`_executor_config`), so the job never has more than
+    ``max_concurrency`` in flight; with fewer allowed in flight than tasks would run at once, the partitions are
+    coalesced (in their order, no shuffle) into ``max_concurrency`` -- one request per task, that many tasks."""
+    partitions = sdf.rdd.getNumPartitions()
+    concurrent = max(1, min(partitions, sdf.sparkSession.sparkContext.defaultParallelism))
+    judged = cfg.judge is not None and not is_offline_judge(cfg.judge)
+    if judged and cfg.max_concurrency and cfg.max_concurrency < concurrent:
+        sdf = sdf.coalesce(cfg.max_concurrency)
+        partitions = sdf.rdd.getNumPartitions()
+        concurrent = max(1, min(partitions, cfg.max_concurrency))
+    return sdf, partitions, concurrent
 
 
 def _task_failure(e: BaseException, cfg: RagJudgeConfig) -> str:

@@ -147,6 +147,9 @@ def _main(argv: list[str]) -> int:
                   f"{e.saved_to}{' ' + where if where else ''}", file=sys.stderr)
         return EXIT_NOT_LOGGED
     print(summary(run_id, out))
+    if getattr(out, "unwritten", None):  # --spark --spark-output: logged, but the rows are not where asked
+        print(f"error: {out.unwritten}", file=sys.stderr)
+        return EXIT_NOT_LOGGED
     if out.config.get("interrupted"):
         print(stopped_message(run_id, out, argv), file=sys.stderr)
         return EXIT_SIGNAL.get(out.config["interrupted"]["by"], EXIT_SIGNAL["SIGINT"])

@@ -13,7 +13,7 @@ from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
 from ..core.errors import InputError, LoggingFailed
 from .common import config_json, judge_config, model_config, numbers
 from .parser import kv
-from .reading import SPARK_DATA, read_corpus, read_table, spark_data_kind
+from .reading import SPARK_DATA, check_spark_output, read_corpus, read_table, spark_data_kind
 
 
 def metrics_table() -> str:
@@ -117,8 +117,11 @@ def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple
     Spark executors, one run logged from here (:func:`mlflow_ragjudge.spark.evaluate_spark`). A local DATA that is
     missing or not Parquet is refused before Spark starts; what Spark itself cannot read is said in one line too."""
     from ..adapters.tracking import check_tracking_store
+    from ..core.stop import reclaim_signals
 
     kind = spark_data_kind(args.data)  # before the session starts: a bad path costs no JVM and no Java traceback
+    if args.spark_output:
+        check_spark_output(args.spark_output)  # and an output it could not write costs no judge call
     try:
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import AnalysisException
@@ -132,6 +135,7 @@ def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple
     check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was sent to the judge.")
     with pandas_support_note():  # PySpark's warning about pandas 3, at session start too: once, in our words
         spark = spark_session("ragjudge evaluate", args.spark_master)
+        reclaim_signals()  # PySpark's context put its SIGINT handler in place of ours (core.stop)
         data = args.data
         try:
             sdf = spark.read.parquet(data) if kind == "path" else spark.table(data)
@@ -141,8 +145,18 @@ def run_spark_evaluation(args: argparse.Namespace, cfg: dict[str, Any]) -> tuple
             raise InputError(f"--spark could not read {data}: {reason} ({SPARK_DATA}).") from None
         result = evaluate_spark(sdf, cfg, experiment=args.experiment, run_name=args.run_name, table_rows=table_rows)
         if args.spark_output:
-            result.rows.write.mode("overwrite").parquet(args.spark_output)
-            print(f"every row with its results: {args.spark_output}")
+            try:
+                result.rows.write.mode("overwrite").parquet(args.spark_output)
+            except Exception as e:  # noqa: BLE001 - the run is logged: say where its results are, after the summary
+                reason = _first_line(str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e))
+                result.unwritten = (
+                    f"--spark-output {args.spark_output} could not be written ({reason}). The run "
+                    f"{result.run_id} is logged: its per-row table (ragjudge/eval_results_table.json) holds "
+                    f"{result.config['spark']['table']} (of {result.config['rows']}; --table-rows all logs every "
+                    "row); run again with --spark-output to a path Spark can write to have every row there (the "
+                    "judge-call cache answers the calls already paid for).")
+            else:
+                print(f"every row with its results: {args.spark_output}")
         result.unpersist()
     assert result.run_id is not None
     return result.run_id, result

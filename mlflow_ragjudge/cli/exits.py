@@ -12,7 +12,8 @@ EXIT_JUDGE_FAILURES = 3
 #: logged, but a --fail-under gate was not met (its interval lies below the threshold, or with --gate-rule point its
 #: mean does)
 EXIT_GATE_FAILED = 4
-#: evaluated, but MLflow could not take the results (saved locally first; ragjudge log-saved logs them later)
+#: evaluated, but MLflow could not take the results (saved locally first; ragjudge log-saved logs them later); or,
+#: with --spark, logged but --spark-output could not be written (the message says where the results are)
 EXIT_NOT_LOGGED = 5
 #: logged, no gate failed, but a --fail-under gate is undecided: the interval of its mean straddles the threshold
 #: (the message names how many more rows or repeats would decide it)

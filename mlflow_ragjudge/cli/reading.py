@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,49 @@ def spark_data_kind(data: str) -> str:
         raise InputError(f"{data} holds a file that is not Parquet: {other.relative_to(path)}{_its_kind(other)}; "
                          f"{SPARK_DATA}. Keep only the Parquet parts in the folder, or point DATA at one file.")
     return "path"
+
+
+def check_spark_output(target: str) -> None:
+    """``--spark-output TARGET``, checked before the Spark session starts (and so before any judge call): Spark
+    writes a folder of Parquet files there after the run, replacing what is there. A local path (or ``file://`` URI)
+    must be writable: its nearest existing folder takes a new entry, and what is there already is a folder Spark
+    wrote (Parquet parts) or nothing -- never a file or a folder of the user's other files, which the write would
+    delete. Any other URI (``s3a://``, ``hdfs://`` ...) is left to Spark.
+
+    Raises:
+        InputError: the message names the path, why it cannot be written and what to do.
+    """
+    if target.startswith("file://"):
+        path = Path(unquote(urlparse(target).path))
+    elif "://" in target:
+        return
+    else:
+        path = Path(target)
+    why = _unwritable(path)
+    if why:
+        raise InputError(f"--spark-output {target}: {why}. Nothing was sent to the judge; name a new folder (Spark "
+                         "writes every row with its results there as Parquet files).")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why Spark could not write its output folder at ``path`` (or must not: it would replace the user's files)."""
+    if path.is_file() or (path.exists() and not path.is_dir()):
+        return "it is a file, not a folder (Spark's write would replace it)"
+    if path.is_dir():
+        other = next((f for f in _spark_files(path) if not _is_parquet(f)), None)
+        if other is not None:
+            return (f"the folder holds files Spark did not write ({other.relative_to(path)}); the write would delete "
+                    "them")
+    at = path if path.is_dir() else path.parent
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if not at.is_dir():
+        return f"{at} is a file, so no folder can be made under it"
+    try:  # (what the permissions say is not enough: a read-only file system, or root)
+        Path(tempfile.mkdtemp(prefix=".ragjudge-probe-", dir=at)).rmdir()
+    except OSError as e:
+        return f"{at} cannot be written ({e.strerror or type(e).__name__})"
+    return None
 
 
 def _spark_files(folder: Path) -> list[Path]:

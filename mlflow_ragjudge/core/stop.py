@@ -38,6 +38,7 @@ _stops = 0  # stops requested in this process so far
 _SCOPE = threading.local()  # the epoch of the run a thread works for (stop_scope)
 #: the longest a wait that must notice a stop already cleared (stopped_since) sleeps before it looks again
 POLL = 0.25
+_installed = False  # the outermost installed them (it runs in the main thread)
 
 
 def request_stop(reason: str = "stop requested") -> None:
@@ -177,12 +178,26 @@ def _handler(signum: int, frame: object) -> None:  # noqa: ARG001
          "in flight, then saving and logging what is done. Press Ctrl-C again to exit at once.")
 
 
+def reclaim_signals() -> None:
+    """Inside :func:`stop_on_signals` (in the main thread): put its handlers back where a library replaced them since
+    -- PySpark's SparkContext installs its own SIGINT handler when it starts (it cancels every job and raises
+    KeyboardInterrupt). The handlers in place before the outermost scope are still the ones given back at its end."""
+    with _LOCK:
+        installed = _installed
+    if not installed or threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(sig) is not _handler:
+                signal.signal(sig, _handler)
+
+
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """While inside: SIGINT and SIGTERM request a stop instead of killing the process (in the main thread only;
     elsewhere, or nested, it does nothing). The outermost one clears the flag on entry and on exit: what was
     stopped says so in its result (an evaluation's ``config["interrupted"]``), and later work starts afresh."""
-    global _depth
+    global _depth, _installed
     main = threading.current_thread() is threading.main_thread()
     with _LOCK:
         outer = _depth == 0
@@ -195,8 +210,11 @@ def stop_on_signals() -> Iterator[None]:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     with contextlib.suppress(ValueError, OSError):
                         previous[sig] = signal.signal(sig, _handler)
+                _installed = bool(previous)
         yield
     finally:
+        if outer and main:
+            _installed = False
         for signum, old in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(signum, old)  # type: ignore[arg-type]

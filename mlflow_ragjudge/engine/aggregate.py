@@ -128,17 +128,20 @@ def run_metrics(specs: Sequence[MetricSpec], summaries: dict[str, dict[str, Outp
                 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Every output's metrics and the level shares of the six-level ones, from the outputs' summaries; and the
     judged metrics that failed on more than ``max_error_rate`` of their rows (one report per metric: multi-turn's
-    three scores fail together)."""
+    three scores fail together). A metric that is not judged but whose rows failed (its code raised, or returned
+    something that is not a result: ``internal_error``) is held to the same rule: its rows are counted
+    (``error_rate`` ...) and it is reported over ``max_error_rate``."""
     out: dict[str, float] = {}
     failures: list[dict[str, Any]] = []
     for spec in specs:
         outputs = summaries.get(spec.name, {})
+        accounted = spec.judged or any(s.all.n_failed for s in outputs.values())
         for name, summary in outputs.items():
-            out.update(output_metrics(name, summary, spec.judged))
+            out.update(output_metrics(name, summary, accounted))
         for name, summary in outputs.items():
             if _on_levels(spec, name):
                 out.update(level_shares(name, summary.all))
-        if spec.judged and outputs:
+        if accounted and outputs:
             report = failure_report(spec.name, next(iter(outputs.values())).all, max_error_rate)
             if report is not None:
                 failures.append(report)
@@ -189,7 +192,7 @@ def build_table(rows: Sequence[Row], specs: Sequence[MetricSpec], results: dict[
     for spec in ordered:
         for name, res in results[spec.name].items():
             cols[f"{name}/score"] = _score_column(res)
-            if spec.judged:
+            if spec.judged or any(x.status is Status.FAILED for x in res):  # (a failing plain metric says why)
                 cols[f"{name}/justification"] = [x.rationale for x in res]
                 cols[f"{name}/status"] = [_STATUS_TEXT[x.status] + (f":{x.reason}" if x.reason else "") for x in res]
             if _on_levels(spec, name):
@@ -228,7 +231,8 @@ LIKELY_FIX: dict[str, str] = {
                       "of the transcripts",
     "refused": "the model refused to judge (content policy); try another judge model",
     "invalid_input": "rows lack what the metric needs; see the justification column of the per-row table",
-    "internal_error": "an error inside mlflow-ragjudge; please report it with the transcript",
+    "internal_error": "an error inside mlflow-ragjudge, or in a metric's own code (a plugin's score function: see the "
+                      "first error); one of ours, please report it with the transcript",
     "system_error": "the RAG system under test raised; see ragjudge/multiturn_conversations.jsonl",
     "interrupted": "the evaluation was stopped (Ctrl-C or SIGTERM) before these rows were judged; run the same "
                    "command again: the judge-call cache holds every reply that arrived, so only the rest is sent",

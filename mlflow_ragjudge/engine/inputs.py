@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..core.constants import LOGICAL_COLUMNS
 from ..core.errors import InputError, InvalidTextWarning
-from ..core.text import Repairs
+from ..core.text import Repairs, clean_text
 from ..core.types import Row
 from .config import RagJudgeConfig
 
@@ -42,6 +42,7 @@ __all__ = [
     "set_references",
     "TEXT_COLUMNS",
     "LIST_COLUMNS",
+    "repaired_ids",
 ]
 
 TEXT_COLUMNS = ("question", "answer", "reference")
@@ -208,11 +209,14 @@ def row_ids(df: pd.DataFrame, cfg: RagJudgeConfig, rows: Sequence[Row]) -> list[
             if value is None or (isinstance(value, float) and value != value) or not str(value).strip():
                 raise InputError(f"Column '{col}' (row ids) row {pos} is empty; give every row an id, or drop the "
                                  "column to have ids derived from the question and reference.")
-            ids.append(str(value).strip())
+            ids.append(clean_text(str(value).strip())[0])  # as read_rows repaired (and announced) it
         dup = [i for i, c in Counter(ids).items() if c > 1]
         if dup:
+            repaired = any("\ufffd" in i for i in dup)
             raise InputError(f"Column '{col}' (row ids) repeats {dup[:3]}; row ids must be unique (they key human "
-                             "labels).")
+                             "labels)." + (" Some are the same only once their invalid characters (lone surrogates, "
+                                          "which UTF-8 cannot encode) were replaced with U+FFFD: fix the data's "
+                                          "encoding so that every id is valid text." if repaired else ""))
         return ids
     out: list[str] = []
     seen: Counter[str] = Counter()
@@ -316,12 +320,25 @@ def read_rows(df: pd.DataFrame, cfg: RagJudgeConfig, *, required_text: Iterable[
         for logical in ("retrieved_doc_ids", "relevant_doc_ids", "citations"):
             if logical in present:
                 col = cfg.column(logical)
-                setattr(r, logical, as_list(rec[col], col, pos, mapping_ok=logical == "relevant_doc_ids"))
+                ids = as_list(rec[col], col, pos, mapping_ok=logical == "relevant_doc_ids")
+                setattr(r, logical, repaired_ids(ids, col, pos, repairs))
+        if "row_id" in present:  # repaired as text is (row_ids gives the repaired id): announced here
+            repairs.text(rec[cfg.column("row_id")], cfg.column("row_id"), pos)
         if group_col:
             g = rec[group_col] if group_col in df.columns else rec[cfg.column("group")]
             r.group = None if _missing(g) else repairs.text(str(g), group_col, pos)
         rows.append(r)
     return rows
+
+
+def repaired_ids(ids: Any, column: str, row: int, repairs: Repairs) -> Any:
+    """Document ids (a list, or a dict of id -> grade) with the lone surrogates of their text replaced as text cells'
+    are, so that an id and its copy in another column are still the same id (and the table can be logged)."""
+    if isinstance(ids, dict):
+        return {repairs.text(k, column, row): v for k, v in ids.items()}
+    if isinstance(ids, list):
+        return [repairs.text(i, column, row) for i in ids]
+    return ids
 
 
 class _Cells:

@@ -15,6 +15,7 @@ logs (docs/judge-noise.md)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
@@ -126,6 +127,18 @@ def _absent(rows: int, groups: dict[str, int]) -> OutputSummary:
     return OutputSummary(Aggregate.abstentions(rows), {g: Aggregate.abstentions(n) for g, n in groups.items()})
 
 
+_COUNTED = re.compile(r"(\d+) (.*)", re.DOTALL)
+
+
+def _merge_reason(first: str, other: str) -> str:
+    """One skip reason from two parts': a reason that counts rows (``3 row(s) have no relevant_doc_ids``) adds the
+    parts' counts, as one process counts the whole data; any other keeps the first part's words."""
+    a, b = _COUNTED.fullmatch(first), _COUNTED.fullmatch(other)
+    if a and b and a.group(2) == b.group(2):
+        return f"{int(a.group(1)) + int(b.group(1))} {a.group(2)}"
+    return first
+
+
 def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
     """The run's metrics from its parts' summaries (:func:`part_summary`), added up in the order of the data."""
     parts = sorted(parts, key=lambda p: p["first_row"])
@@ -155,7 +168,8 @@ def merge_parts(parts: Sequence[dict[str, Any]], cfg: RagJudgeConfig) -> Merged:
         for c in p["counts"].values():
             for k, v in c.items():
                 counts[k] = counts.get(k, 0.0) + float(v)
-        skipped.update({k: v for k, v in p["skipped"].items() if k not in skipped})
+        for k, v in p["skipped"].items():
+            skipped[k] = _merge_reason(skipped[k], v) if k in skipped else v
         for k, v in p["usage"].items():
             if k == "cost_usd":
                 usage[k] = None if v is None or usage.get(k, 0.0) is None else usage.get(k, 0.0) + v

@@ -16,7 +16,7 @@ from ..core.text import Repairs
 from ..core.types import Row
 from ..metrics.spec import MetricSpec
 from .config import RagJudgeConfig
-from .inputs import check_human_labels, read_rows
+from .inputs import check_human_labels, read_rows, row_ids
 from .ppi import MIN_LABELS
 from .select import check_gate_names, check_metric_name_parts, labelled_outputs, select_metrics
 
@@ -68,6 +68,8 @@ def validate(data: Any, cfg: RagJudgeConfig, first_row: int = 0) -> Checked:
     repairs = Repairs()
     rows = read_rows(data, cfg, required_text={c for s in specs for c in s.text_columns(cfg)}, repairs=repairs,
                      first_row=first_row)
+    if cfg.column("row_id") in data.columns:
+        row_ids(data, cfg, rows)  # empty or repeated ids (also once repaired): refused before any call, not after
     renamed = check_metric_name_parts(rows, cfg)
     for spec in specs:
         if spec.validate is not None:
