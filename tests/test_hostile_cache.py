@@ -389,3 +389,21 @@ def test_case_16_two_path_keys_do_not_share_entries_and_neither_is_in_the_key(tm
         two = resolve_backend("openai:/m?base_url=https://gw.example/key/sk-proj-OtherKey1234567890abcd/v1")
     assert one.cache_identity() != two.cache_identity()
     assert PATH_KEY not in json.dumps(one.cache_identity())
+
+
+def test_case_06_spark_refuses_the_file_on_the_driver_before_any_job(judge, fake_llm, tmp_path):
+    pytest.importorskip("pyspark")
+    from mlflow_ragjudge.adapters.spark import evaluate_spark
+
+    path = tmp_path / "data.csv"
+    _user_file("csv", path)
+    before = path.read_bytes()
+
+    class NoFrame:  # anything Spark would be asked for fails the test: the refusal comes first
+        def __getattr__(self, name):
+            raise AssertionError(f"the data frame was used ({name}) before the cache was checked")
+
+    with pytest.raises(InputError, match="not a judge-call cache"):
+        evaluate_spark(NoFrame(), {"judge": judge, "metrics": ["correctness"], "cache": str(path)}, log=False)
+    assert fake_llm.request_count == 0 and path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

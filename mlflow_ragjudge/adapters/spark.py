@@ -44,6 +44,7 @@ from ..engine.inputs import LIST_COLUMNS, TEXT_COLUMNS, row_ids, row_key
 from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_parts, part_summary, validate_part
 from ..engine.prepare import build_client
 from ..engine.select import select_metrics
+from ..llm.cache import check_cache_path
 from ..llm.client import JudgeClient
 
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
@@ -422,6 +423,7 @@ def _evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig 
     if not (table_rows == "all" or (isinstance(table_rows, int) and table_rows >= 0)):
         raise ValueError(f"table_rows={table_rows!r}: give a number of rows >= 0, or 'all'.")
     check_splittable(cfg)
+    check_cache_path(cfg.cache)  # the user's own file named as the cache: refused here, not in every task
     _check_schema(sdf.schema, cfg)
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()

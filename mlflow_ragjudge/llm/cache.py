@@ -136,6 +136,18 @@ def _refuse(p: Path, what: str) -> NotACacheError:
         "default place), move that file away, or run without a cache (cache=False, --no-cache).")
 
 
+def check_cache_path(setting: bool | str | os.PathLike[str] | None) -> None:
+    """The check :class:`CallCache` makes before it opens a file, made on its own and changing nothing: raise
+    :class:`NotACacheError` when the cache ``setting`` (True for the default place, False / None for none, or a
+    path) names an existing file that is not a judge-call cache. For a driver that opens no cache itself (Spark's:
+    its executors do), so the refusal comes before any job and any judge call."""
+    if setting is None or setting is False:
+        return
+    p = _resolve(None if setting is True else Path(setting))
+    if _file_kind(p) == "foreign" and not _at_home(p):
+        raise _refuse(p, "not a SQLite file, or a SQLite database of other tables")
+
+
 def _locked(e: BaseException) -> bool:
     msg = str(e).lower()
     return isinstance(e, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
