@@ -203,26 +203,43 @@ def _user_file(kind: str, path: Path) -> None:
         raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["csv", "json", "binary", "sqlite", "sqlite_wal", "sqlite_calls"])
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.endswith("-shm")}
+
+
+@pytest.mark.parametrize("kind", ["csv", "json", "binary", "sqlite", "sqlite_wal", "sqlite_calls", "sqlite_in_use"])
 def test_case_06_a_file_that_was_never_a_cache_is_refused_and_left_alone(kind, judge, fake_llm, tmp_path):
     folder = tmp_path / "project"
     folder.mkdir()
     path = folder / ("data.csv" if kind == "csv" else "data.json" if kind == "json" else "data.db")
-    _user_file(kind, path)
-    before = path.read_bytes()
-    with pytest.raises(InputError) as info:
-        evaluate_frame(ROWS, judge=judge, metrics=["correctness"], progress=False, cache=str(path))
-    message = str(info.value)
-    # the error names the file and the fix
-    assert str(path) in message and "not a judge-call cache" in message and "cache=" in message
-    # before any judge call, and the file is as it was: same bytes, nothing moved, nothing beside it
-    assert fake_llm.request_count == 0
-    assert path.read_bytes() == before
-    assert sorted(p.name for p in folder.iterdir()) == [path.name]
-    # the client refuses it the same way (the Python API, a Spark worker, a scorer all build one)
-    with pytest.raises(InputError):
-        JudgeClient(judge, cache=path)
-    assert path.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == [path.name]
+    user = None
+    if kind == "sqlite_in_use":
+        # the user's application has its database open in WAL mode: its tables are still only in the -wal file
+        user = sqlite3.connect(path, isolation_level=None)
+        user.execute("PRAGMA journal_mode=WAL")
+        user.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)")
+        user.execute("INSERT INTO orders (item) VALUES ('box')")
+    else:
+        _user_file(kind, path)
+    before = _files(folder)  # (the -shm index is SQLite's shared memory, rewritten by any reader)
+    try:
+        with pytest.raises(InputError) as info:
+            evaluate_frame(ROWS, judge=judge, metrics=["correctness"], progress=False, cache=str(path))
+        message = str(info.value)
+        # the error names the file and the fix
+        assert str(path) in message and "not a judge-call cache" in message and "cache=" in message
+        # before any judge call, and the file is as it was: same bytes, nothing moved, nothing beside it
+        assert fake_llm.request_count == 0
+        assert _files(folder) == before
+        # the client refuses it the same way (the Python API, a Spark worker, a scorer all build one)
+        with pytest.raises(InputError):
+            JudgeClient(judge, cache=path)
+        assert _files(folder) == before
+        if user is not None:
+            assert user.execute("SELECT name FROM sqlite_master").fetchall() == [("orders",)]
+    finally:
+        if user is not None:
+            user.close()
 
 
 def test_case_06_an_empty_file_is_taken_as_a_new_cache(judge, fake_llm, tmp_path):

@@ -343,7 +343,8 @@ class CallCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._connect(time.monotonic() + self.open_timeout)
+            # the file is set up by now: a thread's own connection waits for a lock as long as a write would
+            conn = self._connect(time.monotonic() + self.lock_timeout)
             conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
             self._local.conn = conn
         return conn
@@ -360,8 +361,8 @@ class CallCache:
             except sqlite3.Error:
                 # a WAL-mode file in a directory we cannot write: read it as an immutable snapshot
                 conn = sqlite3.connect(f"file:{self.path}?immutable=1", uri=True, isolation_level=None)
-            return conn
-        conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None)
+        else:
+            conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None)
         try:
             if check_tables:
                 other = set(_waiting(conn, deadline, lambda: _table_names(conn))) - _OUR_TABLES
@@ -369,6 +370,8 @@ class CallCache:
                     if not _at_home(self.path):
                         raise _refuse(self.path, f"a SQLite database of other tables: {', '.join(sorted(other))}")
                     raise sqlite3.DatabaseError("not a judge-call cache")
+            if self.read_only:
+                return conn
             mode = self.journal
             current = _waiting(conn, deadline, lambda: conn.execute("PRAGMA journal_mode").fetchone())
             if current is None or str(current[0]).lower() != mode:
