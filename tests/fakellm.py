@@ -7,7 +7,7 @@ The official ``openai`` and ``anthropic`` SDKs work against it unmodified::
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])  # -> "ok"
     server.stop()
 
-Endpoints (the ``/v1`` prefix is optional):
+Endpoints (the ``/v1`` prefix is optional, and so is a gateway's own path before the endpoint):
 
 * ``POST /v1/chat/completions``      -> ``api="openai_chat"``
 * ``POST /v1/responses``             -> ``api="openai_responses"`` (the Responses API, which the recorded traces'
@@ -960,12 +960,14 @@ def _route(path: str) -> str:
     path = path.rstrip("/")
     if path.startswith("/v1/"):
         path = path[3:]
-    return {
+    apis = {
         "/chat/completions": OPENAI_CHAT,
         "/responses": OPENAI_RESPONSES,
         "/embeddings": OPENAI_EMBEDDINGS,
         "/messages": ANTHROPIC_MESSAGES,
-    }.get(path, "unknown")
+    }
+    # a gateway's own path before the API's (``/key/<key>/v1/chat/completions``, ``/v1/<key>/chat/completions``)
+    return apis.get(path) or next((api for end, api in apis.items() if path.endswith(end)), "unknown")
 
 
 def _dumps(payload: Any) -> bytes:

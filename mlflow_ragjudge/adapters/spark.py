@@ -44,6 +44,7 @@ from ..engine.inputs import LIST_COLUMNS, TEXT_COLUMNS, row_ids, row_key
 from ..engine.parts import USAGE_KEYS, check_splittable, evaluate_part, merge_parts, part_summary, validate_part
 from ..engine.prepare import build_client
 from ..engine.select import select_metrics
+from ..llm.cache import check_cache_path
 from ..llm.client import JudgeClient
 from .spark_stop import stoppable
 
@@ -427,6 +428,7 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
     if not (table_rows == "all" or (isinstance(table_rows, int) and table_rows >= 0)):
         raise ValueError(f"table_rows={table_rows!r}: give a number of rows >= 0, or 'all'.")
     check_splittable(cfg)
+    check_cache_path(cfg.cache)  # the user's own file named as the cache: refused here, not in every task
     _check_schema(sdf.schema, cfg)
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()

@@ -13,10 +13,11 @@ from typing import Any
 
 from .types import FailureReason
 
-__all__ = ["RagJudgeError", "RagJudgeWarning", "InputError", "ParseError", "LoggingFailed", "Interrupted",
-           "TooFewLabels", "MetricUnavailable", "LocalModelUnavailable", "BertScoreUnavailable",
-           "EmbeddingsUnavailable", "InvalidTextWarning", "JudgeFailureWarning", "CalibrationWarning", "CacheWarning",
-           "MultiTurnContextWarning", "SparkPandasWarning", "UnstableParameterWarning", "MIN_LABELS", "INSTALL_LOCAL"]
+__all__ = ["RagJudgeError", "RagJudgeWarning", "InputError", "NotACacheError", "ParseError", "LoggingFailed",
+           "Interrupted", "TooFewLabels", "MetricUnavailable", "LocalModelUnavailable", "BertScoreUnavailable",
+           "EmbeddingsUnavailable", "InvalidTextWarning", "JudgeFailureWarning", "CalibrationWarning",
+           "CacheWarning", "SecretInURLWarning", "MultiTurnContextWarning", "SparkPandasWarning",
+           "UnstableParameterWarning", "MIN_LABELS", "INSTALL_LOCAL"]
 
 #: fewer labelled rows than this and no interval is given: the normal approximation the interval rests on (and the
 #: estimate of λ) is not trustworthy with so few labels
@@ -43,6 +44,11 @@ class RagJudgeWarning(UserWarning):
 class InputError(RagJudgeError, ValueError):
     """Bad input data, found before any judge call. The message names the column,
     the row and the fix."""
+
+
+class NotACacheError(InputError):
+    """``cache=`` names an existing file that is not a judge-call cache (the user's own data): refused before any
+    judge call, and the file is left as it is (docs/failure-modes.md)."""
 
 
 class ParseError(RagJudgeError, ValueError):
@@ -148,6 +154,11 @@ class CalibrationWarning(RagJudgeWarning):
 
 class CacheWarning(RagJudgeWarning, RuntimeWarning):
     """The judge-call cache is damaged, read-only, unavailable or busy; the run goes on."""
+
+
+class SecretInURLWarning(RagJudgeWarning):
+    """A base URL's path holds what looks like a key: it is masked wherever the URL is shown or stored; pass the key
+    as ``api_key`` or its environment variable instead."""
 
 
 class MultiTurnContextWarning(RagJudgeWarning):

@@ -365,8 +365,7 @@ class JudgeClient:
         :class:`BackendError` on failure."""
         backend = backend or self.backend
         gate = self.gate if backend is self.backend else gate_for(backend.connection_key())
-        ident = dict(backend.identity())
-        ident["base_url"] = safe_url(ident.get("base_url"))
+        ident = backend.cache_identity()  # the base URL's model-selecting query counts, no secret does
         out: list[list[float] | None] = [None] * len(texts)
         keys = [cache_key("embed", ident, {"text": t}) for t in texts]
         missing: list[int] = []
@@ -437,9 +436,8 @@ class JudgeClient:
         unreadable: set[str] | None = None,
     ) -> CallResult:
         ident = self.identity()
-        key = cache_key(
-            "chat", ident, {"messages": list(request.messages), "params": request.params()}, prompt_version
-        )
+        key = cache_key("chat", self.backend.cache_identity(),
+                        {"messages": list(request.messages), "params": request.params()}, prompt_version)
         record: dict[str, Any] = {
             "call_id": uuid.uuid4().hex[:12],
             "time": _iso_now(),
@@ -594,8 +592,8 @@ class JudgeClient:
         if not self.dedupe:
             return False
         request = self._drawn(request)
-        key = cache_key("chat", self.identity(), {"messages": list(request.messages), "params": request.params()},
-                        prompt_version)
+        key = cache_key("chat", self.backend.cache_identity(),
+                        {"messages": list(request.messages), "params": request.params()}, prompt_version)
         with self._lock:
             return key in self._memo
 

@@ -54,6 +54,9 @@ class AnthropicBackend(Backend):
     def base_url(self) -> str | None:
         return self._base_url
 
+    def base_query(self) -> dict[str, str]:
+        return dict(self._query)
+
     @property
     def structured_mode(self) -> str:
         return "tool_use"

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
+
+from .urls import path_secrets, query_secrets, safe_url, split_base_url, url_credentials, url_digest, url_identity
 
 __all__ = [
     "ChatRequest",
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_HEADER_COUNT",
     "clamp_seconds",
     "clamp_count",
+    "url_identity",
 ]
 
 #: the longest wait a server's header is taken to ask for (a day: no provider's window is longer); a longer, an
@@ -76,54 +78,6 @@ def clamp_count(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return None
     return int(min(MAX_HEADER_COUNT, max(0, value)))
-
-
-def query_secrets(query: dict[str, str]) -> list[str]:
-    """A base URL's query values (``?token=...``), as written and percent-encoded, as secrets to scrub: a query can
-    carry a key as well as ``user:password@`` can."""
-    out: list[str] = []
-    for v in query.values():
-        if v:
-            out += [v, quote(v, safe=""), quote_plus(v)]
-    return list(dict.fromkeys(out))
-
-
-def url_credentials(url: str | None) -> list[str]:
-    """The credentials a URL carries (``user:password@``, and every query value), raw and percent-decoded, as
-    secrets to scrub."""
-    if not url:
-        return []
-    parts = urlsplit(url)
-    raw = [x for x in (parts.password, parts.username) if x]
-    raw += [pair.partition("=")[2] for pair in parts.query.split("&") if pair.partition("=")[2]]
-    return list(dict.fromkeys(raw + [unquote(x) for x in raw]))
-
-
-def split_base_url(url: str | None) -> tuple[str | None, dict[str, str]]:
-    """A base URL without its query (and fragment), and the query's parameters.
-
-    The SDKs join a request's path to the base URL as text, so ``http://host/v1?token=T`` became
-    ``http://host/v1?token=Tchat/completions`` (a 404 that echoed the token). The backends give the query to the
-    SDK as ``default_query`` instead: every request goes to ``<base>/<path>?token=T``.
-    """
-    if not url:
-        return None, {}
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")).rstrip("/") or None
-    return base, query
-
-
-def safe_url(url: str | None) -> str | None:
-    """A URL fit to record: no credentials, and every query value masked (``https://host:port/path?token=***``)."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    keys = [pair.partition("=")[0] for pair in parts.query.split("&") if pair]
-    return urlunsplit((parts.scheme, host, parts.path, "&".join(f"{k}=***" for k in keys), ""))
 
 
 @dataclass(frozen=True)
@@ -425,13 +379,34 @@ class Backend(ABC):
     def base_url(self) -> str | None:
         return None
 
+    def base_query(self) -> dict[str, str]:
+        """The base URL's query, sent with every request (``?deployment=...``, a gateway's ``?token=...``)."""
+        return {}
+
     def connection_key(self) -> str:
-        """Key under which concurrency and rate limits are shared process-wide."""
-        return f"{self.provider}|{self.base_url or ''}"
+        """Key under which concurrency and rate limits are shared process-wide (and pending batches are found in
+        the cache): the provider and :func:`~.urls.url_identity` of the base URL -- no secret in it, and a query
+        that selects the model makes a connection of its own."""
+        return f"{self.provider}|{url_identity(self.base_url, self.base_query()) or ''}"
 
     def identity(self) -> dict[str, Any]:
-        """What identifies this backend in the cache key and the run params."""
-        return {"provider": self.provider, "model": self.model, "base_url": self.base_url}
+        """What identifies this backend in the run params and transcripts: the base URL as
+        :func:`~.urls.safe_url` shows it (its query's names, every value and key-like path segment ``***``)."""
+        query = "&".join(f"{k}=" for k in self.base_query())
+        shown = safe_url(f"{self.base_url}?{query}" if self.base_url and query else self.base_url)
+        return {"provider": self.provider, "model": self.model, "base_url": shown}
+
+    def cache_identity(self) -> dict[str, Any]:
+        """What identifies this backend in the cache key: the identity, with the base URL as
+        :func:`~.urls.url_identity` gives it (a query that selects the model counts, a key in the query does not)
+        and, when the path holds something key-like, a digest of it (never shown nor stored: it lives only inside
+        the cache key's own hash)."""
+        ident = dict(self.identity())
+        ident["base_url"] = url_identity(self.base_url, self.base_query())
+        hidden = path_secrets(self.base_url)
+        if hidden:
+            ident["url_secrets"] = url_digest("\n".join(sorted(hidden)))
+        return ident
 
     @property
     def uri(self) -> str:

@@ -199,6 +199,9 @@ class OpenAIBackend(Backend):
     def base_url(self) -> str | None:
         return self._base_url
 
+    def base_query(self) -> dict[str, str]:
+        return dict(self._query)
+
     def secrets(self) -> list[str]:
         out = [self._api_key] if self._api_key and self._api_key != _PLACEHOLDER_KEY else []
         out += url_credentials(self._base_url) + query_secrets(self._query)
