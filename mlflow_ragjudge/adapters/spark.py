@@ -413,6 +413,8 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
     """
     cfg = evaluator_config if isinstance(evaluator_config, RagJudgeConfig) else \
         RagJudgeConfig.from_dict(evaluator_config or {})
+    check_splittable(cfg)
+    check_cache_path(cfg.cache)  # the user's own file named as the cache: refused here, not in every task
     with pandas_support_note(), stoppable(sdf.sparkSession, cfg):  # Ctrl-C: our stop, not PySpark's (spark_stop)
         return _evaluate_spark(sdf, cfg, experiment, run_name, log, table_rows, collect)
 
@@ -427,8 +429,6 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
                          "log=False")
     if not (table_rows == "all" or (isinstance(table_rows, int) and table_rows >= 0)):
         raise ValueError(f"table_rows={table_rows!r}: give a number of rows >= 0, or 'all'.")
-    check_splittable(cfg)
-    check_cache_path(cfg.cache)  # the user's own file named as the cache: refused here, not in every task
     _check_schema(sdf.schema, cfg)
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()
