@@ -27,7 +27,7 @@ from ..engine.evaluate import EvalOutput
 from ..engine.intervals import gate_status
 from ..engine.record import local_output_root
 from .traces import DEFAULT_MAX_TRACES, TraceLog, log_row_traces, remove_row_traces
-from .tracking import replace_table, store_unanswered, unanswered
+from .tracking import note_unanswered, replace_table, store_unanswered, unanswered
 
 __all__ = ["log_output", "log_traces", "save_local", "logged", "Logged", "ROW_CONTEXTS_FILE", "LoggingFailed",
            "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE",
@@ -136,6 +136,8 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
             fn()
         except Exception as e:  # the store refused or failed: keep going, report all at the end
             errors.append(f"{step}: {type(e).__name__}: {str(e)[:300]}")
+            if store_unanswered(e):  # in a command, the steps left get one try each
+                note_unanswered(client.tracking_uri, errors[-1])
 
     metrics = {k: float(v) for k, v in out.metrics.items()}
     ts = int(time.time() * 1000)
@@ -190,7 +192,7 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
         except Exception:  # the store is unreachable: the exception below still says where the results are
             pass
         raise LoggingFailed(message, saved)
-    if report.traces is not None and not report.traces.complete and (report.traces.unanswered or report.traces.errors):
+    if report.unanswered:
         report.kept = saved  # the traces the store did not take: ragjudge log-saved SAVED --run-id RUN writes them
     elif saved is not None and not keep_local:
         shutil.rmtree(saved, ignore_errors=True)

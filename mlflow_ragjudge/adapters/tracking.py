@@ -40,9 +40,10 @@ except ImportError:  # pragma: no cover - Windows: no lock (MLflow's own behavio
 TRACKING_CHECK_TIMEOUT_S = 5.0
 
 
-#: MLflow's HTTP retries for a command's requests to a tracking server, unless the user set them: 4 tries 2, 4, 8 s
-#: apart (MLflow's backoff, plus its jitter of up to 1 s each) and 30 s a request, so a server that is down fails a
-#: request in about 30 s (refused) to 3 min (no answer), not four (MLflow's own 7 tries, 120 s each)
+#: MLflow's HTTP retries for a command's requests to a tracking server, unless the user set them: 4 retries (urllib3's
+#: backoff: 0, 4, 8, 16 s, plus MLflow's jitter of up to 1 s each) and 30 s a try, so a server that refuses
+#: connections fails a request in about 30 s, one that never answers in about 3 min (MLflow's own 7 retries of 120 s:
+#: about 4 min, and up to 18)
 STORE_HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 _bounded = False
 _unanswered: dict[str, str] = {}  # tracking URI -> why it stopped answering (this process)
