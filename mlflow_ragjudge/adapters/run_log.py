@@ -27,7 +27,7 @@ from ..engine.evaluate import EvalOutput
 from ..engine.intervals import gate_status
 from ..engine.record import local_output_root
 from .traces import DEFAULT_MAX_TRACES, TraceLog, log_row_traces, remove_row_traces
-from .tracking import note_unanswered, replace_table, store_unanswered, unanswered
+from .tracking import note_unanswered, replace_table, store_unanswered
 
 __all__ = ["log_output", "log_traces", "save_local", "logged", "Logged", "ROW_CONTEXTS_FILE", "LoggingFailed",
            "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE",
@@ -183,7 +183,7 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
     report = _LOGGED[run_id] = Logged(run_id)
     if not errors and traces:  # the traces are a second view of the table: written once the table is safe
         report.traces = log_traces(out, run_id, pipeline)
-        report.unanswered = report.traces.unanswered or unanswered(client.tracking_uri)
+        report.unanswered = report.traces.unanswered
     if errors:
         where = f"they are saved at {saved}" if saved is not None else "they could not be saved locally either"
         message = f"Logging to MLflow run {run_id} failed ({'; '.join(errors)}); the results are not lost: {where}."
