@@ -212,7 +212,7 @@ def test_case_08_a_refused_span_batch_costs_only_the_traces_it_cannot_take(tmp_t
     out = _offline(frame)
     _refuse_spans(tmp_tracking, "NEW.content LIKE '%POISONED%'" if refused == "one_row" else "1")
     with mlflow.start_run() as run:
-        with pytest.warns(RuntimeWarning, match="not written"):
+        with pytest.warns(RuntimeWarning, match="rows without a trace"):
             log_output(out, run.info.run_id)
     traces = _run_traces(run.info.run_id)
     readable = [t for t in traces if t.data.spans]
@@ -220,10 +220,11 @@ def test_case_08_a_refused_span_batch_costs_only_the_traces_it_cannot_take(tmp_t
     tag = MlflowClient().get_run(run.info.run_id).data.tags["ragjudge.traces"]
     if refused == "one_row":
         assert sorted(t.info.trace_metadata["ragjudge.row"] for t in readable) == ["0", "1", "2", "4", "5"]
-        assert tag.startswith(f"5 of {N_ROWS} rows as traces") and "1 not written (rows 3)" in tag
+        assert tag.startswith(f"5 of {N_ROWS} rows as traces; 1 refused by the store: row 3: spans: ")
+        assert tag.endswith("; rows without a trace: 3")
     else:
         assert readable == [] and tag.startswith(f"0 of {N_ROWS} rows as traces")
-        assert f"{N_ROWS} not written" in tag
+        assert tag.endswith("; rows without a trace: 0, 1, 2, 3, 4, 5")
 
 
 # --------------------------------------------------------------------------- case 9: traces of a killed logging

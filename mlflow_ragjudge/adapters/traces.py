@@ -93,15 +93,15 @@ class TraceLog:
         text = f"{self.logged} of {self.rows} rows as traces"
         if self.sampled:
             text += " (a seeded uniform sample; raise the 'traces' setting for more)"
-        if self.unwritten:
-            shown = ", ".join(str(i) for i in self.unwritten[:10]) + (" ..." if len(self.unwritten) > 10 else "")
-            text += f"; {len(self.unwritten)} not written (rows {shown})"
         if self.unanswered:
             text += f"; the tracking store stopped answering, the rest were not attempted: {self.unanswered[:300]}"
         elif self.errors:
             text += f"; {len(self.errors)} refused by the store: {self.errors[0][:300]}"
         if self.stopped:
             text += f"; the rest not written: the run was stopped by {self.stopped}"
+        if self.unwritten and (self.errors or self.unanswered):
+            shown = ", ".join(str(i) for i in self.unwritten[:10]) + (" ..." if len(self.unwritten) > 10 else "")
+            text += f"; rows without a trace: {shown}"
         return text
 
 
