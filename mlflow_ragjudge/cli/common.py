@@ -159,8 +159,8 @@ def run_lines(run_id: str) -> list[str]:
     report = logged(run_id)
     if report is not None and report.unanswered:
         lines = [f"MLflow run {run_id} at {safe_tracking_uri(uri)}: its metrics, params, per-row table, transcripts "
-                 f"and config are logged, but the tracking store stopped answering while its traces were written "
-                 f"({report.unanswered[:300]}), so the run could not be ended (it shows as RUNNING)"]
+                 "and config are logged, but the tracking store stopped answering while its traces were written, so "
+                 "the run could not be ended (it shows as RUNNING)"]
     else:
         import mlflow
 
