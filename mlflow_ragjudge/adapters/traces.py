@@ -406,6 +406,7 @@ def _start_traces(client: Any, traces: list[_RowTrace], log: TraceLog, uri: str,
     the store not answering, no more are sent; after a stop, none either, and the requests in flight are awaited
     for the stop's grace period, no longer. Returns how many were still in flight then (abandoned)."""
     lock = threading.Lock()
+    closed: list[bool] = []  # set once the writing goes on without the requests still in flight
 
     def start(t: _RowTrace) -> None:
         if stop_requested() or log.unanswered:  # a stopped run is logged quickly; a dead store is not asked again
@@ -414,13 +415,16 @@ def _start_traces(client: Any, traces: list[_RowTrace], log: TraceLog, uri: str,
             client.start_trace(t.info)
         except Exception as e:  # the store refused this one: count it, keep the others
             with lock:
+                if closed:
+                    return
                 log.errors.append(f"row {t.index}: {type(e).__name__}: {str(e)[:300]}")
                 if store_unanswered(e) and not log.unanswered:
                     log.unanswered = f"{type(e).__name__}: {str(e)[:300]}"
                     note_unanswered(uri, log.unanswered)
             return
         with lock:
-            log.trace_ids[t.index] = t.info.trace_id
+            if not closed:  # an abandoned request that ends later: its trace is not counted (not readable)
+                log.trace_ids[t.index] = t.info.trace_id
 
     if n_workers <= 1:
         for t in traces:
@@ -431,6 +435,8 @@ def _start_traces(client: Any, traces: list[_RowTrace], log: TraceLog, uri: str,
     try:
         left = await_until_stopped([pool.submit(start, t) for t in traces])
     finally:
+        with lock:
+            closed.append(True)
         pool.shutdown(wait=False, cancel_futures=True)
     return sum(1 for f in left if not f.cancelled())
 
