@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from ..core.errors import InputError
 from .traces import EVAL_REQUEST_ID, TRACE_NAME
-from .tracking import is_remote_uri, replace_table
+from .tracking import bounded_store_retries, is_remote_uri, replace_table
 
 __all__ = ["MonitorStore", "Lease", "PAGE", "monitor_tag", "store_failure", "bounded_store_retries"]
 
@@ -35,18 +35,6 @@ FETCH_BATCH = 100
 #: traces per ``link_traces_to_run`` request
 LINK_BATCH = 100
 T = TypeVar("T")
-
-
-#: MLflow's HTTP retries for a monitor's requests to a tracking server, unless set: 4 tries 2, 4, 8, 16 s apart and
-#: 30 s a request, so a server that is down fails a request in about a minute, not four (MLflow's 7 tries, 120 s)
-MONITOR_HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
-
-
-def bounded_store_retries() -> None:
-    """Set :data:`MONITOR_HTTP_RETRIES` in this process's environment where the user has not (``ragjudge monitor``
-    is a long-running process: a pass that cannot reach the store ends, and the next one tries again)."""
-    for key, value in MONITOR_HTTP_RETRIES.items():
-        os.environ.setdefault(key, value)
 
 
 def store_failure(e: BaseException) -> bool:

@@ -16,6 +16,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,10 @@ from ..engine.evaluate import EvalOutput
 from ..engine.intervals import gate_status
 from ..engine.record import local_output_root
 from .traces import DEFAULT_MAX_TRACES, TraceLog, log_row_traces, remove_row_traces
-from .tracking import replace_table
+from .tracking import note_unanswered, replace_table, store_unanswered
 
-__all__ = ["log_output", "log_traces", "save_local", "LoggingFailed", "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE",
+__all__ = ["log_output", "log_traces", "save_local", "logged", "Logged", "ROW_CONTEXTS_FILE", "LoggingFailed",
+           "TABLE_FILE", "TRANSCRIPTS_FILE", "CONFIG_FILE",
            "META_FILE"]
 
 #: where a run holds what :func:`log_output` logged (artifact paths)
@@ -36,6 +38,28 @@ TABLE_FILE = "ragjudge/eval_results_table.json"
 TRANSCRIPTS_FILE = "ragjudge/judge_transcripts.jsonl"
 CONFIG_FILE = "ragjudge/config.json"
 META_FILE = "ragjudge/meta_evaluation.json"
+#: in a local save: each row's contexts and retrieved document ids (the traces' retriever spans), not an artifact
+ROW_CONTEXTS_FILE = "row_contexts.json"
+
+
+@dataclass
+class Logged:
+    """What the last :func:`log_output` of a run in this process did: its traces, the local copy it kept (when the
+    traces could not all be written: ``ragjudge log-saved FOLDER --run-id RUN`` writes them later), and why the
+    store stopped answering, if it did (the run's end and tags could then not be recorded)."""
+
+    run_id: str
+    traces: TraceLog | None = None
+    kept: Path | None = None
+    unanswered: str | None = None
+
+
+_LOGGED: dict[str, Logged] = {}
+
+
+def logged(run_id: str) -> Logged | None:
+    """What :func:`log_output` did for ``run_id`` in this process (None if it did not log it)."""
+    return _LOGGED.get(run_id)
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -71,6 +95,9 @@ def save_local(out: EvalOutput, label: str = "") -> Path | None:
             _write_json(folder / "params.json", out.params)
             if out.meta is not None:
                 _write_json(folder / "meta_evaluation.json", out.meta.to_dict(orient="split"))
+            if any(r.contexts for r in out.rows):  # the traces' retriever spans, for ragjudge log-saved
+                _write_json(folder / ROW_CONTEXTS_FILE, [
+                    {"contexts": r.contexts, "retrieved_doc_ids": r.retrieved_doc_ids} for r in out.rows])
             for name, records in out.artifacts.items():
                 _write_jsonl(folder / name, records)
             return folder
@@ -109,17 +136,21 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
             fn()
         except Exception as e:  # the store refused or failed: keep going, report all at the end
             errors.append(f"{step}: {type(e).__name__}: {str(e)[:300]}")
+            if store_unanswered(e):  # in a command, the steps left get one try each
+                note_unanswered(client.tracking_uri, errors[-1])
 
     metrics = {k: float(v) for k, v in out.metrics.items()}
     ts = int(time.time() * 1000)
     params = {k: str(v)[:6000] for k, v in out.params.items()}
     existing: dict[str, str] = {}
     logged: dict[str, float] = {}
+    artifact_uri: list[str] = []
 
     def read_run() -> None:
-        data = client.get_run(run_id).data
-        existing.update(data.params)
-        logged.update(data.metrics)
+        run = client.get_run(run_id)
+        existing.update(run.data.params)
+        logged.update(run.data.metrics)
+        artifact_uri.append(run.info.artifact_uri.rstrip("/"))
 
     attempt("read the run", read_run)
     params = {k: v for k, v in params.items() if existing.get(k) in (None, v)}
@@ -149,8 +180,10 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
                 client.log_artifact(run_id, str(path), "ragjudge")
 
             attempt(name, log)
+    report = _LOGGED[run_id] = Logged(run_id)
     if not errors and traces:  # the traces are a second view of the table: written once the table is safe
-        log_traces(out, run_id, pipeline)
+        report.traces = log_traces(out, run_id, pipeline)
+        report.unanswered = report.traces.unanswered
     if errors:
         where = f"they are saved at {saved}" if saved is not None else "they could not be saved locally either"
         message = f"Logging to MLflow run {run_id} failed ({'; '.join(errors)}); the results are not lost: {where}."
@@ -159,9 +192,11 @@ def log_output(out: EvalOutput, run_id: str, *, saved: Path | None = None, keep_
         except Exception:  # the store is unreachable: the exception below still says where the results are
             pass
         raise LoggingFailed(message, saved)
-    if saved is not None and not keep_local:
+    if report.unanswered:
+        report.kept = saved  # the traces the store did not take: ragjudge log-saved SAVED --run-id RUN writes them
+    elif saved is not None and not keep_local:
         shutil.rmtree(saved, ignore_errors=True)
-    base = client.get_run(run_id).info.artifact_uri.rstrip("/")
+    base = artifact_uri[0] if artifact_uri else client.get_run(run_id).info.artifact_uri.rstrip("/")
     return {
         "eval_results_table": f"{base}/{TABLE_FILE}",
         "judge_transcripts": f"{base}/{TRANSCRIPTS_FILE}",
@@ -181,20 +216,24 @@ def log_traces(out: EvalOutput, run_id: str, pipeline: Sequence[dict[str, Any] |
     the trace sample picks (:func:`~mlflow_ragjudge.adapters.traces.log_row_traces`)."""
     settings = out.config.get("config") or {}
     limit = DEFAULT_MAX_TRACES if settings.get("traces") is None else int(settings["traces"])
-    client = MlflowClient()
     try:
-        if client.get_run(run_id).data.tags.get("ragjudge.traces"):
-            remove_row_traces(run_id)
+        # whatever an earlier logging of this run wrote, tagged or not (a run killed while writing its traces); a
+        # sweep variant's failed calls, written just before, only when the run was logged before
+        tagged = bool(MlflowClient().get_run(run_id).data.tags.get("ragjudge.traces"))
+        remove_row_traces(run_id, failed_calls=tagged)
         log = log_row_traces(out, run_id, max_traces=limit, seed=int(settings.get("seed") or 0), pipeline=pipeline,
                              positions=positions, total=total)
     except Exception as e:  # the store has no trace support, or failed
         log = TraceLog(rows=len(out.table) if total is None else total,
                        errors=[f"{type(e).__name__}: {str(e)[:300]}"])
-    try:
-        client.set_tag(run_id, "ragjudge.traces", log.describe()[:5000])
-    except Exception:  # the store is unreachable now: the warning below still says it
-        pass
-    if log.errors:
+        if store_unanswered(e):
+            log.unanswered = log.errors[0]
+    if not log.unanswered:  # a store that stopped answering is not asked again
+        try:
+            MlflowClient().set_tag(run_id, "ragjudge.traces", log.describe()[:5000])
+        except Exception:  # the store is unreachable now: the warning below still says it
+            pass
+    if log.errors or log.unanswered:
         warnings.warn(f"run {run_id}: {log.describe()}", RuntimeWarning, stacklevel=3)
     return log
 

@@ -17,8 +17,10 @@ a seeded uniform sample of the rows, and the run's ``ragjudge.traces`` tag says 
 from __future__ import annotations
 
 import base64
+import contextlib
 import getpass
 import json
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -42,10 +44,10 @@ from mlflow.entities import (
 from mlflow.tracing.client import TracingClient
 from mlflow.tracking import MlflowClient
 
-from ..core.stop import stop_reason, stop_requested
+from ..core.stop import await_until_stopped, grace_seconds, stop_reason, stop_requested
 from ..core.types import JudgeResult, Row, Status
 from ..metrics.spec import all_specs
-from .tracking import is_remote_uri
+from .tracking import is_remote_uri, note_unanswered, store_unanswered
 
 #: traces a run logs by default; beyond it, a seeded uniform sample of the rows
 DEFAULT_MAX_TRACES = 2000
@@ -63,7 +65,9 @@ MAX_TEXT = 20_000
 @dataclass
 class TraceLog:
     """What :func:`log_row_traces` wrote: ``logged`` traces of ``rows`` rows (``sampled`` when fewer), their ids by
-    row index, the seconds it took, and ``errors`` for traces the store refused (the run is logged anyway)."""
+    row index, the seconds it took, and ``errors`` for traces the store refused (the run is logged anyway). Only
+    readable traces -- created with their spans -- are counted; ``unwritten`` holds the rows whose trace was meant
+    to be written and is not (refused, or not attempted once the store stopped answering or the run was stopped)."""
 
     rows: int
     logged: int = 0
@@ -73,17 +77,31 @@ class TraceLog:
     errors: list[str] = field(default_factory=list)
     #: what stopped the writing (Ctrl-C / SIGTERM), when the run was stopped
     stopped: str | None = None
+    #: why the store stopped answering while the traces were written (the rest were not attempted)
+    unanswered: str | None = None
+    #: the rows (run indices) picked for a trace that has none
+    unwritten: list[int] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every picked row has a readable trace."""
+        return not self.unwritten and not self.errors and not self.stopped and not self.unanswered
 
     def describe(self) -> str:
-        if self.logged == 0 and not self.errors and not self.stopped:
+        if self.logged == 0 and self.complete:
             return "no traces (traces=0)" if self.rows else "no rows"
         text = f"{self.logged} of {self.rows} rows as traces"
         if self.sampled:
             text += " (a seeded uniform sample; raise the 'traces' setting for more)"
-        if self.errors:
+        if self.unanswered:
+            text += f"; the tracking store stopped answering, the rest were not attempted: {self.unanswered[:300]}"
+        elif self.errors:
             text += f"; {len(self.errors)} refused by the store: {self.errors[0][:300]}"
         if self.stopped:
             text += f"; the rest not written: the run was stopped by {self.stopped}"
+        if self.unwritten and (self.errors or self.unanswered):
+            shown = ", ".join(str(i) for i in self.unwritten[:10]) + (" ..." if len(self.unwritten) > 10 else "")
+            text += f"; rows without a trace: {shown}"
         return text
 
 
@@ -357,36 +375,110 @@ def log_row_traces(out: Any, run_id: str, *, max_traces: int = DEFAULT_MAX_TRACE
         traces.append(_row_trace(k, table, rows[k] if k < len(rows) else None, experiment_id, run_id, assessments,
                                  now_ms + i, step, position=i))
 
-    def start(t: _RowTrace) -> None:
-        if stop_requested():  # a stopped run is logged quickly: no more traces
-            return
-        try:
-            client.start_trace(t.info)
-            log.trace_ids[t.index] = t.info.trace_id
-        except Exception as e:  # the store refused this one: count it, keep the others
-            log.errors.append(f"row {t.index}: {type(e).__name__}: {str(e)[:300]}")
-
-    # a remote server takes several requests at once; a local database serialises writes anyway
-    n_workers = workers or (8 if is_remote_uri(mclient.tracking_uri) else 1)
-    if n_workers > 1:
-        with ThreadPoolExecutor(n_workers, thread_name_prefix="ragjudge-traces") as pool:
-            list(pool.map(start, traces))
-    else:
-        for t in traces:
-            start(t)
+    uri = mclient.tracking_uri
+    abandoned = _start_traces(client, traces, log, uri, workers or (8 if is_remote_uri(uri) else 1))
     if stop_requested() and len(log.trace_ids) < len(traces):
         # Ctrl-C / SIGTERM (before or while the traces are written): the run's results are logged already
         log.stopped = str(stop_reason() or "a signal")
-    spans = [s for t in traces if t.index in log.trace_ids for s in t.spans]
-    for k in range(0, len(spans), SPAN_BATCH):
-        try:
-            client.log_spans(experiment_id, spans[k: k + SPAN_BATCH])
-        except Exception as e:  # the traces are there with their assessments; only the spans are missing
-            log.errors.append(f"spans: {type(e).__name__}: {str(e)[:300]}")
+    if abandoned and not log.unanswered:  # requests still unanswered after the stop's grace period
+        log.unanswered = f"{abandoned} trace request(s) unanswered {grace_seconds():g} s after the stop"
+        note_unanswered(uri, log.unanswered)
+    started = dict(log.trace_ids)
+    if not log.unanswered:
+        _log_spans(client, experiment_id, [t for t in traces if t.index in started], log, uri)
+    # a trace without its spans is not readable: not counted, and removed while the store answers
+    lost = [t.info.trace_id for t in traces if t.index in started and t.index not in log.trace_ids]
+    if log.unanswered:
+        log.trace_ids.clear()
+    elif lost:
+        with contextlib.suppress(Exception):
+            for k in range(0, len(lost), 100):
+                client.delete_traces(experiment_id, trace_ids=lost[k: k + 100])
+    log.unwritten = sorted(t.index for t in traces if t.index not in log.trace_ids)
     log.logged = len(log.trace_ids)
     log.sampled = len(picked) < n
     log.seconds = time.perf_counter() - t0
     return log
+
+
+def _start_traces(client: Any, traces: list[_RowTrace], log: TraceLog, uri: str, n_workers: int) -> int:
+    """Create each trace with its assessments (``start_trace``); ``n_workers`` at a time. Once one request finds
+    the store not answering, no more are sent; after a stop, none either, and the requests in flight are awaited
+    for the stop's grace period, no longer. Returns how many were still in flight then (abandoned)."""
+    lock = threading.Lock()
+    closed: list[bool] = []  # set once the writing goes on without the requests still in flight
+
+    def start(t: _RowTrace) -> None:
+        if stop_requested() or log.unanswered:  # a stopped run is logged quickly; a dead store is not asked again
+            return
+        try:
+            client.start_trace(t.info)
+        except Exception as e:  # the store refused this one: count it, keep the others
+            with lock:
+                if closed:
+                    return
+                log.errors.append(f"row {t.index}: {type(e).__name__}: {str(e)[:300]}")
+                if store_unanswered(e) and not log.unanswered:
+                    log.unanswered = f"{type(e).__name__}: {str(e)[:300]}"
+                    note_unanswered(uri, log.unanswered)
+            return
+        with lock:
+            if not closed:  # an abandoned request that ends later: its trace is not counted (not readable)
+                log.trace_ids[t.index] = t.info.trace_id
+
+    if n_workers <= 1:
+        for t in traces:
+            start(t)
+        return 0
+    # a remote server takes several requests at once; a local database serialises writes anyway
+    pool = ThreadPoolExecutor(n_workers, thread_name_prefix="ragjudge-traces")
+    try:
+        left = await_until_stopped([pool.submit(start, t) for t in traces])
+    finally:
+        with lock:
+            closed.append(True)
+        pool.shutdown(wait=False, cancel_futures=True)
+    return sum(1 for f in left if not f.cancelled())
+
+
+def _log_spans(client: Any, experiment_id: str, traces: list[_RowTrace], log: TraceLog, uri: str) -> None:
+    """The spans of the created traces, :data:`SPAN_BATCH` at a time. A batch the store refuses is sent again trace
+    by trace, so that only the trace it cannot take loses its spans (and is dropped from ``log.trace_ids``); a store
+    that does not answer ends the writing."""
+    batch: list[_RowTrace] = []
+    batches: list[list[_RowTrace]] = []
+    size = 0
+    for t in traces:
+        if batch and size + len(t.spans) > SPAN_BATCH:
+            batches.append(batch)
+            batch, size = [], 0
+        batch.append(t)
+        size += len(t.spans)
+    if batch:
+        batches.append(batch)
+    for group in batches:
+        try:
+            client.log_spans(experiment_id, [s for t in group for s in t.spans])
+            continue
+        except Exception as e:
+            if store_unanswered(e):
+                log.unanswered = f"{type(e).__name__}: {str(e)[:300]}"
+                note_unanswered(uri, log.unanswered)
+                return
+            if len(group) == 1:
+                log.errors.append(f"row {group[0].index}: spans: {type(e).__name__}: {str(e)[:300]}")
+                log.trace_ids.pop(group[0].index, None)
+                continue
+        for t in group:  # one by one: which trace did the store refuse?
+            try:
+                client.log_spans(experiment_id, t.spans)
+            except Exception as e:
+                log.errors.append(f"row {t.index}: spans: {type(e).__name__}: {str(e)[:300]}")
+                log.trace_ids.pop(t.index, None)
+                if store_unanswered(e):
+                    log.unanswered = f"{type(e).__name__}: {str(e)[:300]}"
+                    note_unanswered(uri, log.unanswered)
+                    return
 
 
 def log_failed_calls(run_id: str, failed: Sequence[tuple[int, str, dict[str, Any]]], *,
@@ -419,9 +511,11 @@ def log_failed_calls(run_id: str, failed: Sequence[tuple[int, str, dict[str, Any
     return written
 
 
-def remove_row_traces(run_id: str) -> int:
+def remove_row_traces(run_id: str, *, failed_calls: bool = True) -> int:
     """Delete the row traces an earlier logging of the same run wrote (a run logged again, a sweep's variant
-    finished later); returns how many."""
+    finished later, a run killed while it wrote them), found by the run they name, whatever the run's tags say;
+    returns how many. ``failed_calls=False`` keeps the traces of a sweep's failed pipeline calls
+    (:func:`log_failed_calls`, written before the run's rows)."""
     mclient = MlflowClient()
     experiment_id = mclient.get_run(run_id).info.experiment_id
     client = TracingClient(mclient.tracking_uri)
@@ -430,7 +524,8 @@ def remove_row_traces(run_id: str) -> int:
     while True:
         page = client.search_traces(locations=[experiment_id], run_id=run_id, max_results=500, page_token=token,
                                     filter_string=f"tag.`ragjudge.run_id` = '{run_id}'", include_spans=False)
-        ids.extend(t.info.trace_id for t in page)
+        ids.extend(t.info.trace_id for t in page
+                   if failed_calls or "ragjudge.question" not in (t.info.trace_metadata or {}))
         token = page.token
         if not token:
             break

@@ -17,6 +17,7 @@ import os
 import re
 import sqlite3
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +38,93 @@ except ImportError:  # pragma: no cover - Windows: no lock (MLflow's own behavio
 #: seconds the reachability check of an HTTP tracking server waits for an answer (MLflow's own client retries a
 #: refused connection for about four minutes before it gives up)
 TRACKING_CHECK_TIMEOUT_S = 5.0
+
+
+#: MLflow's HTTP retries for a command's requests to a tracking server, unless the user set them: 4 retries (urllib3's
+#: backoff: 0, 4, 8, 16 s, plus MLflow's jitter of up to 1 s each) and 30 s a try, so a server that refuses
+#: connections fails a request in about 30 s, one that never answers in about 3 min (MLflow's own 7 retries of 120 s:
+#: about 4 min, and up to 18)
+STORE_HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+_bounded = False
+_unanswered: dict[str, str] = {}  # tracking URI -> why it stopped answering (this process)
+_unanswered_lock = threading.Lock()
+
+
+def bounded_store_retries() -> None:
+    """Set :data:`STORE_HTTP_RETRIES` in this process's environment where the user has not (every ``ragjudge``
+    command that talks to a server; not a Python caller's process), and from then on, once a store has not answered
+    (:func:`note_unanswered`), give each further request to it one try: the command ends within a bound instead of
+    paying MLflow's retries again for every call."""
+    global _bounded
+    for key, value in STORE_HTTP_RETRIES.items():
+        os.environ.setdefault(key, value)
+    _bounded = True
+
+
+@contextlib.contextmanager
+def bounded_store_requests() -> Iterator[None]:
+    """:func:`bounded_store_retries` for the time of one command: the environment and this module's memory of
+    stores that did not answer are as they were afterwards (a command run in-process, e.g. by a test)."""
+    global _bounded
+    keys = (*STORE_HTTP_RETRIES, "MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    before = {k: os.environ.get(k) for k in keys}
+    was = _bounded
+    bounded_store_retries()
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _bounded = was
+        forget_unanswered()
+
+
+def store_unanswered(e: BaseException) -> bool:
+    """Whether an exception says the tracking store did not answer (refused connection, timeout, retries exhausted)
+    rather than refused one request: the next request would most likely fail the same way, after as long."""
+    import requests
+
+    seen: set[int] = set()
+    err: BaseException | None = e
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                            requests.exceptions.RetryError, ConnectionError, TimeoutError)):
+            return True
+        text = str(err)
+        if text.startswith("API request to") and any(s in text for s in (
+                "Max retries exceeded", "Connection refused", "timed out", "Connection aborted",
+                "RemoteDisconnected", "NewConnectionError", "timeout")):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def note_unanswered(uri: str | None, reason: str) -> None:
+    """Record that the store at ``uri`` stopped answering; in a command (:func:`bounded_store_retries`), every later
+    MLflow request of this process gets one try."""
+    with _unanswered_lock:
+        _unanswered.setdefault(str(uri), reason)
+    if _bounded:
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+
+
+def unanswered(uri: str | None = None) -> str | None:
+    """Why the store at ``uri`` (default: the active one) stopped answering in this process, or None."""
+    if uri is None:
+        import mlflow
+
+        uri = mlflow.get_tracking_uri()
+    with _unanswered_lock:
+        return _unanswered.get(str(uri))
+
+
+def forget_unanswered() -> None:
+    with _unanswered_lock:
+        _unanswered.clear()
 
 
 def _client() -> Any:

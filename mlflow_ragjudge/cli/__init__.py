@@ -14,7 +14,8 @@ Exit codes (docs/failure-modes.md):
 * 4 -- the run completed and was logged, but a ``--fail-under METRIC=VALUE`` gate failed: the 95 % interval of
   the metric's mean lies below VALUE (with ``--gate-rule point``: the mean does);
 * 5 -- the evaluation completed but could not be logged to MLflow; the message names the local folder
-  where its results (table, transcripts, config, metrics) were saved first;
+  where its results (table, transcripts, config, metrics) were saved first; also when the tracking store stopped
+  answering while the run's traces were written (the summary says how to write them: ``ragjudge log-saved``);
 * 6 -- the run completed and was logged, no gate failed, but a gate is undecided: the interval straddles VALUE;
   the message names about how many more rows (or, with repeats, how many repeats) would decide it;
 * 130 / 143 -- stopped by Ctrl-C (SIGINT) / SIGTERM: what was done is logged (run status KILLED) and the message
@@ -29,9 +30,10 @@ from __future__ import annotations
 import os
 import sys
 
+from ..adapters.tracking import bounded_store_requests
 from ..core.errors import InputError, Interrupted, LoggingFailed
-from ..core.stop import EXIT_SIGNAL, stop_on_signals
-from .common import exit_code, summary
+from ..core.stop import EXIT_SIGNAL, stop_on_signals, stop_reason, stop_requested
+from .common import exit_code, store_stopped, summary
 from .evaluate import (
     config_from_args,
     estimate_command,
@@ -74,7 +76,9 @@ def _command(argv: list[str] | None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no progress bars between our lines
     as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    with stop_on_signals():  # Ctrl-C / SIGTERM: stop sending, keep what arrives, log what is done (core.stop)
+    # Ctrl-C / SIGTERM: stop sending, keep what arrives, log what is done (core.stop); a tracking server that stops
+    # answering fails a request in about 30 s, not 4 min, and once it has, each further request gets one try
+    with stop_on_signals(), bounded_store_requests():
         code = _main(argv)
     if code in EXIT_SIGNAL.values() and as_program:
         _exit_without_waiting(code)
@@ -153,7 +157,17 @@ def _main(argv: list[str]) -> int:
     if out.config.get("interrupted"):
         print(stopped_message(run_id, out, argv), file=sys.stderr)
         return EXIT_SIGNAL.get(out.config["interrupted"]["by"], EXIT_SIGNAL["SIGINT"])
-    return exit_code(out)
+    if stop_requested():  # stopped while the finished evaluation was logged (its traces): said in the summary
+        reason = stop_reason() or "SIGINT"
+        print(f"stopped by {reason} while run {run_id} was logged: its results are logged, its traces as the "
+              "summary says", file=sys.stderr)
+        return EXIT_SIGNAL.get(reason, EXIT_SIGNAL["SIGINT"])
+    code = exit_code(out)
+    if store_stopped(run_id):  # logged but for its traces and its end: as exit 5, the summary says how to finish
+        print(f"error: the tracking store stopped answering while run {run_id}'s traces were written (exit "
+              f"{EXIT_NOT_LOGGED} unless a judge or gate failure says more)", file=sys.stderr)
+        return EXIT_NOT_LOGGED if code == EXIT_OK else code
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -71,7 +71,6 @@ def _fmt(v: Any) -> str:
 def summary(run_id: str, out: Any) -> str:
     """The headline first: each judged metric's mean, count, error and abstain rates; then the metrics
     that need no judge (retrieval @k only at the middle cut-off); judge bookkeeping last."""
-    import mlflow
 
     m = out.metrics
     lines = [f"rows: {out.config['rows']}   metrics: {', '.join(out.config['metrics_run'])}"]
@@ -147,16 +146,52 @@ def summary(run_id: str, out: Any) -> str:
     if offline:
         lines.append("For LLM judgements: --judge openai:/gpt-4o-mini (OPENAI_API_KEY set), or any OpenAI-compatible "
                      "server: --judge 'openai:/<model>?base_url=http://host:port/v1'.")
-    from ..adapters.tracking import safe_tracking_uri, ui_hint
+    return "\n".join(lines + run_lines(run_id))
 
-    run = mlflow.get_run(run_id)
-    lines.append(f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at "
-                 f"{safe_tracking_uri(mlflow.get_tracking_uri())}")
-    lines.append(f"  {ui_hint(run_id, experiment_id=run.info.experiment_id)}")
-    if run.data.tags.get("ragjudge.traces"):
-        lines.append(f"  traces: {run.data.tags['ragjudge.traces']} (the run's Traces tab: each row with its "
-                     "judgments as assessments)")
-    return "\n".join(lines)
+
+def run_lines(run_id: str) -> list[str]:
+    """Where the run is and what its traces hold; when the tracking store stopped answering while it was logged,
+    what was logged and how to write the rest (``ragjudge log-saved``), without asking the store again."""
+    from ..adapters.run_log import logged
+    from ..adapters.tracking import env_command, is_remote_uri, safe_tracking_uri, ui_hint
+
+    uri = mlflow_uri()
+    report = logged(run_id)
+    if report is not None and report.unanswered:
+        lines = [f"MLflow run {run_id} at {safe_tracking_uri(uri)}: its metrics, params, per-row table, transcripts "
+                 "and config are logged, but the tracking store stopped answering while its traces were written, so "
+                 "the run could not be ended (it shows as RUNNING)"]
+    else:
+        import mlflow
+
+        run = mlflow.get_run(run_id)
+        lines = [f"MLflow run {run_id} ({run.info.run_name}) in experiment {run.info.experiment_id} at "
+                 f"{safe_tracking_uri(uri)}", f"  {ui_hint(run_id, experiment_id=run.info.experiment_id)}"]
+        if (report is None or report.traces is None) and run.data.tags.get("ragjudge.traces"):
+            lines.append(f"  traces: {run.data.tags['ragjudge.traces']} (the run's Traces tab: each row with its "
+                         "judgments as assessments)")
+    if report is not None and report.traces is not None and report.traces.logged + len(report.traces.unwritten):
+        lines.append(f"  traces: {report.traces.describe()} (the run's Traces tab: each row with its judgments as "
+                     "assessments)")
+    if report is not None and report.kept is not None:
+        store = f" --tracking-uri {safe_tracking_uri(uri)}" if is_remote_uri(uri) else ""
+        lines.append(f"  the traces were not all written; when the store answers, write them (and end the run) with: "
+                     f"{env_command('ragjudge')} log-saved {report.kept} --run-id {run_id}{store}")
+    return lines
+
+
+def mlflow_uri() -> str:
+    import mlflow
+
+    return str(mlflow.get_tracking_uri())
+
+
+def store_stopped(run_id: str | None) -> bool:
+    """Whether the tracking store stopped answering while run ``run_id`` was logged in this process."""
+    from ..adapters.run_log import logged
+
+    report = logged(run_id) if run_id else None
+    return bool(report and report.unanswered)
 
 
 def noise_lines(out: Any) -> list[str]:

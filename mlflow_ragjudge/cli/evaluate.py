@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..core.constants import DEFAULT_OFFLINE_JUDGE, is_offline_judge
 from ..core.errors import InputError, LoggingFailed
-from .common import config_json, judge_config, model_config, numbers
+from .common import config_json, judge_config, model_config, numbers, store_stopped
 from .parser import kv
 from .reading import SPARK_DATA, check_spark_output, read_corpus, read_table, spark_data_kind
 
@@ -83,16 +83,20 @@ def run_evaluation(
         warnings.simplefilter("ignore", CalibrationWarning)
         out = evaluate_frame(df, cfg)  # validates before starting a run: bad input leaves no empty run
     saved = save_local(out, run_name or "cli")  # before MLflow sees anything: a failing store cannot lose it
+    run_id = None
     try:
         with mlflow.start_run(run_name=run_name) as run:
-            log_output(out, run.info.run_id, saved=saved)
+            run_id = run.info.run_id
+            log_output(out, run_id, saved=saved)
     except LoggingFailed:
         raise
     except Exception as e:  # the run could not even be created (store unreachable, bad experiment ...)
+        if store_stopped(run_id):  # logged; the store stopped answering before the run's end: the summary says so
+            return str(run_id), out
         raise LoggingFailed(f"Could not create an MLflow run ({type(e).__name__}: {e}); the results are not lost: "
                             + (f"they are saved at {saved}." if saved else "they could not be saved locally."),
                             saved) from e
-    if out.config.get("interrupted"):
+    if out.config.get("interrupted") and not store_stopped(run_id):
         mark_killed(run.info.run_id)
     return run.info.run_id, out
 

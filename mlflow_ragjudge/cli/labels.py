@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 
 from ..core.errors import InputError
 from .common import exit_code, summary
+from .exits import EXIT_NOT_LOGGED
 
 
 def labels_command(args: argparse.Namespace) -> int:
@@ -56,7 +59,9 @@ def labels_command(args: argparse.Namespace) -> int:
 
 def log_saved_command(args: argparse.Namespace) -> int:
     """``ragjudge log-saved FOLDER``: an evaluation saved locally when MLflow could not take it (exit 5), logged now
-    into a new run (or ``--run-id``), with the same summary and exit code as ``ragjudge evaluate``."""
+    into a new run (or ``--run-id``), with the same summary and exit code as ``ragjudge evaluate``. Into an existing
+    run: refused when the run holds another judge's evaluation (nothing is written); the run ends FINISHED (KILLED
+    for a stopped evaluation) once logged, whatever status the failed logging left."""
     import mlflow
 
     from ..adapters.run_load import load_local
@@ -66,14 +71,53 @@ def log_saved_command(args: argparse.Namespace) -> int:
     out = load_local(args.folder)
     check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was logged; the saved folder is kept.")
     if args.run_id:
-        mlflow.tracking.MlflowClient().get_run(args.run_id)  # an unknown run fails here, before anything is logged
+        client = mlflow.tracking.MlflowClient()
+        run = client.get_run(args.run_id)  # an unknown run fails here, before anything is logged
+        _refuse_another_evaluation(args.run_id, run.data.params, out.params)
         log_output(out, args.run_id, saved=Path(args.folder), keep_local=True)
         run_id = args.run_id
+        if run.info.status in ("FAILED", "RUNNING") and not _unanswered(run_id):
+            client.set_terminated(run_id, status="KILLED" if out.config.get("interrupted") else "FINISHED")
     else:
-        with mlflow.start_run(run_name=args.run_name) as run:
-            log_output(out, run.info.run_id, saved=Path(args.folder), keep_local=True)
-            mlflow.set_tag("ragjudge.logged_from", str(Path(args.folder).resolve()))
+        run = mlflow.start_run(run_name=args.run_name)
         run_id = run.info.run_id
+        status = "FAILED"
+        try:
+            log_output(out, run_id, saved=Path(args.folder), keep_local=True)
+            if not _unanswered(run_id):
+                mlflow.set_tag("ragjudge.logged_from", str(Path(args.folder).resolve()))
+            status = "KILLED" if out.config.get("interrupted") else "FINISHED"
+        finally:
+            with contextlib.suppress(Exception):  # a store that stopped answering: the summary says so
+                mlflow.end_run(status)
     print(summary(run_id, out))
+    if _unanswered(run_id):
+        print(f"error: the tracking store stopped answering while run {run_id} was logged; the folder "
+              f"{args.folder} is kept", file=sys.stderr)
+        return EXIT_NOT_LOGGED
     print(f"(logged from {args.folder}; that folder is kept and can be deleted now)")
     return exit_code(out)
+
+
+def _unanswered(run_id: str) -> bool:
+    from ..adapters.run_log import logged
+
+    report = logged(run_id)
+    return bool(report and report.unanswered)
+
+
+def _refuse_another_evaluation(run_id: str, run_params: dict[str, str], saved: dict[str, str]) -> None:
+    """An existing run whose ``ragjudge.*`` params differ from the saved evaluation's holds another evaluation:
+    logging into it would replace its metrics and table while its params (which MLflow never changes) keep
+    describing the other one."""
+    differ = sorted(k for k, v in saved.items() if k.startswith("ragjudge.") and k in run_params
+                    and run_params[k] != str(v)[:6000])
+    if not differ:
+        return
+    first = "ragjudge.judge" if "ragjudge.judge" in differ else differ[0]
+    raise InputError(
+        f"run {run_id} holds another evaluation: its {first} is {run_params[first]!r}, the saved one's is "
+        f"{saved[first]!r}" + (f" (and {len(differ) - 1} other param(s) differ: {', '.join(differ[1:][:8])})"
+                               if len(differ) > 1 else "")
+        + ". Logging it there would replace that run's metrics while its params (which MLflow does not change) "
+        "kept describing the other. Log it into a new run: the same command without --run-id. Nothing was logged.")

@@ -44,8 +44,8 @@ def monitor_command(args: argparse.Namespace) -> int:
     """Run one pass, or passes ``--every`` DURATION; print each pass. Exit 3 when the judge failed on too many traces,
     4 / 6 on the last pass's gates, 5 when the tracking store failed during a single pass (with ``--every`` the next
     pass tries again), 130 / 143 when stopped."""
-    from ..adapters.monitor_store import bounded_store_retries, store_failure
-    from ..adapters.tracking import check_tracking_store
+    from ..adapters.monitor_store import store_failure
+    from ..adapters.tracking import bounded_store_retries, check_tracking_store
     from ..workflows.monitor import monitor, parse_every, parse_since
 
     cfg = monitor_config(args)
