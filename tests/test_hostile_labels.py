@@ -10,30 +10,15 @@ import mlflow
 import pandas as pd
 import pytest
 from mlflow.genai import review_queues
+from test_traces import _offline_run
 
-from mlflow_ragjudge.adapters.run_log import log_output
 from mlflow_ragjudge.cli import main
-from mlflow_ragjudge.engine.evaluate import evaluate_frame
-from mlflow_ragjudge.workflows import example_rag
-
-
-def _run(n: int = 40) -> str:
-    """A run of the offline judge's correctness on ``n`` rows, logged with its traces (one judge Feedback each)."""
-    base = example_rag.sample_questions()
-    frame = pd.concat([base] * (n // len(base) + 1)).head(n).reset_index(drop=True)
-    frame["question"] = [f"{q} (#{i})" for i, q in enumerate(frame["question"])]
-    outs = [example_rag.answer(q) for q in frame["question"]]
-    frame["answer"] = [o["answer"] for o in outs]
-    frame["contexts"] = [o["contexts"] for o in outs]
-    out = evaluate_frame(frame, {"judge": "offline:/lexical", "progress": False, "metrics": ["correctness"]})
-    with mlflow.start_run() as run:
-        log_output(out, run.info.run_id)
-    return run.info.run_id
 
 
 @pytest.fixture
 def run_id(tmp_tracking):
-    return _run()
+    """A run of the offline judge's correctness on 40 rows, logged with its traces (one judge Feedback each)."""
+    return _offline_run(40)[0]
 
 
 def _queues(run_id: str) -> list:
