@@ -69,7 +69,10 @@ def outputs(tmp_path, monkeypatch) -> Path:
 
 
 def _server_env(url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
+    # not this process's MLflow HTTP settings, nor the experiment or run an earlier test in this worker made
+    # active (mlflow.set_experiment exports MLFLOW_EXPERIMENT_ID for child processes: an id the new server lacks)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MLFLOW_HTTP_REQUEST", "MLFLOW_EXPERIMENT", "MLFLOW_RUN_ID"))}
     env.update({"MLFLOW_TRACKING_URI": url, "RAGJUDGE_OUTPUT_DIR": str(tmp_path / "outputs"),
                 "RAGJUDGE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), **extra})
     return env
@@ -133,11 +136,14 @@ def _kill_tree(pid: int) -> None:
 
 @pytest.mark.slow
 @once_per_ci
-def test_case_01_a_tracking_server_that_dies_while_traces_are_written_ends_the_command(tmp_path, fresh_tracking_uri):
+def test_case_01_a_tracking_server_that_dies_while_traces_are_written_ends_the_command(tmp_path, fresh_tracking_uri,
+                                                                                       monkeypatch):
     """Before: each request to the dead server took MLflow's full retries (~246 s by default) and the traces went
     8 at a time, so the command ran for hours and never printed its summary. Now the first batch that finds the
     store not answering ends the trace writing, every later request gets one try, and the summary says what was
     logged and how to write the rest."""
+    for var in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):  # an earlier test's experiment
+        monkeypatch.delenv(var, raising=False)
     proc, url = _start_evaluation(tmp_path, fresh_tracking_uri, 200)
     # the first batch (its requests in parallel), then a few single tries (the run's end), then Python's exit
     bound = 2 * _request_bound() + 4 * TIMEOUT + 30
@@ -410,3 +416,15 @@ def test_case_16_log_saved_traces_have_a_live_runs_spans_and_the_run_ends_finish
     assert [d["page_content"] for d in docs["0"]] == out.rows[0].contexts
     assert client.get_run(failed).info.status == "FINISHED"
     assert all(t.data.spans and t.info.tags.get("mlflow.traceName") == TRACE_NAME for t in _run_traces(failed))
+
+
+def test_log_saved_into_a_run_ignores_an_active_experiment_the_store_lacks(tmp_tracking, outputs, capsys, monkeypatch):
+    """``log-saved --run-id`` writes into that run's own experiment: an ``MLFLOW_EXPERIMENT_ID`` left over from
+    another store (as ``mlflow.set_experiment`` exports it for child processes) does not refuse it (before: "No
+    Experiment with id=... exists", exit 2)."""
+    folder = save_local(_offline(), "later")
+    run_id = MlflowClient().create_run("0").info.run_id
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", "987654")
+    assert main(["log-saved", str(folder), "--run-id", run_id, "--tracking-uri", tmp_tracking]) == 0, \
+        capsys.readouterr().err
+    assert MlflowClient().get_run(run_id).info.status == "FINISHED"

@@ -227,10 +227,12 @@ def safe_tracking_uri(uri: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def check_tracking_store(tracking_uri: str | None, experiment: str | None, *, nothing: str) -> None:
+def check_tracking_store(tracking_uri: str | None, experiment: str | None, *, nothing: str,
+                         into_run: bool = False) -> None:
     """Make ``tracking_uri`` / ``experiment`` the active ones and check the store answers, before anything is paid
     for; an :class:`InputError` naming the store, the fix and ``nothing`` (what was not done) otherwise. An HTTP
-    server is first checked with one short request (:func:`check_reachable`)."""
+    server is first checked with one short request (:func:`check_reachable`). ``into_run``: what follows writes into
+    an existing run (``log-saved --run-id``), so the active experiment (``MLFLOW_EXPERIMENT_ID``) need not exist."""
     import mlflow
 
     if tracking_uri:
@@ -244,7 +246,7 @@ def check_tracking_store(tracking_uri: str | None, experiment: str | None, *, no
         with store_creation_lock(uri):  # the first use creates (migrates) a new SQLite store: one process at a time
             if experiment:
                 mlflow.set_experiment(experiment)
-            elif os.environ.get("MLFLOW_EXPERIMENT_ID"):  # the experiment the run would go to must exist
+            elif os.environ.get("MLFLOW_EXPERIMENT_ID") and not into_run:  # where a new run would go must exist
                 _client().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"])
             else:
                 _client().search_experiments(max_results=1)

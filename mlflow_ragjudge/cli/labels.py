@@ -69,7 +69,8 @@ def log_saved_command(args: argparse.Namespace) -> int:
     from ..adapters.tracking import check_tracking_store
 
     out = load_local(args.folder)
-    check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was logged; the saved folder is kept.")
+    check_tracking_store(args.tracking_uri, args.experiment, nothing="Nothing was logged; the saved folder is kept.",
+                         into_run=bool(args.run_id))
     if args.run_id:
         client = mlflow.tracking.MlflowClient()
         run = client.get_run(args.run_id)  # an unknown run fails here, before anything is logged
