@@ -19,7 +19,7 @@ TESTS=(tests/test_scorers.py tests/test_genai_traces.py tests/test_trace_fields.
        tests/test_mlflow_compare.py tests/test_sessions.py tests/test_traces.py tests/test_evaluator.py
        tests/test_relogging.py tests/test_tracking_store.py tests/test_store_creation.py tests/test_versions.py
        tests/test_judge_noise.py tests/test_judge_report.py tests/test_monitor.py tests/test_online_scoring.py
-       tests/test_hostile_labels.py tests/test_hostile_store.py)
+       tests/test_hostile_labels.py)
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_MODEL_CATALOG_URI= HF_HUB_OFFLINE=1
 export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
 status=0
