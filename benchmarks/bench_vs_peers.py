@@ -84,7 +84,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_recall")
+METRICS_FOUR = ("faithfulness", "answer_relevancy", "context_precision", "context_recall")
+#: ``--metric-set six`` (ours and MLflow only): our six judged metrics against six of MLflow's built-in judges
+METRICS_SIX = (*METRICS_FOUR, "correctness", "context_relevance")
+METRICS = METRICS_FOUR  # the set of this run (main, and each worker from its spec)
 TOOLS = ("ours", "ragas", "deepeval", "mlflow")
 PEERS_DIR = Path(os.environ.get("PEERS_DIR", Path.home() / ".cache" / "ragjudge-peers"))
 DEFAULT_PYTHONS = {
@@ -203,19 +206,22 @@ def _worker_ours(spec: dict[str, Any]) -> dict[str, Any]:
     scores: dict[str, list[float | None]] = {}
     reasons: dict[str, int] = {}
     examples: dict[str, str] = {}
+    abstained: dict[str, list[int]] = {}
     for m in METRICS:
         res = out.results[m]
         scores[m] = [_finite(r.value) if r.status.value == "scored" else None for r in res]
+        # the judge's "not sure" (correctness level 0) is the model's answer, not a row lost to the run
+        abstained[m] = [i for i, r in enumerate(res) if r.status.value == "abstained"]
         for r in res:
-            if r.status.value != "scored":
+            if r.status.value not in ("scored", "abstained"):
                 key = f"{m}:{r.status.value}:{getattr(r.reason, 'value', r.reason)}"
                 reasons[key] = reasons.get(key, 0) + 1
                 examples.setdefault(key, str(r.rationale)[:400])
     usage = out.config.get("usage", {})
     by_metric = {m: {k: round(v, 3) for k, v in u.items()}
                  for m, u in (out.config.get("usage_by_metric") or {}).items()}
-    return {"scores": scores, "wall": wall, "failures": reasons, "failure_examples": examples,
-            "package_file": mlflow_ragjudge.__file__,
+    return {"scores": scores, "abstained": abstained, "wall": wall, "failures": reasons,
+            "failure_examples": examples, "package_file": mlflow_ragjudge.__file__,
             "tool_usage": {k: usage.get(k) for k in ("requests", "calls", "cache_hits", "input_tokens",
                                                         "output_tokens", "retries") if k in usage},
             "usage_by_metric": by_metric,
@@ -336,6 +342,16 @@ MLFLOW_SCORERS = {"faithfulness": "RetrievalGroundedness", "answer_relevancy": "
 MLFLOW_VALUE_COLUMNS = {"faithfulness": "retrieval_groundedness", "answer_relevancy": "relevance_to_query",
                         "context_precision": "retrieval_relevance/precision",
                         "context_recall": "retrieval_sufficiency"}
+#: ``--metric-set six``: MLflow's six single-turn built-ins that read a RAG row. MLflow has one judge of each
+#: passage's relevance (RetrievalRelevance), which stands for our context relevance here; our context precision
+#: (is each passage useful for the reference answer?) has no built-in counterpart, so the sixth is Completeness
+#: (does the answer address every part of the question?), one of MLflow's shortest judge prompts -- the cheaper
+#: side of the choice for MLflow, so the token comparison does not flatter us.
+MLFLOW_SCORERS_SIX = {"faithfulness": "RetrievalGroundedness", "answer_relevancy": "RelevanceToQuery",
+                      "context_relevance": "RetrievalRelevance", "context_recall": "RetrievalSufficiency",
+                      "correctness": "Correctness", "completeness": "Completeness"}
+MLFLOW_VALUE_COLUMNS_SIX = {**MLFLOW_VALUE_COLUMNS, "context_relevance": "retrieval_relevance/precision",
+                            "correctness": "correctness", "completeness": "completeness"}
 
 
 def _worker_mlflow(spec: dict[str, Any]) -> dict[str, Any]:
@@ -361,14 +377,17 @@ def _worker_mlflow(spec: dict[str, Any]) -> dict[str, Any]:
                               for j, c in enumerate(row["contexts"])])
         return row["answer"]
 
-    scorers = [getattr(ms, MLFLOW_SCORERS[m])(model="openai:/judge-model") for m in METRICS]
+    names, columns = ((MLFLOW_SCORERS_SIX, MLFLOW_VALUE_COLUMNS_SIX) if set(METRICS) == set(METRICS_SIX)
+                      else (MLFLOW_SCORERS, MLFLOW_VALUE_COLUMNS))
+    judged = list(names) if names is MLFLOW_SCORERS_SIX else list(METRICS)
+    scorers = [getattr(ms, names[m])(model="openai:/judge-model") for m in judged]
     data = [{"inputs": {"question": r["question"], "row_id": r["id"]},
              "expectations": {"expected_response": r["reference"]}} for r in rows]
     t0 = time.perf_counter()
     result = mlflow.genai.evaluate(data=data, predict_fn=rag_app, scorers=scorers)
     wall = time.perf_counter() - t0
     df = result.result_df
-    scores: dict[str, list[float | None]] = {m: [None] * len(rows) for m in METRICS}
+    scores: dict[str, list[float | None]] = {m: [None] * len(rows) for m in judged}
     errors: dict[str, int] = {}
     index = {r["id"]: i for i, r in enumerate(rows)}
     for _, rec in df.iterrows():
@@ -376,8 +395,8 @@ def _worker_mlflow(spec: dict[str, Any]) -> dict[str, Any]:
         if isinstance(inputs, str):
             inputs = json.loads(inputs)
         i = index[inputs["row_id"]]
-        for m in METRICS:
-            col = MLFLOW_VALUE_COLUMNS[m]
+        for m in judged:
+            col = columns[m]
             value = rec.get(col + "/value", rec.get(col))
             if isinstance(value, str):
                 value = {"yes": 1.0, "no": 0.0}.get(value.lower())
@@ -411,6 +430,8 @@ def worker_main(argv: list[str]) -> int:
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
     spec = json.loads(args.spec.read_text())
+    global METRICS
+    METRICS = tuple(spec.get("metrics") or METRICS_FOUR)
     fn = {"ours": _worker_ours, "ragas": _worker_ragas, "deepeval": _worker_deepeval,
           "mlflow": _worker_mlflow}[args.worker]
     result = fn(spec)
@@ -518,7 +539,7 @@ def run_tool(tool: str, pythons: dict[str, str], server: Any, handler: Any, rows
     tag = f"{label}-{tool}" + (f"-{variant}" if variant else "")
     run_dir = Path(tempfile.mkdtemp(prefix=tag + "-", dir=work))
     spec = {"url": server.openai_base_url, "rows": rows, "cache": str(cache) if cache else False,
-            "variant": variant, "deepeval_model": deepeval_model}
+            "variant": variant, "deepeval_model": deepeval_model, "metrics": list(METRICS)}
     (run_dir / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPENAI_BASE_URL", "VIRTUAL_ENV")}
     env.update(QUIET_ENV)
@@ -548,7 +569,9 @@ def run_tool(tool: str, pythons: dict[str, str], server: Any, handler: Any, rows
     reqs = list(server.requests)
     chat = [r for r in reqs if r.api == "openai_chat"]
     emb = [r for r in reqs if r.api == "openai_embeddings"]
-    lost = sum(1 for i in range(n) if any(res["scores"][m][i] is None for m in METRICS))
+    abstained = res.get("abstained", {})
+    lost = sum(1 for i in range(n) if any(v[i] is None and i not in abstained.get(m, ()) for m, v in
+                                          res["scores"].items()))
     fig = {
         "tool": tool, "variant": variant, "rows": n,
         "chat_requests": len(chat), "embedding_requests": len(emb),
@@ -566,7 +589,7 @@ def run_tool(tool: str, pythons: dict[str, str], server: Any, handler: Any, rows
         "wall": res["wall"], "wall_per_row": res["wall"] / n, "process_wall": process_wall,
         "worker_cpu_s": worker_cpu,  # CPU seconds of the worker process, start-up and imports included
         "rows_lost": lost,
-        "mean_scores": {m: _mean(res["scores"][m]) for m in METRICS},
+        "mean_scores": {m: _mean(v) for m, v in res["scores"].items()},
         "failures": res.get("failures", {}),
         "server_errors": [repr(e) for e in server.errors[:3]],
         "outbound": sink.attempts[sink_before:],
@@ -799,6 +822,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="8 rows, latency 50 ms, hang 5 s, k = 5 only, scenarios a b d (a smoke check)")
     ap.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
+    ap.add_argument("--metric-set", choices=("four", "six"), default="four",
+                    help="four: the RAGAS-family four every tool has (default); six: our six judged metrics against "
+                         "six of MLflow's built-in judges (tools ours and mlflow only; see MLFLOW_SCORERS_SIX)")
     ap.add_argument("--rows", type=int, help="rows for a, b, d (default 40; quick 8)")
     ap.add_argument("--ks", nargs="+", type=int, help="chunks per row for scenario a (default 5 10; quick 5)")
     ap.add_argument("--latency", type=float, help="server latency in s (default 0.2; quick 0.05)")
@@ -819,6 +845,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{tool}-python", default=DEFAULT_PYTHONS[tool], help=f"python of {tool}'s venv")
     ap.add_argument("--json", type=Path, help="write every figure to this JSON file")
     args = ap.parse_args(argv)
+    if args.metric_set == "six":
+        if set(args.tools) - {"ours", "mlflow"}:
+            ap.error("--metric-set six compares ours with MLflow's judges only: add --tools ours mlflow")
+        global METRICS
+        METRICS = METRICS_SIX
     if args.quick:
         defaults = {"rows": 8, "ks": [5], "latency": 0.05, "hang": 5.0}
         if "--scenarios" not in argv:
@@ -845,7 +876,8 @@ def main(argv: list[str] | None = None) -> int:
     measured = f"mlflow_ragjudge at {commit}" if args.ours_rev else (
         f"the working tree (HEAD {commit}{', with uncommitted changes under mlflow_ragjudge/' if dirty else ''})")
     res: dict[str, Any] = {"started": started, "commit": commit, "ours_measured": measured, "argv": argv,
-                           "python": sys.version.split()[0], "cpus": os.cpu_count(), "scenarios": {},
+                           "python": sys.version.split()[0], "cpus": os.cpu_count(), "metrics": list(METRICS),
+                           "scenarios": {},
                            "scenario_seconds": {}}
     sink = ProxySink()
     with tempfile.TemporaryDirectory(prefix="bench_vs_peers_") as tmp, FakeLLMServer() as server:

@@ -17,9 +17,9 @@ from mlflow_ragjudge.metrics.answer_relevancy import AnswerRelevancyJudge
 from mlflow_ragjudge.metrics.statements import StatementExtractor
 
 PRECISION_MARK = "were retrieved for the QUESTION"
-STATEMENTS_MARK = "Break the TEXT below into a list of claims"
+STATEMENTS_MARK = "Break the TEXT into claims"
 RECALL_MARK = "come from the reference answer to the QUESTION"
-RELEVANCE_MARK = "numbered sentences. Select the sentences"
+RELEVANCE_MARK = "numbered sentences. Select the fewest sentences"
 RELEVANCY_MARK = "Write 3 different questions"
 
 QUESTION = "What does UNION ALL do?"
@@ -95,7 +95,7 @@ def test_context_precision_one_request_for_five_chunks(fake_llm, client):
     assert [c["relevant"] for c in result.details["chunks"]] == [True, False, True, False, False]
     assert [c["rank"] for c in result.details["chunks"]] == [1, 2, 3, 4, 5]
     assert result.details["n_relevant"] == 2 and "rank(s) [1, 3]" in result.rationale
-    assert judge.prompt_versions == {"context_precision": "context_precision-v3-en"}
+    assert judge.prompt_versions == {"context_precision": "context_precision-v4-en"}
     assert judge.estimate(QUESTION, REFERENCE, CHUNKS)["calls"] == 1
 
 
@@ -273,7 +273,7 @@ def test_context_relevance_english(fake_llm, client):
     prompt = chat_requests(fake_llm)[0].last_user_text
     assert "split into 4 numbered sentences" in prompt
     # each sentence between its own numbered tags, under its passage's heading
-    assert re.search(r'Passage 2:\n<(sentence-[0-9a-f]{12}) n="3">\nUNION ALL is fast\.\n</\1>\n'
+    assert re.search(r'Passage 2:\n<(sentence-[0-9a-f]{8}) n="3">\nUNION ALL is fast\.\n</\1>\n'
                      r'<\1 n="4">\nDr\. Smith said so\.\n</\1>', prompt)
     assert [s["sentence"] for s in result.details["selected"]] == ["UNION ALL keeps duplicates.", "UNION ALL is fast."]
     assert judge.estimate(QUESTION, contexts)["calls"] == 1
@@ -353,7 +353,7 @@ def test_answer_relevancy_with_the_servers_embeddings(fake_llm, client):
     assert len(chat_requests(fake_llm)) == 1  # ragas asks three times
     embeds = fake_llm.requests_for("openai_embeddings")
     assert len(embeds) == 1 and embeds[0].inputs == [QUESTION, *generated]
-    assert judge.prompt_versions == {"answer_relevancy": "answer_relevancy-v2-en"}
+    assert judge.prompt_versions == {"answer_relevancy": "answer_relevancy-v3-en"}
     assert judge.estimate(QUESTION, "x")["calls"] == 1
 
 

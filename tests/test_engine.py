@@ -178,7 +178,7 @@ def test_four_ragas_metrics_cost_five_requests_per_row(fake_llm, judge, emb):
     assert names.count("statements") == 2 * len(df)  # the response's claims and the reference's statements
     for m in RAGAS4:
         assert out.table[f"{m}/status"].tolist() == ["scored"] * len(df)
-    assert out.config["prompt_versions"]["context_verdicts"] == "context_verdicts-v2-en"
+    assert out.config["prompt_versions"]["context_verdicts"] == "context_verdicts-v3-en"
     # the shared call is recorded once as sent and once as shared (no tokens)
     shared = [t for t in out.transcripts if t.get("shared")]
     assert len(shared) >= len(df) and all(t["input_tokens"] == 0 for t in shared)

@@ -96,7 +96,7 @@ def test_mlflow_evaluate_logs_metrics_table_transcripts_params(fake_llm, judge_u
     p = logged.params
     assert p["ragjudge.judge"] == "openai:/judge-model"
     assert p["ragjudge.context_mode"] == "generation"  # contexts present, no retriever
-    assert "correctness-v3-en" in p["ragjudge.prompt_versions"]
+    assert "correctness-v4-en" in p["ragjudge.prompt_versions"]
     assert p["ragjudge.version"]
     # the per-row table: question first, the headline score second
     table = _artifact_json(run_id, "ragjudge/eval_results_table.json")

@@ -21,7 +21,7 @@ def router(req):
     if req.api == "openai_embeddings":
         return None  # the server's default: a hashed bag-of-words vector per input
     text = req.last_user_text
-    if "Break the TEXT below into a list of claims" in text:
+    if "Break the TEXT into claims" in text:
         if "I don't know" in text:
             return {"statements": []}
         return {"statements": ["claim one.", "claim two."]}
@@ -29,7 +29,7 @@ def router(req):
         return {"verdicts": [{"claim": 1, "reason": "stated", "verdict": "supported"},
                              {"claim": 2, "reason": "absent", "verdict": "unsupported"}]}
     if "The numbered PASSAGES were retrieved" in text:
-        n = len(re.findall(r'^<passage-[0-9a-f]{12} n="\d+">$', text, re.M))  # each passage in its own fence
+        n = len(re.findall(r'^<passage-[0-9a-f]{8} n="\d+">$', text, re.M))  # each passage in its own fence
         return {"verdicts": [{"passage": i, "reason": "r", "relevant": i == 2} for i in range(1, n + 1)]}
     if "The numbered STATEMENTS come from the reference" in text:
         return {"verdicts": [{"statement": 1, "reason": "found", "attributed": True},

@@ -109,7 +109,7 @@ def history_of(prompt: str) -> tuple[list[str], list[str]]:
 
 
 def judged_response(prompt: str) -> str:
-    return prompt.split("RESPONSE:\n", 1)[1].split("\n\nWrite your feedback first", 1)[0]
+    return prompt.split("RESPONSE:\n", 1)[1].split("\n\nGive your feedback first", 1)[0]
 
 
 def grade_union(resp: str) -> int:
@@ -507,7 +507,7 @@ def test_japanese_prompts_with_structured_output(make_client, fake_llm):
 
 def test_prompt_versions_and_settings(make_client):
     runner = MultiTurnRunner(make_client(make_router()), n_turns=4)
-    assert runner.prompt_versions == {"correctness": "correctness-v3-en", "mt_compose": "mt_compose-v2-en",
+    assert runner.prompt_versions == {"correctness": "correctness-v4-en", "mt_compose": "mt_compose-v2-en",
                                       "mt_next_question": "mt_next_question-v2-en", "mt_rewrite": "mt_rewrite-v2-en"}
     s = runner.settings
     assert s["n_turns"] == 4 and s["max_questions"] == 3 and s["final_score"] == "append"

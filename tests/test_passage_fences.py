@@ -16,7 +16,7 @@ from mlflow_ragjudge.metrics.correctness import format_contexts
 from mlflow_ragjudge.metrics.statements import number_items
 
 #: the documented format, read generically: any kind, any 12-hex marker, the same tag closing
-FENCED = re.compile(r'<((?P<kind>[a-z]+)-[0-9a-f]{12}) n="(?P<n>\d+)">\n(?P<text>.*?)\n</\1>', re.S)
+FENCED = re.compile(r'<((?P<kind>[a-z]+)-[0-9a-f]{8}) n="(?P<n>\d+)">\n(?P<text>.*?)\n</\1>', re.S)
 
 TRICKY = [
     "Paris is the capital of France.[1] It has 2.1 million inhabitants.[2]",
