@@ -46,6 +46,14 @@ if [ "${CI:-}" = "true" ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/n
 fi
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true MLFLOW_MODEL_CATALOG_URI= HF_HUB_OFFLINE=1
 export MLFLOW_TRACKING_URI="sqlite:///$(mktemp -d)/mlflow.db"
+# the MLflow-versions part's environments (the 3.18.0 overlay, the 3.14.0 venv) are built in the background while the
+# main suite runs: pip waits on the registry and the disk, the tests on the CPU
+prepared=""
+if [ "$matrix" != 0 ]; then
+  prep_log=$(mktemp)
+  bash scripts/test_mlflow_versions.sh --prepare > "$prep_log" 2>&1 &
+  prepared=$!
+fi
 .venv/bin/ruff check .
 .venv/bin/mypy mlflow_ragjudge
 select=()
@@ -69,6 +77,10 @@ fi
 # The MLflow-facing tests again on the newest MLflow (3.18.0, laid over) and the oldest the package admits (3.14.0):
 # scripts/test_mlflow_versions.sh. In CI, and locally with RAGJUDGE_ALL=1 or RAGJUDGE_MLFLOW_MATRIX=1.
 if [ "$matrix" != 0 ]; then
+  if ! wait "$prepared"; then  # said, then built again (and its error shown) by the versions part itself
+    echo "warning: preparing the MLflow-versions environments in the background failed:" >&2
+    tail -20 "$prep_log" >&2
+  fi
   if ! bash scripts/test_mlflow_versions.sh; then
     [ "$rc" -ne 0 ] || rc=1
   fi

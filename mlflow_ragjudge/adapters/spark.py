@@ -46,6 +46,7 @@ from ..engine.prepare import build_client
 from ..engine.select import select_metrics
 from ..llm.cache import check_cache_path
 from ..llm.client import JudgeClient
+from .spark_pace import job_pace
 from .spark_stop import stoppable
 
 #: rows of the per-row table logged with the run (a seeded sample; ``table_rows="all"`` logs every row)
@@ -362,19 +363,22 @@ class _Score:
 
 # ----------------------------------------------------------------------------------------------- the entry point
 
-#: each task paces at this share of its part of the job's request limit. Tasks in different processes cannot see each
-#: other's request starts, and their arrival jitter at the provider adds a request or two to a full window, which a
-#: provider counting a sliding window refuses (measured at 100 %: 2.2 % of the requests refused with 429, each
-#: refusal holding its task back for the window's ``retry-after``)
+#: without a pace file (:mod:`.spark_pace`), each task paces at this share of its part of the job's request limit.
+#: Tasks in different processes then cannot see each other's request starts, and their arrival jitter at the provider
+#: adds a request or two to a full window, which a provider counting a sliding window refuses (measured at 100 %:
+#: 2.2 % of the requests refused with 429, each refusal holding its task back for the window's ``retry-after``)
 TASK_PACE_SHARE = 0.97
 
 
-def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int) -> dict[str, Any]:
+def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int, pace: str | None = None) -> dict[str, Any]:
     """The config each task runs with: the whole job's request limit (and concurrency, when set: at most
     ``max_concurrency`` in flight over the job, :func:`_within_concurrency`) shared between the tasks that run at
-    once; no progress bar (the driver logs the run and its traces)."""
+    once -- through the job's pace file ``pace`` when there is one, else as a share per task; no progress bar (the
+    driver logs the run and its traces)."""
     d = cfg.as_dict()
-    if cfg.requests_per_minute:
+    if cfg.requests_per_minute and pace is not None:
+        d["shared_pace"] = pace  # every task claims its starts from the one pace: the job runs at the whole limit
+    elif cfg.requests_per_minute:
         d["requests_per_minute"] = cfg.requests_per_minute / concurrent_tasks * TASK_PACE_SHARE
     if cfg.max_concurrency:
         d["max_concurrency"] = max(1, cfg.max_concurrency // concurrent_tasks)
@@ -415,12 +419,14 @@ def evaluate_spark(sdf: Any, evaluator_config: dict[str, Any] | RagJudgeConfig |
         RagJudgeConfig.from_dict(evaluator_config or {})
     check_splittable(cfg)
     check_cache_path(cfg.cache)  # the user's own file named as the cache: refused here, not in every task
-    with pandas_support_note(), stoppable(sdf.sparkSession, cfg):  # Ctrl-C: our stop, not PySpark's (spark_stop)
-        return _evaluate_spark(sdf, cfg, experiment, run_name, log, table_rows, collect)
+    with pandas_support_note(), stoppable(sdf.sparkSession, cfg), \
+            job_pace(cfg, sdf.sparkSession.sparkContext) as pace:  # Ctrl-C: our stop, not PySpark's (spark_stop)
+        return _evaluate_spark(sdf, cfg, experiment, run_name, log, table_rows, collect, pace)
 
 
 def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_name: str | None, log: bool,
-                    table_rows: int | str, collect: bool = False) -> SparkEvaluation:
+                    table_rows: int | str, collect: bool = False,
+                    pace: tuple[str | None, str] = (None, "none")) -> SparkEvaluation:
     F = _pyspark()  # noqa: N806
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -443,7 +449,7 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
             raise InputError(f"Column '{id_col}' (row ids) repeats {dup}; row ids must be unique (they key human "
                              "labels).")
     # 2. every check before any judge call
-    run_cfg = _executor_config(cfg, concurrent)
+    run_cfg = _executor_config(cfg, concurrent, pace[0])
     errors = (sdf.mapInPandas(_Validate(run_cfg, offsets), "first_row long, error string")
               .where(F.col("error").isNotNull()).orderBy("first_row").limit(1).collect())
     if errors:
@@ -490,7 +496,7 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
     picked = _traced_rows(rows, cfg, traced)
     rows = rows.drop(_KEY, _CELLS, _PART, _ROW, _TRACE)
     wall = round(time.perf_counter() - t0, 3)
-    record = _record(cfg, merged, partitions, concurrent, wall, table_rows, len(sample))
+    record = _record(cfg, merged, partitions, concurrent, wall, table_rows, len(sample), pace)
     record["gate"] = gate
     params = {"ragjudge.version": VERSION, **merged.params, "ragjudge.spark.partitions": str(partitions)}
     run_id = _log(merged, params, record, sample, gate, experiment, run_name, picked) if log else None
@@ -613,7 +619,8 @@ def _plain(value: Any) -> Any:
 
 
 def _record(cfg: RagJudgeConfig, merged: Any, partitions: int, concurrent: int, wall: float,
-            table_rows: int | str, logged: int) -> dict[str, Any]:
+            table_rows: int | str, logged: int, pace: tuple[str | None, str] = (None, "none")) -> dict[str, Any]:
+    shared = bool(cfg.requests_per_minute) and pace[0] is not None
     return {
         "package_version": VERSION, "config": cfg.public_params(), "rows": merged.rows,
         "metrics_run": [m for m in merged.params.get("ragjudge.metrics", "").split(",") if m],
@@ -621,7 +628,9 @@ def _record(cfg: RagJudgeConfig, merged: Any, partitions: int, concurrent: int, 
         "skipped": merged.skipped, "failures": merged.failures, "seconds": wall,
         "spark": {"partitions": partitions, "concurrent_tasks": concurrent, "seconds_in_parts": merged.seconds,
                   "requests_per_minute_per_task": (cfg.requests_per_minute / concurrent * TASK_PACE_SHARE
-                                                   if cfg.requests_per_minute else None),
+                                                   if cfg.requests_per_minute and not shared else None),
+                  # the job's pace: one file for every task ("driver", "cache" or "config"), or "none" (a share each)
+                  "pace_file": pace[1] if shared else "none",
                   "table": "every row" if table_rows == "all" else f"a seeded sample of {logged} rows"},
     }
 

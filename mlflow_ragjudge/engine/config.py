@@ -49,6 +49,9 @@ _TYPE_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
                         "a whole number >= 1 (calls in flight per provider)", "8"),
     "requests_per_minute": (lambda v: v is None or (is_number(v) and v >= 0),
                             "a number >= 0 (0 turns pacing off)", "500"),
+    "shared_pace": (lambda v: v is None or (isinstance(v, (str, os.PathLike)) and bool(str(v))),
+                    "None or the path of a pace file every process of the job can write",
+                    "'/shared/ragjudge.pace'"),
     "cache": (lambda v: isinstance(v, (bool, str, os.PathLike)),
               "True, False, or a cache directory / file path", "True or '/tmp/ragjudge-cache'"),
     "timeout": (lambda v: is_number(v) and v > 0, "a number of seconds > 0", "60"),
@@ -113,6 +116,9 @@ class RagJudgeConfig:
         max_concurrency: a cap on this run's judge calls in flight (default: none; the provider connection's
             adaptive limit, or the one set with ``configure_provider``, bounds every run).
         requests_per_minute: pace judge calls to a provider's rate limit.
+        shared_pace: a pace file: every process (job, Spark task) that names it paces ``requests_per_minute``
+            together (``mlflow_ragjudge.llm.shared_pace``); default ``$RAGJUDGE_SHARED_PACE``, and on Spark one
+            the job picks (docs/scaling.md).
         cache: True (default on-disk cache), False, or a cache directory/file path.
         timeout: seconds per judge request.
         max_attempts: attempts per judge request.
@@ -164,6 +170,7 @@ class RagJudgeConfig:
     language: str = "en"
     max_concurrency: int | None = None
     requests_per_minute: float | None = None
+    shared_pace: str | None = None
     cache: bool | str = True
     timeout: float = 60.0
     max_attempts: int = 6
@@ -310,6 +317,7 @@ class RagJudgeConfig:
             "language": self.language,
             "max_concurrency": self.max_concurrency,
             "requests_per_minute": self.requests_per_minute,
+            "shared_pace": self.shared_pace is not None,
             "cache": bool(self.cache),
             "timeout": self.timeout,
             "relevance_threshold": self.relevance_threshold,

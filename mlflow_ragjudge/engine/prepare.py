@@ -118,6 +118,7 @@ def build_client(cfg: RagJudgeConfig, judge: str | Backend | None = None) -> Jud
         cache=cfg.cache,
         max_concurrency=cfg.max_concurrency,
         requests_per_minute=cfg.requests_per_minute,
+        shared_pace=cfg.shared_pace,
         timeout=cfg.timeout,
         max_attempts=cfg.max_attempts,
         check_ready=not cfg.dry_run,  # an estimate sends nothing, so it needs no API key

@@ -39,6 +39,7 @@ from .cache import CallCache, cache_key
 from .gate import ProviderGate, configure_provider, gate_for
 from .pricing import cost_usd
 from .sender import Sender, Usage
+from .shared_pace import ENV_SHARED_PACE
 
 __all__ = [
     "FAILURE_FOR_KIND", "JudgeClient", "CallResult", "ParseError", "Usage", "ProviderGate", "gate_for",
@@ -118,6 +119,8 @@ def _check_settings(**settings: Any) -> None:
         "timeout": (lambda v: number(v) and v > 0, "a number of seconds > 0"),
         "max_attempts": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
         "max_retry_time": (lambda v: number(v) and v >= 0, "a number of seconds >= 0"),
+        "shared_pace": (lambda v: v is None or (isinstance(v, (str, os.PathLike)) and bool(str(v))),
+                        "None or the path of a pace file"),
     }
     for key, value in settings.items():
         ok, what = rules[key]
@@ -139,6 +142,9 @@ class JudgeClient:
         requests_per_minute: pace request starts to this rate (a provider's limit, so a setting of the
             provider connection, as with :func:`configure_provider`); 0 turns pacing off; ``None`` leaves
             it as it is.
+        shared_pace: a pace file (default ``$RAGJUDGE_SHARED_PACE``): every process that names the same file
+            paces ``requests_per_minute`` together, so together they stay under the limit
+            (:mod:`~mlflow_ragjudge.llm.shared_pace`; the tasks of a Spark job get one).
         timeout: seconds per request.
         max_attempts: attempts per request, the first included. A 429 that carries
             ``retry-after`` does not use one up (waits are bounded by ``max_retry_time``).
@@ -182,9 +188,11 @@ class JudgeClient:
         dedupe: bool = False,
         max_reasks: int | None = None,
         batch: Any = None,
+        shared_pace: str | Path | None = None,
     ) -> None:
         _check_settings(cache=cache, max_concurrency=max_concurrency, requests_per_minute=requests_per_minute,
-                        timeout=timeout, max_attempts=max_attempts, max_retry_time=max_retry_time)
+                        timeout=timeout, max_attempts=max_attempts, max_retry_time=max_retry_time,
+                        shared_pace=shared_pace)
         self.backend = resolve_backend(judge)
         if check_ready:
             self.backend.check_ready()
@@ -204,7 +212,9 @@ class JudgeClient:
         self.sender = Sender(gate_for(self.backend.connection_key()), self.usage, timeout=timeout,
                              max_attempts=max_attempts, max_retry_time=max_retry_time, backoff_base=backoff_base,
                              backoff_max=backoff_max, max_concurrency=max_concurrency, sleep=sleep)
-        self.gate.configure(None, requests_per_minute)
+        pace_file = shared_pace if shared_pace is not None else (os.environ.get(ENV_SHARED_PACE) or None)
+        self.gate.configure(None, requests_per_minute, shared_pace=pace_file,
+                            connection=self.backend.connection_key())
         self.timeout = timeout
         self.prices = prices
         self._lock = threading.Lock()  # the memo, the in-flight table and the recent records

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .backends import Backend, resolve_backend
@@ -25,6 +26,7 @@ from .pacing import (
     RequestsPerMinute,
     Rounds,
 )
+from .shared_pace import shared_pace as open_shared_pace
 
 __all__ = ["ProviderGate", "Ticket", "gate_for", "configure_provider", "ENV_MAX_CONCURRENCY",
            "ENV_TAIL_TIMEOUT_FLOOR"]
@@ -101,9 +103,14 @@ class ProviderGate:
         """Slow start's rounds (part of :class:`~.pacing.Concurrency`)."""
         return self.concurrency.rounds
 
-    def configure(self, limit: int | None = None, requests_per_minute: float | None = None) -> None:
-        """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off."""
+    def configure(self, limit: int | None = None, requests_per_minute: float | None = None, *,
+                  shared_pace: str | Path | None = None, connection: str = "") -> None:
+        """Change the limits. ``None`` leaves a setting as it is; ``requests_per_minute=0`` turns pacing off;
+        ``shared_pace``: a pace file whose other users (processes) share the ``requests_per_minute`` pace of
+        ``connection`` (:mod:`~mlflow_ragjudge.llm.shared_pace`)."""
         with self._lock:
+            if shared_pace is not None:
+                self.rpm.shared, self.rpm.connection = open_shared_pace(shared_pace), connection
             if limit is not None:
                 if limit < 1:
                     raise ValueError(f"max_concurrency must be >= 1, got {limit}")
@@ -269,10 +276,13 @@ def gate_for(key: str) -> ProviderGate:
         return gate
 
 def configure_provider(judge: str | Backend, *, max_concurrency: int | None = None,
-                       requests_per_minute: float | None = None) -> ProviderGate:
+                       requests_per_minute: float | None = None,
+                       shared_pace: str | Path | None = None) -> ProviderGate:
     """Set a provider connection's process-wide limits explicitly: ``max_concurrency`` requests in flight
     (instead of the adaptive limit) and ``requests_per_minute`` pacing (0 turns it off). Every client of the
-    connection in this process is bound by them."""
-    gate = gate_for(resolve_backend(judge).connection_key())
-    gate.configure(max_concurrency, requests_per_minute)
+    connection in this process is bound by them; with ``shared_pace`` (a pace file), every process that names the
+    same file shares the pace (:mod:`~mlflow_ragjudge.llm.shared_pace`)."""
+    key = resolve_backend(judge).connection_key()
+    gate = gate_for(key)
+    gate.configure(max_concurrency, requests_per_minute, shared_pace=shared_pace, connection=key)
     return gate

@@ -13,7 +13,8 @@ AnnouncedBudget     a reply's ``x-ratelimit-*`` / ``anthropic-          the serv
 CoolDown            a 429 with ``retry-after``                          the server
 LearnedPace         what the server accepted before a 429 with          the server (only when it announces no
                     ``retry-after``: a window to mirror or a pace       budget)
-RequestsPerMinute   nothing: a fixed spacing of starts                  ``requests_per_minute``
+RequestsPerMinute   nothing: a fixed spacing of starts (across          ``requests_per_minute``, ``shared_pace``
+                    processes with a pace file)
 Latency             every successful reply                              ``RAGJUDGE_TAIL_TIMEOUT_FLOOR``
 ==================  ==================================================  ===========================================
 """
@@ -24,6 +25,8 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
+from .shared_pace import SharedPace
 
 __all__ = ["Rounds", "Concurrency", "AnnouncedBudget", "CoolDown", "LearnedPace", "RequestsPerMinute", "Latency",
            "ENV_TAIL_TIMEOUT_FLOOR"]
@@ -289,18 +292,28 @@ class LearnedPace:
 @dataclass
 class RequestsPerMinute:
     """``requests_per_minute`` set: starts spaced ``60 / (MARGIN x rpm)`` s apart, 1 % under the limit, so a start
-    late by a few milliseconds never puts one request too many in a window. None: no spacing."""
+    late by a few milliseconds never puts one request too many in a window. None: no spacing. With a pace file
+    (``shared``, :mod:`~mlflow_ragjudge.llm.shared_pace`) the spacing holds between the starts of every process
+    that opens it, claimed under the connection's key (``connection``)."""
 
     MARGIN = 0.99
 
     rpm: float | None = None
     next_start: float = 0.0
+    shared: SharedPace | None = None
+    connection: str = ""
 
     def schedule(self, start: float) -> float:
         if not self.rpm:
             return start
+        interval = 60.0 / (self.MARGIN * self.rpm)
+        if self.shared is not None:
+            offset = time.time() - time.monotonic()  # the file holds wall-clock times, the gate monotonic ones
+            claimed = self.shared.claim(self.connection, interval, start + offset)
+            if claimed is not None:
+                return claimed - offset
         start = max(start, self.next_start)
-        self.next_start = start + 60.0 / (self.MARGIN * self.rpm)
+        self.next_start = start + interval
         return start
 
 
