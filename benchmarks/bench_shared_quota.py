@@ -31,7 +31,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
@@ -40,9 +39,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if os.environ.get("RAGJUDGE_QUOTA_CHILD") != "1":
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+from _at_rev import in_child, rerun_at  # noqa: E402
+
+if not in_child():
     sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-quota")
 
 SCENARIOS = ("fresh", "prefilled-even", "prefilled-burst", "neighbour")
@@ -176,14 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rev", help="measure the package as committed at this git revision (git archive)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    if args.rev and os.environ.get("RAGJUDGE_QUOTA_CHILD") != "1":
-        src = Path(tempfile.mkdtemp(prefix="quota-"))
-        archive = subprocess.run(["git", "archive", args.rev, "mlflow_ragjudge"], cwd=ROOT, capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-        env = {**os.environ, "PYTHONPATH": str(src), "RAGJUDGE_QUOTA_CHILD": "1"}
-        return subprocess.run([sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])],
-                              env=env).returncode
+    if args.rev and not in_child():
+        return rerun_at(args.rev, __file__, argv)
     import mlflow_ragjudge
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

@@ -14,7 +14,8 @@ Run from the repository root with the project's venv and the ``spark`` extra (Ja
   between the two runs' metrics.
 * ``rate``: the fake OpenAI server (``tests/fakellm.py``, in a child process) with ``CompliantModel("json_schema")``,
   a latency of 300 ms and a limit of 600 requests per sliding 60 s; ``--rows`` rows with correctness, faithfulness,
-  context precision and recall (5 requests per row), ``requests_per_minute=600`` in the config, 4 partitions on
+  context precision and recall (5 requests per row), ``requests_per_minute=600`` in the config, 4 partitions
+  (``--partitions``: 3 leaves the last task alone, which without the job's pace file runs at its share) on
   ``local[2]``. The limit's minimum time is the accepted requests at the limit's rate (10 per second); reported:
   wall / minimum, 429s, rows lost.
 """
@@ -98,7 +99,7 @@ def rate(args) -> dict:
 
     with ServerProcess(0.3, 600) as server:
         spark = session(2)
-        sdf = spark.createDataFrame(make_rows(args.rows)).repartition(4)
+        sdf = spark.createDataFrame(make_rows(args.rows)).repartition(args.partitions or 4)
         cfg = {"judge": f"openai:/judge-model?base_url={server.url}", "cache": False,
                "metrics": ["correctness", "faithfulness", "context_precision", "context_recall"],
                "requests_per_minute": 600}

@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+from _at_rev import in_child, rerun_at  # noqa: E402
 
 _OPEN = re.compile(r'<((?:data|passage|sentence)-[0-9a-f]+)(?: name="[^"]*"| n="\d+")>')
 METRICS = ("correctness", "faithfulness", "answer_relevancy", "context_precision", "context_recall",
@@ -148,14 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rev", help="measure the package as committed at this git revision (git archive)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    if args.rev and "RAGJUDGE_PROMPT_BUDGET_CHILD" not in os.environ:
-        src = Path(tempfile.mkdtemp(prefix="prompt-budget-"))
-        archive = subprocess.run(["git", "archive", args.rev, "mlflow_ragjudge"], cwd=ROOT, capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-        env = {**os.environ, "PYTHONPATH": str(src), "RAGJUDGE_PROMPT_BUDGET_CHILD": "1"}
-        return subprocess.run([sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])],
-                              env=env).returncode
+    if args.rev and not in_child():
+        return rerun_at(args.rev, __file__, argv)
     fig = measure(args.rows, args.k)
     import mlflow_ragjudge
 

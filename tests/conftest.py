@@ -150,10 +150,12 @@ def store(request, tmp_path, fresh_tracking_uri, monkeypatch):
     mlflow.tracking.fluent._active_experiment_id = None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
-    """A real ``mlflow server`` on 127.0.0.1 for the tests of one module, its SQLite store initialised beforehand (the
-    server need not migrate a new one) in a temp dir; yields its URL."""
+    """A real ``mlflow server`` on 127.0.0.1 for every test of a session (of an xdist worker) that asks for one, its
+    SQLite store initialised beforehand (the server need not migrate a new one) in a temp dir; yields its URL. One
+    per session, not per module: starting one costs seconds of CPU, and the tests keep to experiments of their own
+    (unique names), so they do not see each other's runs."""
     from mlflow_ui import start_server
 
     workdir = tmp_path_factory.mktemp("mlflow-server")

@@ -602,6 +602,11 @@ class FakeLLMServer:
         self.rate_limit_per_minute: int | None = None
         """Requests accepted per sliding window; above it the reply is 429 with ``retry-after``."""
         self.rate_limit_window: float = 60.0
+        self.token_limit_per_minute: int | None = None
+        """Prompt tokens (as ``usage.prompt_tokens`` counts them) accepted per sliding window (``rate_limit_window``)
+        on chat requests; a request that would pass it gets a 429 with ``retry-after``. With ``rate_limit_headers``,
+        every reply announces the token budget (``x-ratelimit-*-tokens``, ``anthropic-ratelimit-input-tokens-*``)."""
+        self.token_limited_count: int = 0
         self.rate_limit_headers: bool = True
         """With a rate limit: announce the budget on every reply (OpenAI ``x-ratelimit-*-requests``, Anthropic
         ``anthropic-ratelimit-requests-*``), as the big providers do; False: only ``retry-after`` on a 429."""
@@ -622,6 +627,7 @@ class FakeLLMServer:
         self._handler: Handler = self.default_handler
         self._queue: collections.deque[Any] = collections.deque()
         self._window: collections.deque[float] = collections.deque()
+        self._token_window: collections.deque[tuple[float, int]] = collections.deque()
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._stopping = threading.Event()
@@ -731,6 +737,8 @@ class FakeLLMServer:
         with self._lock:
             self._queue.clear()
             self._window.clear()
+            self._token_window.clear()
+            self.token_limited_count = 0
             self.requests.clear()
             self.errors.clear()
             self.request_count = 0
@@ -864,10 +872,53 @@ class FakeLLMServer:
             wait = self._window[0] + window - now  # in (0, window]; headers round it up
         return _retry_after_headers(wait, ceil=True)
 
-    def _ratelimit_info_headers(self, api: str) -> dict[str, str]:
-        limit = self.rate_limit_per_minute
+    def _token_limit(self, request: Request) -> dict[str, str] | None:
+        """The 429 headers when the request's prompt tokens would pass the token limit, else None (and counts them)."""
+        limit = self.token_limit_per_minute
+        if limit is None or request.api not in (OPENAI_CHAT, ANTHROPIC_MESSAGES):
+            return None
+        tokens = _prompt_tokens(request)
+        now = time.monotonic()
+        window = self.rate_limit_window
+        with self._lock:
+            while self._token_window and self._token_window[0][0] <= now - window:
+                self._token_window.popleft()
+            used = sum(n for _, n in self._token_window)
+            if used + tokens <= limit or not self._token_window:
+                self._token_window.append((now, tokens))
+                return None
+            self.token_limited_count += 1
+            freed, wait = used, window
+            for t, n in self._token_window:  # until enough of the oldest have left the window
+                freed -= n
+                if freed + tokens <= limit:
+                    wait = t + window - now
+                    break
+        return _retry_after_headers(max(0.001, wait), ceil=True)
+
+    def _token_info_headers(self, api: str) -> dict[str, str]:
+        limit = self.token_limit_per_minute
         if limit is None or not self.rate_limit_headers:
             return {}
+        now = time.monotonic()
+        with self._lock:
+            live = [(t, n) for t, n in self._token_window if t > now - self.rate_limit_window]
+        remaining = max(0, limit - sum(n for _, n in live))
+        reset = (live[-1][0] + self.rate_limit_window - now) if live else 0.0  # when the window is empty again
+        if api.startswith("anthropic"):
+            at = datetime.now(UTC).timestamp() + max(0.0, reset)
+            return {"anthropic-ratelimit-input-tokens-limit": str(limit),
+                    "anthropic-ratelimit-input-tokens-remaining": str(remaining),
+                    "anthropic-ratelimit-input-tokens-reset": datetime.fromtimestamp(at, UTC)
+                    .isoformat().replace("+00:00", "Z")}
+        return {"x-ratelimit-limit-tokens": str(limit), "x-ratelimit-remaining-tokens": str(remaining),
+                "x-ratelimit-reset-tokens": f"{max(0.0, reset):.3f}s"}
+
+    def _ratelimit_info_headers(self, api: str) -> dict[str, str]:
+        tokens = self._token_info_headers(api)
+        limit = self.rate_limit_per_minute
+        if limit is None or not self.rate_limit_headers:
+            return tokens
         now = time.monotonic()
         with self._lock:
             used = sum(1 for t in self._window if t > now - self.rate_limit_window)
@@ -880,11 +931,13 @@ class FakeLLMServer:
                 "anthropic-ratelimit-requests-remaining": str(remaining),
                 "anthropic-ratelimit-requests-reset": datetime.fromtimestamp(at, UTC)
                 .isoformat().replace("+00:00", "Z"),
+                **tokens,
             }
         return {
             "x-ratelimit-limit-requests": str(limit),
             "x-ratelimit-remaining-requests": str(remaining),
             "x-ratelimit-reset-requests": f"{max(0.0, reset):.3f}s",
+            **tokens,
         }
 
     def _next_reply(self, request: Request) -> Reply:
@@ -908,7 +961,7 @@ class FakeLLMServer:
         if request.method != "POST":
             msg = f"Method {request.method} not allowed for {request.path}."
             return 405, {}, _error_body(api, request, Reply.error(405, msg)), False
-        limited = self._rate_limit(request)
+        limited = self._rate_limit(request) or self._token_limit(request)
         if limited is not None:
             reply = Reply.error(429, "Rate limit reached for requests (fakellm rate_limit_per_minute="
                                 f"{self.rate_limit_per_minute}).")

@@ -19,6 +19,7 @@ from .backends.base import BackendError, ErrorKind, RateInfo, clamp_count, clamp
 from .pacing import (
     ENV_TAIL_TIMEOUT_FLOOR,
     AnnouncedBudget,
+    AnnouncedTokens,
     Concurrency,
     CoolDown,
     Latency,
@@ -79,6 +80,7 @@ class ProviderGate:
         self.starts = 0  # requests started on this connection (a request's ``Ticket.seq``)
         self.concurrency = Concurrency.of(limit)
         self.budget = AnnouncedBudget()
+        self.tokens = AnnouncedTokens()
         self.cooldown = CoolDown()
         self.learned = LearnedPace()
         self.rpm = RequestsPerMinute(requests_per_minute)
@@ -126,9 +128,9 @@ class ProviderGate:
     POLL = 0.25
 
     def acquire(self, sleep: Callable[[float], None] = time.sleep, *, deadline: float | None = None,
-                stopped: Callable[[], bool] | None = None) -> Ticket:
-        """Take a slot and start a request; its ticket holds the seconds spent waiting for the announced budget, a
-        cool-down or the pace.
+                stopped: Callable[[], bool] | None = None, tokens: int = 0) -> Ticket:
+        """Take a slot and start a request (of an estimated ``tokens`` prompt tokens, for an announced token budget);
+        its ticket holds the seconds spent waiting for the announced budgets, a cool-down or the pace.
 
         The waits for the server's word follow one rule (docs/failure-modes.md): one that would end past
         ``deadline`` (the call's retry budget, a ``time.monotonic()`` time) raises :class:`BackendError`
@@ -144,7 +146,9 @@ class ProviderGate:
                     self._slot.wait(self.POLL if stopped is not None else None)
                     continue
                 now = time.monotonic()  # a cool-down is waited out before the request counts as started
-                cool, hold = self.cooldown.until, self.budget.hold_until(now)
+                cost = self.tokens.cost(tokens)
+                cool = self.cooldown.until
+                hold = max(self.budget.hold_until(now), self.tokens.hold_until(now, cost))
                 until = max(cool, hold)
                 if now >= until:
                     break
@@ -153,6 +157,8 @@ class ProviderGate:
                     raise BackendError(ErrorKind.RATE_LIMITED, _past_budget(cool, hold, now), retry_after=until - now)
                 if not quiet_wait and self.budget.exhausted():
                     self.budget.waits += 1
+                elif not quiet_wait and hold > cool:
+                    self.tokens.waits += 1
                 end = until if deadline is None else min(until, max(deadline, now))
                 self._quiet.wait(timeout=min(end - now, self.POLL))
                 quiet_wait += time.monotonic() - now
@@ -164,6 +170,7 @@ class ProviderGate:
                 self.budget.send_probe(self.starts, now + max(1.0, 4.0 * self.latency.median()))
             else:
                 self.budget.spend()
+            self.tokens.spend(self.starts, self.tokens.cost(tokens))
             start = self.learned.schedule(max(now, self.cooldown.until), now, self.cooldown.until)
             start, seq = self.rpm.schedule(start), self.starts
         wait = start - now
@@ -206,11 +213,15 @@ class ProviderGate:
             if seconds is not None:
                 self.cool_down(seconds)
 
-    def observe(self, seconds: float, rate: RateInfo | None = None, started_after: int | None = None) -> None:
+    def observe(self, seconds: float, rate: RateInfo | None = None, started_after: int | None = None,
+                tokens: tuple[int, int] | None = None) -> None:
         """Record a successful request's latency and when it went through; ``rate`` is what its reply's headers
-        announced, ``started_after`` the connection's start count when it started (its ``Ticket.seq``)."""
+        announced, ``started_after`` the connection's start count when it started (its ``Ticket.seq``), ``tokens``
+        its prompt's (estimated, counted by the server) tokens."""
         with self._lock:
             now = time.monotonic()
+            if tokens is not None:
+                self.tokens.counted(*tokens)
             self.latency.seen.append(seconds)
             self.learned.accepted.append(now - seconds)
             # (clamped again: whatever a backend reports, no count or reset can overflow the waits)
@@ -222,7 +233,12 @@ class ProviderGate:
                 uncounted = max(since, self.concurrency.active - 1)
                 self.budget.announce(remaining, clamp_seconds(rate.reset), now, started_after, uncounted)
                 self._quiet.notify_all()
-            elif started_after is not None and started_after == self.budget.probe:
+            tokens_left = clamp_count(rate.tokens_remaining) if rate is not None else None
+            if rate is not None and tokens_left is not None:
+                self.tokens.announce(tokens_left, clamp_count(rate.tokens_limit), clamp_seconds(rate.tokens_reset),
+                                     now, started_after, self.concurrency.active - 1)
+                self._quiet.notify_all()
+            if remaining is None and started_after is not None and started_after == self.budget.probe:
                 # the request sent to learn the new budget came back without one: the server announces none any
                 # more (or none that can be read); nobody waits for a count that will not come
                 self.budget.left = self.budget.probe = None

@@ -10,6 +10,8 @@ Concurrency         successes (slow start, then +1), a 429 without      ``max_co
   + Rounds          ``retry-after`` (halves, once per round trip)       ``RAGJUDGE_MAX_CONCURRENCY`` (else adaptive)
 AnnouncedBudget     a reply's ``x-ratelimit-*`` / ``anthropic-          the server (headers on every reply)
                     ratelimit-*`` request headers
+AnnouncedTokens     the same replies' token headers, against each       the server (headers on every reply)
+                    request's estimated prompt tokens
 CoolDown            a 429 with ``retry-after``                          the server
 LearnedPace         what the server accepted before a 429 with          the server (only when it announces no
                     ``retry-after``: a window to mirror or a pace       budget)
@@ -28,8 +30,8 @@ from dataclasses import dataclass, field
 
 from .shared_pace import SharedPace
 
-__all__ = ["Rounds", "Concurrency", "AnnouncedBudget", "CoolDown", "LearnedPace", "RequestsPerMinute", "Latency",
-           "ENV_TAIL_TIMEOUT_FLOOR"]
+__all__ = ["Rounds", "Concurrency", "AnnouncedBudget", "AnnouncedTokens", "CoolDown", "LearnedPace",
+           "RequestsPerMinute", "Latency", "ENV_TAIL_TIMEOUT_FLOOR"]
 
 #: the least a first attempt is given before it is abandoned and sent again (seconds; default
 #: ``Latency.MIN_ADAPTIVE_TIMEOUT``); a shared, overloaded machine may want more
@@ -175,6 +177,74 @@ class AnnouncedBudget:
         self.reset_at = now + (reset if reset is not None else 1.0)
         if seq is not None and seq == self.probe:
             self.probe = None
+
+
+@dataclass
+class AnnouncedTokens:
+    """The token budget a server announces in its replies' headers (OpenAI ``x-ratelimit-*-tokens``, Anthropic
+    ``anthropic-ratelimit-(input-)tokens-*``), kept as :class:`AnnouncedBudget` keeps the request budget: the latest
+    reply's ``remaining``, less the estimated prompt tokens of the requests started after that reply's request (the
+    server may not have counted them yet), less each start's since. A request starts when its own estimate is left
+    (or the whole limit, for one larger than the limit). Between replies the budget is taken to refill at the pace
+    the announcement implies (what was used, ``limit - remaining``, back by the ``reset``): a request short of tokens
+    waits until that refill covers it, at the latest until the reset, when the budget is whole again."""
+
+    left: int | None = None
+    limit: int | None = None
+    reset_at: float = 0.0
+    announced_at: float = 0.0
+    refill: float = 0.0  # tokens per second coming back, as the latest announcement implies
+    waits: int = 0  # starts that waited for tokens
+    recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=4096))  # (start number, tokens)
+    #: the server's count of a prompt per token of our (deliberately high) estimate, learned from replies' usage
+    scale: float = 1.0
+
+    def cost(self, estimate: int) -> int:
+        """A request's tokens as the server will count them: our estimate, scaled by what it counted before."""
+        return max(1, round(estimate * self.scale)) if estimate > 0 else 0
+
+    def counted(self, estimate: int, server: int) -> None:
+        """A reply's usage said the server counted ``server`` prompt tokens where we estimated ``estimate``: the
+        scale moves a tenth of the way to that ratio (kept in [0.2, 1.5]: a broken usage field cannot stall or
+        flood the budget)."""
+        if estimate > 0 and server > 0:
+            self.scale += 0.1 * (min(1.5, max(0.2, server / estimate)) - self.scale)
+
+    def hold_until(self, now: float, tokens: int) -> float:
+        """Until when a request of ``tokens`` may not start for lack of tokens (0: it may)."""
+        if self.left is None or tokens <= 0:
+            return 0.0
+        if now >= self.reset_at:  # the window the count was for is over: whole again
+            self.left, self.announced_at = self.limit, now
+            return 0.0
+        need = min(tokens, self.limit) if self.limit else tokens
+        have = self.left + self.refill * (now - self.announced_at)
+        if have >= need:
+            return 0.0
+        if self.refill <= 0:
+            return self.reset_at
+        return min(self.reset_at, self.announced_at + (need - self.left) / self.refill)
+
+    def spend(self, seq: int, tokens: int) -> None:
+        """Request ``seq`` started with an estimated ``tokens``."""
+        if tokens > 0:
+            self.recent.append((seq, tokens))
+            if self.left is not None:
+                self.left -= tokens
+
+    def announce(self, remaining: int, limit: int | None, reset: float | None, now: float, seq: int | None,
+                 in_flight: int = 0) -> None:
+        """A reply (of the request that started ``seq``-th) said ``remaining`` tokens are left until ``reset``; the
+        ``in_flight`` other requests may not be counted yet either (a busy client puts a started request on the wire
+        late), as many as started after it at least."""
+        after = [t for s, t in self.recent if seq is None or s > seq]
+        typical = sum(t for _, t in list(self.recent)[-50:]) / min(50, len(self.recent)) if self.recent else 0.0
+        uncounted = max(sum(after), round(in_flight * typical))
+        self.left = remaining - uncounted
+        self.limit = limit if limit is not None else self.limit
+        reset = reset if reset is not None else 1.0
+        self.reset_at, self.announced_at = now + reset, now
+        self.refill = (self.limit - remaining) / reset if self.limit is not None and reset > 0 else 0.0
 
 
 @dataclass

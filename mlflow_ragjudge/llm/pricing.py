@@ -7,7 +7,10 @@ or the client's ``prices=`` argument. An unknown model costs ``None`` (not 0).
 
 from __future__ import annotations
 
+import math
 import threading
+
+from ..core.text import is_cjk_char
 
 # model name (or prefix) -> (input $/Mtok, output $/Mtok)
 PRICES: dict[str, tuple[float, float]] = {
@@ -54,3 +57,15 @@ def cost_usd(model: str, input_tokens: int, output_tokens: int,
         return None
     cost = (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
     return cost * BATCH_DISCOUNT.get(batch_provider, 1.0) if batch_provider else cost
+
+
+def approx_tokens(text: str) -> int:
+    """A deliberately high estimate of a text's token count, with no tokenizer.
+
+    CJK characters count 1.5 tokens each, any other character 1/3 of a token (BPE tokenizers
+    average about 4 characters per token on English prose and 1-2 tokens per CJK character).
+    """
+    if not text:
+        return 0
+    cjk = sum(1 for ch in text if is_cjk_char(ch))
+    return math.ceil(cjk * 1.5 + (len(text) - cjk) / 3)

@@ -114,9 +114,10 @@ class Sender:
         self._in_flight = 0
         self.peak_in_flight = 0
 
-    def send(self, fn: Callable[[float], Any], gate: ProviderGate | None = None
+    def send(self, fn: Callable[[float], Any], gate: ProviderGate | None = None, *, tokens: int = 0
              ) -> tuple[Any, int, BackendError | None, float]:
-        """Run ``fn(timeout)`` under the gate (default: this client's) with retries.
+        """Run ``fn(timeout)`` under the gate (default: this client's) with retries; ``tokens``: the request's
+        estimated prompt tokens, which each attempt's start needs from a token budget the server announces.
 
         Tail latency: an attempt's timeout is the connection's adaptive one
         (:meth:`ProviderGate.adaptive_timeout`, never above ``timeout``; watched, before the connection knows its
@@ -138,7 +139,7 @@ class Sender:
             call.attempt += 1
             call.counted += 1
             try:
-                ticket = self._start(gate, call, sleep, stopped)
+                ticket = self._start(gate, call, sleep, stopped, tokens)
             except BackendError as e:  # stopped, or the server's word outlasts the retry budget: nothing was sent
                 if e.kind is ErrorKind.INTERRUPTED:
                     e = _not_sent()
@@ -151,7 +152,8 @@ class Sender:
             try:
                 self.usage.add(requests=1)
                 limit = self._attempt_timeout(gate, call.timeouts)
-                value = self._attempt(fn, gate, ticket, limit, watched=not call.timeouts and not gate.calibrated())
+                value = self._attempt(fn, gate, ticket, limit, watched=not call.timeouts and not gate.calibrated(),
+                                      tokens=tokens)
                 return value, call.attempt, None, call.waited
             except BackendError as e:
                 err = e
@@ -171,7 +173,7 @@ class Sender:
                 call.waited += then
 
     def _start(self, gate: ProviderGate, call: _Call, sleep: Callable[[float], Any],
-               stopped: Callable[[], bool]) -> Ticket:
+               stopped: Callable[[], bool], tokens: int = 0) -> Ticket:
         """This sender's own cap, then the gate (:meth:`ProviderGate.acquire`): the call's retry budget bounds the
         waits for the server's word, and every wait ends at a stop. Raises :class:`BackendError` with nothing held."""
         if self._cap is not None:
@@ -179,7 +181,7 @@ class Sender:
                 if stopped():
                     raise BackendError(ErrorKind.INTERRUPTED, "stopped")
         try:
-            ticket = gate.acquire(sleep, deadline=call.started + self.max_retry_time, stopped=stopped)
+            ticket = gate.acquire(sleep, deadline=call.started + self.max_retry_time, stopped=stopped, tokens=tokens)
         except BaseException:
             if self._cap is not None:
                 self._cap.release()
@@ -253,7 +255,7 @@ class Sender:
 
     @staticmethod
     def _attempt(fn: Callable[[float], Any], gate: ProviderGate, ticket: Ticket, limit: float, *,
-                 watched: bool) -> Any:
+                 watched: bool, tokens: int = 0) -> Any:
         """One request under ``limit`` seconds; a success teaches the gate its latency and the announced budget."""
         t_start = time.monotonic()
 
@@ -263,7 +265,8 @@ class Sender:
 
         value = _EARLY.run(on_the_wire, gate, limit) if watched else on_the_wire(limit)
         latency = time.monotonic() - t_start - float(getattr(value, "queued", 0.0) or 0.0)
-        gate.observe(latency, getattr(value, "rate", None), ticket.seq)
+        gate.observe(latency, getattr(value, "rate", None), ticket.seq,
+                     (tokens, int(getattr(value, "input_tokens", 0) or 0)) if tokens else None)
         gate.succeeded()
         return value
 

@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.text import is_cjk_char, tokenize
+from ..core.text import tokenize
 from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
+from ..llm.pricing import approx_tokens
 from ..llm.prompts import Prompt, fence_items, load_prompt
 from .spec import Estimate
 
@@ -462,18 +463,6 @@ def failed_result(
     details = {**details, "failed_stage": stage}
     return JudgeResult.failed(call.failure or FailureReason.INTERNAL_ERROR, f"{stage}: {call.error or ''}",
                               raw=call.raw, details=details, calls=calls)
-
-
-def approx_tokens(text: str) -> int:
-    """A deliberately high estimate of a text's token count, with no tokenizer.
-
-    CJK characters count 1.5 tokens each, any other character 1/3 of a token (BPE tokenizers
-    average about 4 characters per token on English prose and 1-2 tokens per CJK character).
-    """
-    if not text:
-        return 0
-    cjk = sum(1 for ch in text if is_cjk_char(ch))
-    return math.ceil(cjk * 1.5 + (len(text) - cjk) / 3)
 
 
 def estimate_messages(messages: Sequence[dict[str, str]], output_tokens: int, calls: int = 1) -> Estimate:

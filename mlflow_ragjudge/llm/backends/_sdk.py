@@ -90,24 +90,50 @@ def _reset_time(value: Any) -> float | None:
 
 
 def parse_rate_headers(headers: Any) -> RateInfo | None:
-    """The request budget a reply's headers announce, or None when they announce none: OpenAI's
+    """The budgets a reply's headers announce, or None when they announce none. Requests: OpenAI's
     ``x-ratelimit-{remaining,limit,reset}-requests`` (reset as ``"1.5s"`` / ``"6m0s"``) or Anthropic's
-    ``anthropic-ratelimit-requests-{remaining,limit,reset}`` (reset as an RFC 3339 time). Every value is clamped
+    ``anthropic-ratelimit-requests-{remaining,limit,reset}`` (reset as an RFC 3339 time). Tokens: OpenAI's
+    ``x-ratelimit-{remaining,limit,reset}-tokens``, or Anthropic's ``anthropic-ratelimit-tokens-*`` and
+    ``anthropic-ratelimit-input-tokens-*`` (the tighter of the two: what a prompt spends). Every value is clamped
     (:func:`~.base.clamp_seconds`, :func:`~.base.clamp_count`): an absurd one is read as the longest wait or the
     largest count, an unreadable one as unknown."""
     if headers is None:
         return None
+    requests: tuple[int | None, int | None, float | None] = (None, None, None)
+    tokens: tuple[int | None, int | None, float | None] = (None, None, None)
     remaining = headers.get("x-ratelimit-remaining-requests")
     if remaining is not None:
         reset = headers.get("x-ratelimit-reset-requests")
-        return RateInfo(_count(remaining), _count(headers.get("x-ratelimit-limit-requests")),
-                        _duration(str(reset)) if reset else None)
-    remaining = headers.get("anthropic-ratelimit-requests-remaining")
-    if remaining is not None:
+        requests = (_count(remaining), _count(headers.get("x-ratelimit-limit-requests")),
+                    _duration(str(reset)) if reset else None)
+    elif headers.get("anthropic-ratelimit-requests-remaining") is not None:
         reset_at = headers.get("anthropic-ratelimit-requests-reset")
-        return RateInfo(_count(remaining), _count(headers.get("anthropic-ratelimit-requests-limit")),
-                        _reset_time(reset_at) if reset_at else None)
-    return None
+        requests = (_count(headers.get("anthropic-ratelimit-requests-remaining")),
+                    _count(headers.get("anthropic-ratelimit-requests-limit")),
+                    _reset_time(reset_at) if reset_at else None)
+    left = headers.get("x-ratelimit-remaining-tokens")
+    if left is not None:
+        reset = headers.get("x-ratelimit-reset-tokens")
+        tokens = (_count(left), _count(headers.get("x-ratelimit-limit-tokens")),
+                  _duration(str(reset)) if reset else None)
+    else:
+        found = []
+        for kind in ("tokens", "input-tokens"):
+            left = headers.get(f"anthropic-ratelimit-{kind}-remaining")
+            if left is not None and _count(left) is not None:
+                reset_at = headers.get(f"anthropic-ratelimit-{kind}-reset")
+                found.append((_count(left), _count(headers.get(f"anthropic-ratelimit-{kind}-limit")),
+                              _reset_time(reset_at) if reset_at else None))
+        if found:
+            tokens = min(found, key=lambda t: t[0] if t[0] is not None else float("inf"))
+    if not any(headers.get(k) is not None for k in _BUDGET_HEADERS):
+        return None  # (one that is there but unreadable still says the server announces a budget)
+    return RateInfo(*requests, *tokens)
+
+
+_BUDGET_HEADERS = ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining",
+                   "x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining",
+                   "anthropic-ratelimit-input-tokens-remaining")
 
 
 def classify(exc: BaseException, sdk: Any) -> BackendError:

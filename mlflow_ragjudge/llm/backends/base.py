@@ -82,12 +82,17 @@ def clamp_count(value: object) -> int | None:
 
 @dataclass(frozen=True)
 class RateInfo:
-    """What a reply's rate-limit headers said about the connection's request budget (OpenAI
-    ``x-ratelimit-*-requests``, Anthropic ``anthropic-ratelimit-requests-*``). Any field may be unknown."""
+    """What a reply's rate-limit headers said about the connection's budgets: requests (OpenAI
+    ``x-ratelimit-*-requests``, Anthropic ``anthropic-ratelimit-requests-*``) and tokens (OpenAI
+    ``x-ratelimit-*-tokens``, Anthropic ``anthropic-ratelimit-tokens-*`` / ``-input-tokens-*``, the tighter). Any
+    field may be unknown."""
 
     remaining: int | None = None  # requests the server will still accept in its current window
     limit: int | None = None  # requests it accepts per window
     reset: float | None = None  # seconds until the budget grows again
+    tokens_remaining: int | None = None  # tokens it will still accept
+    tokens_limit: int | None = None  # tokens it accepts per window
+    tokens_reset: float | None = None  # seconds until the token budget is whole again
 
 
 @dataclass(frozen=True)
