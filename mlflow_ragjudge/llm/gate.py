@@ -274,7 +274,8 @@ def _past_budget(cool: float, hold: float, now: float) -> str:
     if cool >= hold:
         what = f"the server asked for quiet (retry-after) for {cool - now:.0f} s more"
     else:
-        what = f"the server announced no request left in its budget until its reset in {hold - now:.0f} s"
+        what = (f"the server announced no request (or too few tokens) left in its budget until its reset in "
+                f"{hold - now:.0f} s")
     return f"{what}, past this call's retry budget: not sent"
 
 
