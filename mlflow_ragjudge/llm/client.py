@@ -37,7 +37,7 @@ from .backends.base import CARRY_MODES, SCHEMA_NOTE_VERSION, carry_schema, safe_
 from .batch import BatchOptions, BatchRunner
 from .cache import CallCache, cache_key
 from .gate import ProviderGate, configure_provider, gate_for
-from .pricing import approx_tokens, cost_usd
+from .pricing import cost_usd, messages_tokens
 from .sender import Sender, Usage
 from .shared_pace import ENV_SHARED_PACE
 
@@ -126,16 +126,6 @@ def _check_settings(**settings: Any) -> None:
         ok, what = rules[key]
         if not ok(value):
             raise ValueError(f"{key}={value!r} is not valid: it must be {what}.")
-
-
-def prompt_tokens(request: ChatRequest) -> int:
-    """A request's prompt tokens as a token budget counts them, estimated high (:func:`~.pricing.approx_tokens`,
-    4 tokens of overhead per message)."""
-    total = 0
-    for m in request.messages:
-        content = m.get("content")
-        total += approx_tokens(content if isinstance(content, str) else str(content or "")) + 4
-    return total
 
 
 class JudgeClient:
@@ -552,7 +542,7 @@ class JudgeClient:
             record.update(cache_hit=False, attempts=0, batch_rounds=attempts, batch_id=batch_id, via="batch")
         else:
             response, attempts, err, waited = self.sender.send(lambda t: self.backend.chat(request, timeout=t),
-                                                               tokens=prompt_tokens(request))
+                                                               tokens=messages_tokens(request.messages))
             record.update(cache_hit=False, attempts=attempts, waited_s=round(waited, 3))
         if response is not None and request.json_schema is not None and response.structured_mode:
             record["structured_mode"] = response.structured_mode

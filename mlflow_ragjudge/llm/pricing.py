@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..core.text import is_cjk_char
 
@@ -69,3 +71,13 @@ def approx_tokens(text: str) -> int:
         return 0
     cjk = sum(1 for ch in text if is_cjk_char(ch))
     return math.ceil(cjk * 1.5 + (len(text) - cjk) / 3)
+
+
+def messages_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+    """A deliberately high estimate of a chat request's prompt tokens: :func:`approx_tokens` of each message's
+    content, and 4 tokens of overhead per message."""
+    total = 0
+    for m in messages:
+        content = m.get("content")
+        total += approx_tokens(content if isinstance(content, str) else str(content or "")) + 4
+    return total

@@ -29,7 +29,7 @@ from ..core.types import FailureReason, JudgeResult
 from ..llm.backends import ChatRequest, ChatResponse, JsonSchema
 from ..llm.client import CallResult, JudgeClient
 from ..llm.parsing import ParseError, reply_object, validate_schema
-from ..llm.pricing import approx_tokens
+from ..llm.pricing import approx_tokens, messages_tokens
 from ..llm.prompts import Prompt, fence_items, load_prompt
 from .spec import Estimate
 
@@ -467,7 +467,7 @@ def failed_result(
 
 def estimate_messages(messages: Sequence[dict[str, str]], output_tokens: int, calls: int = 1) -> Estimate:
     """Estimate for ``calls`` requests of ``messages`` (4 tokens of overhead per message)."""
-    inp = sum(approx_tokens(m["content"]) + 4 for m in messages)
+    inp = messages_tokens(messages)
     return {"calls": calls, "input_tokens": inp * calls, "output_tokens": output_tokens * calls}
 
 
