@@ -4,8 +4,10 @@ and anthropic SDKs against the fake server's sliding window. Counts only: no clo
 
 from __future__ import annotations
 
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from mlflow_ragjudge.llm.backends.anthropic import AnthropicBackend
 from mlflow_ragjudge.llm.backends.base import RateInfo
 from mlflow_ragjudge.llm.backends.openai import OpenAIBackend
 from mlflow_ragjudge.llm.client import JudgeClient, ProviderGate
+from mlflow_ragjudge.llm.pacing import LearnedPace
 
 
 def _gated_openai_client(fake_llm) -> JudgeClient:
@@ -101,39 +104,74 @@ def test_without_headers_the_window_learned_from_the_first_429_is_kept(fake_llm)
     results = _calls(client, 90)
     assert len(results) == 90 and all(r.ok for r in results)
     gate = client.gate
-    # one kind of limit learned, the latest 429's: the window (or, once it is full of evenly spaced starts, or on a
-    # machine so loaded that filling it took longer than it then kept the client out, an even pace)
-    assert (gate.learned_window is None) != (gate.learned_rate is None)
-    if gate.learned_window is not None:
-        assert 1.4 <= gate.learned_window <= 2.0 and 15 <= gate.window_cap <= 20, (gate.learned_window,
-                                                                                    gate.window_cap)
+    # the window it proved: filled by us, then kept shut at least as long (its length and what it held)
+    assert gate.learned_window is not None and 1.4 <= gate.learned_window <= 2.0, gate.learned_window
+    assert 15 <= gate.window_cap <= 24, gate.window_cap
     accepted = fake_llm.request_count - fake_llm.rate_limited_count
     assert accepted == 90
     assert fake_llm.rate_limited_count <= 20, fake_llm.rate_limited_count
 
 
-def test_what_the_first_429_says_decides_between_a_window_and_a_pace():
-    """The gate's reading of a 429, on recorded start times (no clock involved): kept out at least as long as it
-    took to fill, a window of that span holding what it accepted, mirrored; kept out for less, an even pace."""
-    import time
+def test_what_the_first_429_says_decides_the_window_and_the_growth():
+    """The pace's reading of a first 429, on recorded start times (its clock is passed in): kept out at least as
+    long as it took us to fill, a window of that span holding what it accepted, mirrored, and nothing growing;
+    kept out for less, the default (per-minute) window, and a growth from what the ``retry-after`` says."""
+    window = LearnedPace()
+    window.accepted.extend(100.0 + 0.005 * i for i in range(20))  # 20 accepted in 0.1 s
+    window.refused(100.1, retry_after=1.4, quiet_until=101.5, learn=True)  # refused right after, told 1.4 s
+    window.schedule(101.5, 101.5, 101.5)  # (learned once the quiet is over; this start is the mirror's first)
+    assert window.window_learned and abs(window.window - 1.5) < 1e-9
+    assert abs(window.cap - 0.995 * 20) < 1e-9 and window.growth == LearnedPace.MIN_GROWTH
+    # the next starts reuse the window's capacity as it frees: the second of the 20 leaves 1.5 s (+ the lag) after
+    # it started, the next one 5 ms later ...; 19 of 20 (99.5 %, rounded down) at a time
+    starts = [window.schedule(101.5, 101.5, 101.5) for _ in range(3)]
+    assert starts == pytest.approx([100.0 + 0.005 * i + 1.5 + LearnedPace.WINDOW_LAG for i in (2, 3, 4)], abs=1e-9)
 
-    now = time.monotonic()
-    window = ProviderGate()
-    window._accepted.extend(now - 1.0 + 0.005 * i for i in range(20))  # 20 accepted in 0.1 s, a second ago
-    window._learn(now - 0.9, retry_after=1.4)  # refused right after, and told to come back 1.4 s later
-    assert window.learned_rate is None and window.learned_window is not None
-    assert abs(window.learned_window - 1.5) < 1e-9 and abs(window.window_cap - 0.995 * 20) < 1e-9
-    # the next starts reuse the window's capacity as it frees: the first of the 20 accepted leaves 1.5 s (+ the lag)
-    # after it started, the next one 5 ms later ...; 19 of 20 (99.5 %, rounded down) at a time
-    starts = [window._window_start(now) for _ in range(4)]
-    assert starts == pytest.approx([now - 1.0 + 0.005 * i + 1.5 + ProviderGate.WINDOW_LAG for i in (1, 2, 3, 4)],
-                                   abs=1e-9)
+    others = LearnedPace()  # one of ours went through, then a window of someone else's said: the next frees soon
+    others.accepted.append(100.0)
+    others.refused(100.05, retry_after=0.25, quiet_until=100.3, learn=True)
+    others.schedule(100.3, 100.3, 100.3)
+    assert not others.window_learned and others.window == LearnedPace.DEFAULT_WINDOW
+    assert others.growth == pytest.approx(1 / 0.25) and others.slow_start
 
-    bucket = ProviderGate()
-    bucket._accepted.extend(now - 1.0 + 0.005 * i for i in range(20))
-    bucket._learn(now - 0.9, retry_after=0.025)  # a token's refill time: a bucket
-    assert bucket.learned_window is None and bucket.learned_rate is not None
-    assert abs(bucket.learned_rate - 0.995 * 20 / 1.0) < 1e-9  # 20 over the span, at least a second
+
+def test_a_learned_window_is_reset_by_a_neighbours_refusals():
+    """The policy on a virtual clock (benchmarks/pace_sim.py): a fresh 600-per-minute window, filled by us, teaches
+    the window and a cap of what it held; then a neighbour starts sending 4 a second (70-200 s): the starts we
+    mirror meet its requests, and the refusals bring the learned cap down to what we still get, with few 429s (no
+    storm); once its requests have left the window, probing brings the cap back up."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from pace_sim import simulate
+
+    states: list[tuple[float, float | None, float]] = []
+
+    def watch(t, pace, server):
+        if not states or t - states[-1][0] >= 1.0:
+            states.append((t, pace.cap, pace.window))
+
+    res = simulate("neighbour", windows=6, neighbour=0.4, after=watch, neighbour_span=(70.0, 200.0))
+    alone = [cap for t, cap, _ in states if 61 < t < 70]
+    assert alone and min(alone) >= 0.99 * 600 and all(w == 60.0 for t, _, w in states if t > 61)
+    beside = [cap for t, cap, _ in states if 135 < t < 200]
+    assert beside and max(beside) <= 0.95 * min(alone), (alone[:3], beside[:3])  # reset by the refusals
+    assert res["ours_refused"] <= 0.01 * res["ours_accepted"], res["ours_refused"]
+    assert res["share_of_max"] >= 0.95, res
+    later = [cap for t, cap, _ in states if t > 320]
+    assert later and max(later) > max(beside), (beside[-3:], later[-3:])  # probed back up
+
+
+def test_the_pace_reaches_a_shared_limit_with_few_refusals():
+    """The four scenarios of benchmarks/bench_shared_quota.py, on the policy's virtual clock (600 per sliding
+    minute, 16 callers, 200 ms): a fresh window, another client's 600 spread over the minute before, or sent at once
+    half a minute before, and a neighbour at 40 % beside us -- at least 95 % of the most a client could have had
+    over the first two windows, and 2 % refusals at most."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from pace_sim import SCENARIOS, simulate
+
+    for scenario in SCENARIOS:
+        res = simulate(scenario)
+        assert res["share_of_max"] >= 0.95, res
+        assert res["refused_per_accepted"] <= 0.02, res
 
 
 @pytest.mark.slow
@@ -164,7 +202,7 @@ def test_a_bucket_that_refills_by_the_moment_teaches_a_pace(fake_llm):
     client = _gated_openai_client(fake_llm)
     results = _calls(client, 150)
     assert len(results) == 150 and all(r.ok for r in results)
-    assert client.gate.learned_rate is not None and client.gate.learned_window is None
+    assert client.gate.learned_growth >= 5 and client.gate.learned_window is None
     refused = fake_llm.request_count - 150
     assert refused <= 40, refused
 

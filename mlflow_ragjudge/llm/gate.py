@@ -92,13 +92,16 @@ class ProviderGate:
     decreases = _Via("concurrency", "decreases")
     plateaus = _Via("rounds", "plateaus")
     budget_waits, announced = _Via("budget", "waits"), _Via("budget", "announced")
-    learned_rate, learned_window = _Via("learned", "rate"), _Via("learned", "window")
-    window_cap = _Via("learned", "window_cap")
+    learned_growth, window_cap = _Via("learned", "growth"), _Via("learned", "cap")
     requests_per_minute = _Via("rpm", "rpm")
     # ... and the tests' handles on the policies' insides
     _cooldown_until, _latencies = _Via("cooldown", "until"), _Via("latency", "seen")
-    _accepted, _learn, _window_start = _Via("learned", "accepted"), _Via("learned", "_learn"), _Via("learned",
-                                                                                                    "_window_start")
+    _accepted = _Via("learned", "accepted")
+
+    @property
+    def learned_window(self) -> float | None:
+        """The window a 429 proved (None: the default's, :attr:`~.pacing.LearnedPace.DEFAULT_WINDOW`, or none yet)."""
+        return self.learned.window if self.learned.window_learned else None
 
     @property
     def rounds(self) -> Rounds:
@@ -126,6 +129,8 @@ class ProviderGate:
 
     #: how often a wait in the gate looks for a stop (``stopped``)
     POLL = 0.25
+    #: how long a request waiting for its start sleeps before it asks whether the learned pace changed
+    RECHECK = 1.0
 
     def acquire(self, sleep: Callable[[float], None] = time.sleep, *, deadline: float | None = None,
                 stopped: Callable[[], bool] | None = None, tokens: int = 0) -> Ticket:
@@ -142,8 +147,9 @@ class ProviderGate:
             while True:
                 if stopped is not None and stopped():
                     raise BackendError(ErrorKind.INTERRUPTED, "not sent: the evaluation was stopped")
-                if self.concurrency.active >= self.concurrency.limit:
-                    self._slot.wait(self.POLL if stopped is not None else None)
+                if self.concurrency.active >= self.concurrency.allows(time.monotonic()):
+                    opening = not self.concurrency.opened
+                    self._slot.wait(self.POLL if stopped is not None or opening else None)
                     continue
                 now = time.monotonic()  # a cool-down is waited out before the request counts as started
                 cost = self.tokens.cost(tokens)
@@ -171,17 +177,34 @@ class ProviderGate:
             else:
                 self.budget.spend()
             self.tokens.spend(self.starts, self.tokens.cost(tokens))
-            start = self.learned.schedule(max(now, self.cooldown.until), now, self.cooldown.until)
-            start, seq = self.rpm.schedule(start), self.starts
-        wait = start - now
-        if wait > 0:
-            sleep(wait)
-        return Ticket(seq, max(0.0, wait) + quiet_wait)
+            learned = self.learned.schedule(max(now, self.cooldown.until), now, self.cooldown.until)
+            version = self.learned.version
+            start, seq = self.rpm.schedule(learned), self.starts
+            spaced = start if start > learned else 0.0  # the requests_per_minute slot, when it is the later
+        waited = 0.0
+        while True:  # asleep a RECHECK at most: a start handed out at a pace learned anew since is asked again
+            wait = start - time.monotonic()
+            if wait > 0:
+                sleep(min(wait, self.RECHECK))
+                waited += min(wait, self.RECHECK)
+            with self._lock:
+                now = time.monotonic()
+                if self.learned.stale(learned, version, now):
+                    learned = self.learned.schedule(max(now, self.cooldown.until), now, self.cooldown.until)
+                    version, start = self.learned.version, max(learned, spaced)
+                    continue
+            if wait <= self.RECHECK:
+                break
+        return Ticket(seq, waited + quiet_wait)
 
     def release(self) -> None:
         with self._lock:
             self.concurrency.active -= 1
-            self._slot.notify()
+            if not self.concurrency.opened:  # the first request came back: the others may go
+                self.concurrency.opened = True
+                self._slot.notify_all()
+            else:
+                self._slot.notify()
 
     def cool_down(self, seconds: float) -> None:
         """A 429 asked for ``seconds`` of quiet: everyone waits, then requests start at the learned pace."""
@@ -191,7 +214,9 @@ class ProviderGate:
             self.cooldown.until = max(self.cooldown.until, now + seconds)
             self.budget.probe = None  # a refused probe: the cool-down says when to try again
             # a server that announces its budget is followed by that, not a guess
-            self.learned.refused(now, seconds, self.cooldown.until, learn=not self.budget.announced)
+            settle = 2.0 * self.latency.median() if self.latency.seen else 0.5  # the requests in flight back
+            self.learned.refused(now, seconds, self.cooldown.until, learn=not self.budget.announced,
+                                 settle=min(5.0, settle))
 
     def cooling_down(self) -> float:
         """Seconds left of the quiet a 429 asked for (0 when none)."""

@@ -23,9 +23,10 @@ Latency             every successful reply                              ``RAGJUD
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from .shared_pace import SharedPace
@@ -100,6 +101,20 @@ class Concurrency:
     peak: int = 0
     decreases: int = 0
     last_decrease: float = -1e9
+    #: the first request goes alone (an adaptive limit), until its attempt ends or FIRST_ALONE s pass: a window
+    #: someone else filled costs one 429, not a burst of them
+    opened: bool = False
+    first_at: float | None = None
+    FIRST_ALONE = 2.0
+
+    def allows(self, now: float) -> int:
+        """How many may be in flight now."""
+        if self.opened or self.fixed:
+            return self.limit
+        if self.first_at is not None and now - self.first_at >= self.FIRST_ALONE:
+            self.opened = True
+            return self.limit
+        return 1
 
     @classmethod
     def of(cls, limit: int | None) -> Concurrency:
@@ -107,6 +122,8 @@ class Concurrency:
         return cls(start, limit if limit is not None else cls.ADAPTIVE_MAX, limit is not None, Rounds(start))
 
     def enter(self) -> None:
+        if self.first_at is None:
+            self.first_at = time.monotonic()
         self.active += 1
         self.peak = max(self.peak, self.active)
         if self.active >= self.limit:
@@ -260,103 +277,220 @@ class CoolDown:
 
 @dataclass
 class LearnedPace:
-    """A limit learned from 429s when the server announces none: from what it accepted before a 429 with
-    ``retry-after`` (measured when the cool-down ends, once the requests in flight have come back).
+    """Our share of a limit, learned from 429s when the server announces no budget. The limit may be shared:
+    someone else's requests in the server's window leave us less at first and more as they age out; a neighbour
+    keeps part of it all along. So the policy holds what the server accepted of ours (a cap, mirrored), grows it
+    as fast as the server lets it grow, and probes upward when refusals stop.
 
-    * **A window** when the server kept the client out at least as long as it took to fill (``retry-after`` no
-      shorter than the span from the first request it accepted to the 429): no ``window + WINDOW_LAG`` seconds
-      hold more than ``window_cap`` (``RATE_MARGIN`` x the ``L`` accepted) starts, so capacity is reused as the
-      server frees it. Two quiet windows (at least ``PROBE_EVERY`` s) raise the cap by ``PROBE_STEP``.
-    * **An even pace** otherwise (a bucket, or a full window freeing request by request): starts spaced at
-      ``RATE_MARGIN`` of the accepted rate; ``PROBE_EVERY`` s without a 429 raise it by ``PROBE_STEP``.
+    * **The window** is ``DEFAULT_WINDOW`` (the providers' limits are per minute) unless a 429 proves a shorter one:
+      a fresh window filled by at least ``MIN_EVIDENCE`` of ours and then kept shut at least as long as filling it
+      took (``retry-after`` no shorter than the span from the first request it accepted to the 429).
+    * **The cap**: ``RATE_MARGIN`` x what the server accepted of ours in the window before the latest 429. No
+      ``window + WINDOW_LAG`` seconds hold more of our starts than the cap, so our own capacity is reused as the
+      server frees it (the window mirrored).
+    * **The growth** (starts per second): a start beyond the cap takes a token, and tokens come at the growth rate
+      (at most ``BURST`` seconds' worth kept: an allowance not used does not pile up into a burst); each start
+      beyond the cap raises it by one. At the first 429 the growth is one per ``retry-after`` (the server said when
+      its next request frees; at most ``FIRST_GROWTH``), doubling every ``doubling`` s (two round trips: slow start)
+      until the next 429. At a later one: ``RATE_MARGIN`` x how fast what the server held of ours grew from the 429
+      before (at both it held all it had room for) -- about the rate others' requests age out of a window they
+      filled, and nothing (``MIN_GROWTH``) beside a neighbour who takes all that frees, after a window filled by us
+      alone, or once the window is all ours. A 429 less than ``MIN_SPAN`` s after the one before halves it.
+    * **Probing up**: every ``quiet`` seconds without a 429 the growth (if tokens were taken) is raised, the k-th
+      raise in a row by
+      ``PROBE_STEP ** k`` (a limit that frees is found again within a minute); a 429 soon after a raise doubles
+      ``quiet`` (up to ``QUIET_MAX``): a limit that stays where it is costs about a 429 a minute.
 
-    The latest 429 decides the kind; a further 429 re-measures (a little less, at most once a second)."""
+    A start handed out before the pace changed (``version``) is asked for again by its caller (:meth:`stale`).
+    Every time is passed in: the policy has no clock of its own (benchmarks/pace_sim.py runs it on a virtual one).
+    """
 
     RATE_MARGIN = 0.995
     WINDOW_LAG = 0.25  # a request's start here to its arrival at the server, at most
-    PROBE_EVERY = 60.0
-    PROBE_STEP = 1.02
+    DEFAULT_WINDOW = 60.0
+    MIN_EVIDENCE = 10
+    FIRST_GROWTH = 10.0
+    MIN_GROWTH = 1.0 / 60.0
+    MIN_SPAN = 1.0
+    BURST = 0.5
+    QUIET = 5.0
+    QUIET_MAX = 60.0
+    PROBE_STEP = 1.25
 
-    rate: float | None = None  # requests per second
-    window: float | None = None  # seconds
-    window_cap: float = 0.0
-    window_starts: deque[float] = field(default_factory=deque)
-    next_start: float = 0.0  # the next start the pace allows
-    pending: tuple[float, float] | None = None  # a 429 (when, retry-after) to learn from once its cool-down ends
-    last_429: float = 0.0
-    last_learn: float = -1e9
-    probed: float = 0.0
+    window: float = DEFAULT_WINDOW
+    window_learned: bool = False  # proved by a fresh window, not the default
+    cap: float | None = None  # None: nothing learned, no pacing
+    growth: float = 0.0  # tokens per second (in slow start, at ``ramp_at``)
+    slow_start: bool = True
+    doubling: float = 0.5
+    ramp_at: float = 0.0
+    tokens: float = 0.0
+    tokens_at: float = 0.0
+    starts: deque[float] = field(default_factory=deque)  # our starts counted against the cap, in order
+    dropped: Counter[float] = field(default_factory=Counter)  # starts handed out, dropped by a learning, not re-asked
     accepted: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))  # starts that went through
+    pending: tuple[float, float, float] | None = None  # a 429 to learn from: when, retry-after, learned from when
+    last_429: float = -1e9
+    last_full: tuple[float, int] | None = None  # the latest 429 learned from: when, and how many of ours were held
+    paced_since: float = 0.0  # the first learning: what went before it was not paced
+    learned_at: float = -1e9
+    quiet: float = QUIET
+    raised_at: float = -1e9
+    version: int = 0  # the pace's changes (learned, raised)
+    raises: int = 0  # raises since the latest 429 learned from
+    taken: int = 0  # tokens taken since the latest raise
 
-    def refused(self, now: float, retry_after: float, quiet_until: float, learn: bool) -> None:
+    def refused(self, now: float, retry_after: float, quiet_until: float, learn: bool, settle: float = 0.0) -> None:
+        """A 429 at ``now`` asked for ``retry_after`` s of quiet (until ``quiet_until``, for everyone); it is learned
+        from once that is over and the requests in flight have come back (``settle`` s, about two round trips)."""
         self.last_429 = now
-        if learn:
-            if self.pending is None:
-                self.pending = (now, retry_after)
-            self.next_start = max(self.next_start, quiet_until)
+        if not learn or self.pending is not None or now < self.learned_at + settle:
+            return  # (a request started at the pace before the latest learning: nothing new to learn)
+        self.pending = (now, retry_after, max(quiet_until, now + settle))
+        self.doubling = max(0.2, settle)
 
     def schedule(self, start: float, now: float, quiet_until: float) -> float:
         """The start it allows for a request that may start at ``start`` (counted as started)."""
-        if self.pending is not None and now >= quiet_until:
-            self._learn(*self.pending)
-            self.pending = None
-        if self.window:
-            quiet = max(self.PROBE_EVERY, 2.0 * self.window)  # the first window mirrors the refused one
-            if now - self.last_429 > quiet and now - self.probed > quiet:
-                self.window_cap *= self.PROBE_STEP
-                self.probed = now
-            return self._window_start(start)
-        if self.rate:
-            if now - self.last_429 > self.PROBE_EVERY and now - self.probed > self.PROBE_EVERY:
-                self.rate *= self.PROBE_STEP
-                self.probed = now
-            start = max(start, self.next_start)
-            self.next_start = start + 1.0 / self.rate
-        return start
+        self._tick(now)
+        if self.pending is not None:
+            # after a 429, nobody starts before what it says is learned (the requests in flight back): at the pace
+            # it refused, more would meet the same wall
+            start = max(start, self.pending[2])
+        if self.cap is None:
+            return start
+        return self._window_start(start)
+
+    def stale(self, start: float, version: int, now: float) -> bool:
+        """Whether a start handed out at the pace's ``version`` was handed out at a pace that changed since (then it
+        no longer counts, and its caller asks :meth:`schedule` again); asked by a caller waiting for it."""
+        self._tick(now)
+        if version == self.version:
+            return False
+        if self.dropped[start] > 0:  # dropped by a learning (another start may hold the same time: not that one)
+            self.dropped[start] -= 1
+        else:
+            try:
+                self.starts.remove(start)
+            except ValueError:
+                pass
+        return True
+
+    # -- the growth's tokens
+
+    def _rate(self, t: float) -> float:
+        if not self.slow_start:
+            return self.growth
+        return self.growth * 2.0 ** min(60.0, max(0.0, t - self.ramp_at) / self.doubling)
+
+    def _accrued(self, t0: float, t1: float) -> float:
+        if t1 <= t0:
+            return 0.0
+        if not self.slow_start:
+            return self.growth * (t1 - t0)
+        return (self._rate(t1) - self._rate(t0)) * self.doubling / math.log(2)
+
+    def _tokens(self, t: float) -> float:
+        return min(max(1.0, self.BURST * self._rate(t)), self.tokens + self._accrued(self.tokens_at, t))
+
+    def _token_at(self, t: float) -> float:
+        """When, from ``t`` on, a whole token is there."""
+        need = 1.0 - self._tokens(t)
+        if need <= 0:
+            return t
+        if self.growth <= 0:
+            return math.inf
+        if not self.slow_start:
+            return t + need / self.growth
+        # the rate doubles every ``doubling`` s: solve the accrual for ``need``
+        r0 = self._rate(t)
+        return t + self.doubling * math.log2(1.0 + need * math.log(2) / (r0 * self.doubling))
 
     def _window_start(self, earliest: float) -> float:
-        """The first start at or after ``earliest`` that keeps every ``window + WINDOW_LAG`` seconds at
-        ``window_cap`` starts or fewer (starts are handed out in order)."""
-        span = (self.window or 0.0) + self.WINDOW_LAG
-        starts = self.window_starts
+        """The first start at or after ``earliest`` that keeps every ``window + WINDOW_LAG`` seconds within the cap,
+        or else takes a token (starts are handed out in order)."""
+        span = self.window + self.WINDOW_LAG
+        starts = self.starts
         while starts and starts[0] <= earliest - span:
             starts.popleft()  # out of every window a start from now on can be in
-        cap = max(1, int(self.window_cap))
-        start = max(earliest, starts[-1]) if starts else earliest
-        if len(starts) >= cap:
-            start = max(start, starts[-cap] + span)
-        starts.append(start)
-        return start
+        t = max(earliest, starts[-1]) if starts else earliest
+        first = 0  # the oldest start still in the window that ends at t
+        cap = self.cap or 0.0
+        while True:
+            while first < len(starts) and starts[first] <= t - span:
+                first += 1
+            if len(starts) - first + 1 <= cap + 1e-9:
+                break  # room in the cap (ours ageing out of the server's window)
+            if self._tokens(t) >= 1.0 - 1e-9:  # beyond it: a token, and the cap is one more
+                self.tokens, self.tokens_at = self._tokens(t) - 1.0, t
+                self.cap = cap = cap + 1.0
+                self.taken += 1
+                break
+            ages = starts[first] + span if first < len(starts) else math.inf
+            t = max(t + 1e-9, min(ages, self._token_at(t)))  # (never standing still, whatever the rounding)
+        starts.append(t)
+        return t
 
-    def _learn(self, at: float, retry_after: float) -> None:
-        accepted = [t for t in self.accepted if at - (self.window or 60.0) <= t <= at]
-        if not accepted:
-            return  # nothing went through before it: nothing to measure
-        filled = at - accepted[0]  # a fresh window runs from the first request it accepted
-        span = filled + retry_after  # ... to when it takes requests again
-        if retry_after >= filled:  # kept out as long as it took to fill: a window, not a bucket
-            cap = self.RATE_MARGIN * len(accepted)
-            if self.window is None or cap < self.window_cap:
-                self.window_cap = max(1.0, cap)
-            elif at - self.last_learn >= 1.0:  # refused again at the learned cap: a little less
-                self.window_cap = max(1.0, 0.95 * self.window_cap)
-            if self.window is None:  # from now on every start is counted; before, the accepted ones
-                self.window_starts = deque(sorted(accepted))
-            self.window = min(60.0, max(1.0, span))
-            self.rate = None
-            self.last_learn = at
-            return
-        # a window's later 429s look like a bucket's (it is full and frees request by request): an even pace at
-        # what it accepted, which is what mirroring a window full of evenly spaced starts gives
-        self.window = None
-        self.window_starts.clear()
-        rate = self.RATE_MARGIN * len(accepted) / min(60.0, max(1.0, span))
-        if self.rate is None or rate < self.rate:
-            self.rate = max(rate, 1.0 / 60.0)
-        elif at - self.last_learn >= 1.0:  # refused again at the learned pace: a little slower
-            self.rate *= 0.9
-        self.last_learn = at
-        self.next_start = max(self.next_start, time.monotonic())
+    # -- learning from a 429
+
+    def _tick(self, now: float) -> None:
+        """A 429 whose time has come is learned from; a quiet spell raises the growth."""
+        if self.pending is not None and now >= self.pending[2]:
+            at, retry_after, _ = self.pending
+            self.pending = None
+            self._learn(at, retry_after, now)
+        if (self.cap is not None and not self.slow_start and self.pending is None and self.taken
+                and now - self.last_429 >= self.quiet and now - self.raised_at >= self.quiet):
+            self.taken = 0  # (only a growth put to the test is raised: one nobody asked for proves nothing)
+            self.tokens, self.tokens_at = self._tokens(now), now
+            self.raises += 1  # the k-th raise in a row without a 429 multiplies by PROBE_STEP ** k
+            self.growth *= self.PROBE_STEP ** self.raises
+            self.raised_at = now
+            self.version += 1
+
+    def _learn(self, at: float, retry_after: float, now: float) -> None:
+        window = self.window
+        held = sorted(t for t in self.accepted if at - window < t <= at)
+        first = self.cap is None
+        episode = held if first else [t for t in held if t >= self.paced_since]
+        filled = at - episode[0] if episode else 0.0
+        filled_by_us = (retry_after >= filled and len(episode) >= self.MIN_EVIDENCE
+                        and filled + retry_after >= 1.0)  # a fresh window filled by us, then kept shut
+        if filled_by_us:
+            self.window = window = min(self.DEFAULT_WINDOW, filled + retry_after)
+            self.window_learned = True
+            held = [t for t in held if at - window < t]
+        if first:
+            self.paced_since = at
+        if filled_by_us:  # nothing frees before ours age out
+            self.growth, self.slow_start = self.MIN_GROWTH, False
+        elif first and len(held) < self.MIN_EVIDENCE:  # a window of others': its next request frees in
+            # ``retry_after`` s, so from one per that, doubling
+            self.growth = min(self.FIRST_GROWTH, max(self.MIN_GROWTH, 1.0 / max(retry_after, 1e-3)))
+        elif first:  # much of ours in it: what frees next may be someone else's again, or a bucket's; from little
+            self.growth = self.MIN_GROWTH
+        else:
+            # at each 429 the server held all of ours it had room for: how much that grew from one 429 to the next
+            # is how fast its room for us grows
+            since, before = self.last_full or (self.paced_since, len(held))
+            if at - since >= self.MIN_SPAN:
+                self.growth = max(self.MIN_GROWTH, self.RATE_MARGIN * max(0, len(held) - before) / (at - since))
+            else:  # refused again right after: too fast, whatever was measured
+                self.growth = max(self.MIN_GROWTH, self._rate(at) / 2.0)
+            if not self.slow_start and self.raised_at > since and at - self.raised_at < self.quiet:
+                self.quiet = min(self.QUIET_MAX, 2.0 * self.quiet)  # the last raise was refused: probe less often
+            self.slow_start = False
+        self.last_full, self.raises = (at, len(held)), 0
+        self.cap = max(1.0, self.RATE_MARGIN * len(held))
+        self.ramp_at = self.tokens_at = now
+        self.tokens = 0.0
+        # from here every start counts: the accepted ones in the window, and those started after the 429 (a start
+        # still to come was handed out at the pace before: its caller asks again)
+        span = window + self.WINDOW_LAG
+        self.dropped = Counter({t: n for t, n in self.dropped.items() if n > 0 and t > now - span})
+        self.dropped.update(t for t in self.starts if t > now)
+        self.starts = deque(sorted([t for t in held if t > now - span] + [t for t in self.starts if at < t <= now]))
+        self.learned_at = now
+        self.version += 1
 
 
 @dataclass
