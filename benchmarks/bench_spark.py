@@ -5,6 +5,7 @@ Run from the repository root with the project's venv and the ``spark`` extra (Ja
     .venv/bin/python benchmarks/bench_spark.py --part offline --rows 1000000      # all seven offline metrics
     .venv/bin/python benchmarks/bench_spark.py --part offline --rows 2000 --compare # + evaluate_frame, same rows
     .venv/bin/python benchmarks/bench_spark.py --part rate --rows 200              # 600/min server, ~2 min
+    .venv/bin/python benchmarks/bench_spark.py --part rate --rows 200 --rpm 0      # nothing set: limits learned
 
 * ``offline``: ``--rows`` rows of ``throughput.make_rows`` (realistic sizes; a seed per 20,000-row Parquet file, so
   every row is distinct), read back (one partition per file, or ``--partitions``) and scored with
@@ -16,8 +17,9 @@ Run from the repository root with the project's venv and the ``spark`` extra (Ja
   a latency of 300 ms and a limit of 600 requests per sliding 60 s; ``--rows`` rows with correctness, faithfulness,
   context precision and recall (5 requests per row), ``requests_per_minute=600`` in the config, 4 partitions
   (``--partitions``: 3 leaves the last task alone, which without the job's pace file runs at its share) on
-  ``local[2]``. The limit's minimum time is the accepted requests at the limit's rate (10 per second); reported:
-  wall / minimum, 429s, rows lost.
+  ``local[2]``; ``--rpm 0`` sets no limit (the tasks learn it from 429s, told of each other's through the job's
+  pace file). Two minimum times: the accepted requests at the limit's even rate (10 per second), and the sliding
+  window's (600 at once, the next 600 a window later, ...); reported: wall / each, 429s, rows lost.
 """
 
 from __future__ import annotations
@@ -101,18 +103,25 @@ def rate(args) -> dict:
         spark = session(2)
         sdf = spark.createDataFrame(make_rows(args.rows)).repartition(args.partitions or 4)
         cfg = {"judge": f"openai:/judge-model?base_url={server.url}", "cache": False,
-               "metrics": ["correctness", "faithfulness", "context_precision", "context_recall"],
-               "requests_per_minute": 600}
+               "metrics": ["correctness", "faithfulness", "context_precision", "context_recall"]}
+        if args.rpm:
+            cfg["requests_per_minute"] = args.rpm
         t = time.perf_counter()
         res = evaluate_spark(sdf, cfg, log=False)
         wall = time.perf_counter() - t
         stats = server.stats()
     accepted = stats["http_requests"] - stats["http_429"]
-    minimum = accepted / 10.0  # the limit's rate: 600 per minute
+    minimum = accepted / 10.0  # the limit's even rate: 600 per minute
+    # the sliding window's minimum: 600 at once, the next 600 a window later, ... (+ one reply's latency)
+    full, rest = divmod(accepted, 600)
+    sliding = (full - 1 if rest == 0 else full) * 60.0 + 0.3
     failed = int(max(res.metrics.get(f"{m}/n_failed", 0) for m in cfg["metrics"]))
-    return {"rows": args.rows, "accepted": accepted, "rate_limited": stats["http_429"],
+    return {"rows": args.rows, "requests_per_minute": args.rpm or None, "accepted": accepted,
+            "rate_limited": stats["http_429"], "refused_per_accepted": round(stats["http_429"] / max(1, accepted), 4),
             "seconds": round(wall, 1), "limit_minimum_seconds": round(minimum, 1),
-            "ratio": round(wall / minimum, 3) if minimum else None, "rows_failed": failed}
+            "ratio": round(wall / minimum, 3) if minimum else None,
+            "sliding_minimum_seconds": round(sliding, 1), "ratio_to_sliding": round(wall / sliding, 3),
+            "rows_failed": failed}
 
 
 def main() -> None:
@@ -122,6 +131,8 @@ def main() -> None:
     p.add_argument("--partitions", type=int, default=0, help="repartition to this many (default: one per file)")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--compare", action="store_true")
+    p.add_argument("--rpm", type=float, default=600, help="the config's requests_per_minute (0: nothing set, the "
+                   "tasks learn the limit from 429s and share each 429's quiet through the job's pace file)")
     args = p.parse_args()
     os.environ["OPENAI_API_KEY"] = KEY
     print(json.dumps(offline(args) if args.part == "offline" else rate(args), indent=1))

@@ -24,6 +24,7 @@ import argparse
 import bisect
 import heapq
 import json
+import random
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -81,11 +82,12 @@ def greedy_max(others: list[float], limit: int, window: float, start: float, end
 
 def simulate(scenario: str, *, limit: int = 600, window: float = 60.0, windows: int = 2, workers: int = 16,
              latency: float = 0.2, neighbour: float = 0.4, neighbour_span: tuple[float, float] | None = None,
-             pace: LearnedPace | None = None,
+             pace: LearnedPace | None = None, jitter: float = 0.1, seed: int = 0,
              after: Callable[[float, LearnedPace, Limiter], None] | None = None) -> dict[str, Any]:
     """One scenario on a virtual clock; ``after(t, pace, limiter)`` is called after every event (for tests).
     ``neighbour_span``: the neighbour sends only from its first to its second time (none before: a fresh window)."""
     pace = pace if pace is not None else LearnedPace()
+    rng = random.Random(seed)  # each reply's latency within +-jitter of ``latency``
     server = Limiter(limit, window)
     theirs: list[float] = []
     if scenario == "prefilled-even":
@@ -153,7 +155,7 @@ def simulate(scenario: str, *, limit: int = 600, window: float = 60.0, windows: 
             retry = server.admit(t)
             if retry is None:
                 ours_ok.append(t)
-                push(t + latency, "accepted", w)
+                push(t + latency * rng.uniform(1 - jitter, 1 + jitter), "accepted", w)
             else:
                 ours_refused.append(t)
                 push(t + DOWN, "refused", w)
@@ -197,10 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--neighbour", type=float, default=0.4)
+    ap.add_argument("--jitter", type=float, default=0.1, help="each reply's latency within +- this share")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     rows = [simulate(s, limit=args.limit, window=args.window, windows=args.windows, workers=args.workers,
-                     latency=args.latency, neighbour=args.neighbour) for s in args.scenarios]
+                     latency=args.latency, neighbour=args.neighbour, jitter=args.jitter) for s in args.scenarios]
     print(f"virtual clock; {args.limit} per sliding {args.window:g} s, exact retry-after, {args.latency:g} s latency, "
           f"{args.workers} callers; the first {args.windows} windows\n")
     print("| scenario | ours accepted | physical max | share of max | refusals / accepted |\n|---|---:|---:|---:|---:|")
@@ -214,3 +217,102 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def simulate_job(tasks: int, requests: int, *, limit: int = 600, window: float = 60.0, workers: int = 16,
+                 latency: float = 0.3, share_quiet: bool = False, jitter: float = 0.1,
+                 seed: int = 0) -> dict[str, Any]:
+    """A Spark job on a virtual clock: ``tasks`` processes (each its own gate: cool-down and pace), ``requests``
+    between them, all started at once against one sliding-window limit; with ``share_quiet`` a 429's quiet is
+    shared through the job's pace file (:mod:`mlflow_ragjudge.llm.shared_pace`): every task waits it out and learns
+    from it as from its own. The job's time against the limit's minimum for that many requests (a client that
+    sends the instant the limiter allows), and its refusals."""
+    server = Limiter(limit, window)
+    paces = [LearnedPace() for _ in range(tasks)]
+    rng = random.Random(seed)
+    cool = [0.0] * tasks
+    shared = 0.0  # the pace file's quiet
+    left = [requests // tasks + (1 if i < requests % tasks else 0) for i in range(tasks)]
+    events: list[tuple[float, int, str, int, int]] = []
+    seq = 0
+
+    def push(t: float, kind: str, task: int, w: int) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, kind, task, w))
+
+    opened = [False] * tasks
+    for i in range(tasks):
+        push(0.0, "acquire", i, 0)
+    given: dict[tuple[int, int], tuple[float, int]] = {}
+    started: dict[tuple[int, int], float] = {}
+    busy: dict[tuple[int, int], bool] = {}
+    refused = accepted = 0
+    refused_at: list[float] = []
+    done_at = 0.0
+    while events:
+        t, _, kind, i, w = heapq.heappop(events)
+        pace, key = paces[i], (i, w)
+        if share_quiet and shared > cool[i] + 1e-6 and kind in ("acquire", "wait") and shared > t:
+            cool[i] = shared  # another task's 429, read from the file: waited out and learned from
+            pace.refused(t, shared - t, shared, learn=True, settle=2 * latency)
+        if kind == "acquire":
+            if not busy.get(key):
+                if left[i] <= 0:
+                    continue
+                left[i] -= 1
+                busy[key] = True
+            if t < cool[i]:
+                push(cool[i], "acquire", i, w)
+                continue
+            start = pace.schedule(max(t, cool[i]), t, cool[i])
+            given[key] = (start, pace.version)
+            push(min(start, t + RECHECK), "wait", i, w)
+        elif kind == "wait":
+            start, version = given[key]
+            if pace.stale(start, version, t):
+                push(t, "acquire", i, w)
+            elif t >= start:
+                if t < cool[i]:
+                    push(cool[i], "acquire", i, w)
+                else:
+                    started[key] = t
+                    push(t + UP, "arrive", i, w)
+            else:
+                push(min(start, t + RECHECK), "wait", i, w)
+        elif kind == "arrive":
+            retry = server.admit(t)
+            if retry is None:
+                accepted += 1
+                push(t + latency * rng.uniform(1 - jitter, 1 + jitter), "accepted", i, w)
+            else:
+                refused += 1
+                refused_at.append(t)
+                push(t + DOWN, "refused", i, w)
+                given[key] = (retry, -1)
+        elif kind == "accepted":
+            pace.accepted.append(started[key])
+            busy[key] = False
+            done_at = max(done_at, t)
+            push(t, "acquire", i, w)
+            if not opened[i]:
+                opened[i] = True
+                for other in range(1, workers):
+                    push(t, "acquire", i, other)
+        elif kind == "refused":
+            retry = given[key][0]
+            cool[i] = max(cool[i], t + retry)
+            shared = max(shared, cool[i])
+            pace.refused(t, retry, cool[i], learn=True, settle=2 * latency)
+            push(t, "acquire", i, w)
+            if not opened[i]:
+                opened[i] = True
+                for other in range(1, workers):
+                    push(t, "acquire", i, other)
+    # the minimum: the first `limit` at once, then a window later the next, ...
+    full, rest = divmod(requests, limit)
+    minimum = (full - 1 if rest == 0 else full) * window + latency
+    return {"tasks": tasks, "requests": requests, "accepted": accepted, "refused": refused,
+            "seconds": round(done_at, 1), "minimum_seconds": round(minimum, 1),
+            "ratio": round(done_at / minimum, 3), "refused_per_accepted": round(refused / max(1, accepted), 4),
+            "refused_at": refused_at}

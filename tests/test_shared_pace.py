@@ -126,3 +126,36 @@ def test_the_setting_is_checked_before_any_call():
 
     with pytest.raises(Exception, match="shared_pace"):
         RagJudgeConfig.from_dict({"judge": "offline:/lexical", "shared_pace": 3})
+
+
+def test_a_429_one_process_got_is_waited_out_and_learned_by_the_others(tmp_path):
+    """Two gates on one pace file (as two processes, each with its own connection to it): a 429 with ``retry-after``
+    in one is written to the file; the other holds a request already started on its way out, waits the quiet out
+    before its next start, and learns from it as from its own 429 (the job meets the wall once, not once per
+    process). Without the file, the other knows nothing."""
+    path = tmp_path / "job.pace"
+    first, second = ProviderGate(), ProviderGate()
+    first.configure(shared_pace=path, connection="openai|https://x")
+    # its own connection to the file: another process's view of it
+    second.rpm.shared, second.rpm.connection = SharedPace(path), "openai|https://x"
+    started = second.acquire()
+    first.cool_down(1.2)
+    time.sleep(2 * SharedPace.QUIET_READ_EVERY)  # (a process reads the file's quiet at most that often)
+    from mlflow_ragjudge.llm.backends.base import BackendError, ErrorKind
+
+    with pytest.raises(BackendError) as held:
+        second.before_wire()
+    assert held.value.kind is ErrorKind.HELD and 0.5 < held.value.retry_after <= 1.2
+    second.release()
+    ticket = second.acquire()
+    assert ticket.seq == started.seq + 1 and ticket.waited >= 0.5  # (at least the rest of the quiet)
+    assert second.learned.last_429 > 0  # learned from: taken as its own 429
+    second.release()
+
+    alone = ProviderGate()
+    alone.configure(connection="openai|https://x")
+    first.cool_down(1.0)
+    time.sleep(2 * SharedPace.QUIET_READ_EVERY)
+    alone.acquire()
+    alone.before_wire()  # nothing to hold it: no file
+    assert alone.learned.last_429 < 0

@@ -376,8 +376,10 @@ def _executor_config(cfg: RagJudgeConfig, concurrent_tasks: int, pace: str | Non
     once -- through the job's pace file ``pace`` when there is one, else as a share per task; no progress bar (the
     driver logs the run and its traces)."""
     d = cfg.as_dict()
-    if cfg.requests_per_minute and pace is not None:
-        d["shared_pace"] = pace  # every task claims its starts from the one pace: the job runs at the whole limit
+    if pace is not None:
+        # every task claims its starts from the one pace (the job runs at the whole limit) and is told of every
+        # other task's 429 (all wait it out and learn from it)
+        d["shared_pace"] = pace
     elif cfg.requests_per_minute:
         d["requests_per_minute"] = cfg.requests_per_minute / concurrent_tasks * TASK_PACE_SHARE
     if cfg.max_concurrency:

@@ -152,6 +152,7 @@ class ProviderGate:
                     self._slot.wait(self.POLL if stopped is not None or opening else None)
                     continue
                 now = time.monotonic()  # a cool-down is waited out before the request counts as started
+                self._adopt_shared_quiet(now)
                 cost = self.tokens.cost(tokens)
                 cool = self.cooldown.until
                 hold = max(self.budget.hold_until(now), self.tokens.hold_until(now, cost))
@@ -207,16 +208,35 @@ class ProviderGate:
                 self._slot.notify()
 
     def cool_down(self, seconds: float) -> None:
-        """A 429 asked for ``seconds`` of quiet: everyone waits, then requests start at the learned pace."""
+        """A 429 asked for ``seconds`` of quiet: everyone waits, then requests start at the learned pace; with a pace
+        file, every other process that opens it is told (:meth:`~.shared_pace.SharedPace.share_quiet`)."""
         seconds = clamp_seconds(seconds) or 0.0  # (whatever a backend reports: never past MAX_HEADER_SECONDS)
         with self._lock:
             now = time.monotonic()
-            self.cooldown.until = max(self.cooldown.until, now + seconds)
-            self.budget.probe = None  # a refused probe: the cool-down says when to try again
-            # a server that announces its budget is followed by that, not a guess
-            settle = 2.0 * self.latency.median() if self.latency.seen else 0.5  # the requests in flight back
-            self.learned.refused(now, seconds, self.cooldown.until, learn=not self.budget.announced,
-                                 settle=min(5.0, settle))
+            self._quiet_for(now, now + seconds)
+            until = self.cooldown.until
+        shared = self.rpm.shared
+        if shared is not None and seconds > 0:
+            shared.share_quiet(self.rpm.connection, until + (time.time() - time.monotonic()))
+
+    def _quiet_for(self, now: float, until: float) -> None:
+        """Quiet until ``until`` (a 429's, or another process's read from the pace file), learned from."""
+        self.cooldown.until = max(self.cooldown.until, until)
+        self.budget.probe = None  # a refused probe: the cool-down says when to try again
+        # a server that announces its budget is followed by that, not a guess
+        settle = 2.0 * self.latency.median() if self.latency.seen else 0.5  # the requests in flight back
+        self.learned.refused(now, until - now, self.cooldown.until, learn=not self.budget.announced,
+                             settle=min(5.0, settle))
+
+    def _adopt_shared_quiet(self, now: float) -> None:
+        """Another process's 429, read from the pace file: waited out here too, and learned from as our own."""
+        shared = self.rpm.shared
+        if shared is None:
+            return
+        offset = time.time() - now
+        until = shared.quiet_until(self.rpm.connection, now + offset)
+        if until is not None and until - offset > max(now, self.cooldown.until) + 1e-3:
+            self._quiet_for(now, until - offset)
 
     def cooling_down(self) -> float:
         """Seconds left of the quiet a 429 asked for (0 when none)."""
@@ -225,7 +245,11 @@ class ProviderGate:
     def before_wire(self) -> None:
         """A started request is about to leave (:class:`~.backends.base.WireWatch`): held back when a 429 asked for
         quiet since it started. Under many threads a request can wait long for the CPU between its start and the
-        wire; without this, every request started before the first 429 came back would meet the same wall."""
+        wire; without this, every request started before the first 429 came back would meet the same wall (with a
+        pace file: another process's 429 too)."""
+        if self.rpm.shared is not None:
+            with self._lock:
+                self._adopt_shared_quiet(time.monotonic())
         wait = self.cooldown.left()
         if wait > 0:
             raise BackendError(ErrorKind.HELD, "held back before sending: the server asked for quiet", retry_after=wait)

@@ -283,8 +283,9 @@ class LearnedPace:
     as fast as the server lets it grow, and probes upward when refusals stop.
 
     * **The window** is ``DEFAULT_WINDOW`` (the providers' limits are per minute) unless a 429 proves a shorter one:
-      a fresh window filled by at least ``MIN_EVIDENCE`` of ours and then kept shut at least as long as filling it
-      took (``retry-after`` no shorter than the span from the first request it accepted to the 429).
+      a fresh window filled by at least ``MIN_EVIDENCE`` of ours and then kept shut at least (``SHUT_FACTOR`` x) as
+      long as filling it took (``retry-after`` against the span from the first request it accepted to the 429). A later
+      429 with less than half as much of ours in that window resets it to the default (a neighbour filled it too).
     * **The cap**: ``RATE_MARGIN`` x what the server accepted of ours in the window before the latest 429. No
       ``window + WINDOW_LAG`` seconds hold more of our starts than the cap, so our own capacity is reused as the
       server frees it (the window mirrored).
@@ -309,6 +310,7 @@ class LearnedPace:
     WINDOW_LAG = 0.25  # a request's start here to its arrival at the server, at most
     DEFAULT_WINDOW = 60.0
     MIN_EVIDENCE = 10
+    SHUT_FACTOR = 1.0
     FIRST_GROWTH = 10.0
     MIN_GROWTH = 1.0 / 60.0
     MIN_SPAN = 1.0
@@ -361,11 +363,12 @@ class LearnedPace:
         return self._window_start(start)
 
     def stale(self, start: float, version: int, now: float) -> bool:
-        """Whether a start handed out at the pace's ``version`` was handed out at a pace that changed since (then it
-        no longer counts, and its caller asks :meth:`schedule` again); asked by a caller waiting for it."""
+        """Whether a start handed out at the pace's ``version`` was handed out at a pace that changed since, or is
+        due before a 429 is learned from (then it no longer counts, and its caller asks :meth:`schedule` again);
+        asked by a caller waiting for it."""
         self._tick(now)
-        if version == self.version:
-            return False
+        if version == self.version and (self.pending is None or start >= self.pending[2]):
+            return False  # (a start due before a 429 is learned from would meet its wall: asked again, and held)
         if self.dropped[start] > 0:  # dropped by a learning (another start may hold the same time: not that one)
             self.dropped[start] -= 1
         else:
@@ -451,9 +454,15 @@ class LearnedPace:
         window = self.window
         held = sorted(t for t in self.accepted if at - window < t <= at)
         first = self.cap is None
+        if self.window_learned and self.cap is not None and len(held) < 0.5 * self.cap:
+            # refused with much less of ours in the window than it held before: it was not ours alone (a neighbour
+            # filled it too), or it is longer -- back to the default
+            self.window = window = self.DEFAULT_WINDOW
+            self.window_learned = False
+            held = sorted(t for t in self.accepted if at - window < t <= at)
         episode = held if first else [t for t in held if t >= self.paced_since]
         filled = at - episode[0] if episode else 0.0
-        filled_by_us = (retry_after >= filled and len(episode) >= self.MIN_EVIDENCE
+        filled_by_us = (retry_after >= self.SHUT_FACTOR * filled and len(episode) >= self.MIN_EVIDENCE
                         and filled + retry_after >= 1.0)  # a fresh window filled by us, then kept shut
         if filled_by_us:
             self.window = window = min(self.DEFAULT_WINDOW, filled + retry_after)
