@@ -5,6 +5,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/pace_sim.py                       # the four scenarios of bench_shared_quota.py
     .venv/bin/python benchmarks/pace_sim.py --limit 100 --window 10 --neighbour 0.6
+    .venv/bin/python benchmarks/pace_sim.py --tasks 1 2 4 8 16 --latency 0.3   # a Spark job's tasks
 
 The model: ``--workers`` callers (the gate's concurrency) each take a start from the policy, as
 :class:`~mlflow_ragjudge.llm.gate.ProviderGate` does (after any cool-down), and send; a request reaches the server
@@ -200,8 +201,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--neighbour", type=float, default=0.4)
     ap.add_argument("--jitter", type=float, default=0.1, help="each reply's latency within +- this share")
+    ap.add_argument("--tasks", type=int, nargs="*", help="instead: a Spark job of this many tasks (several: one "
+                    "run each), --requests between them, with and without the pace file's shared quiet")
+    ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    if args.tasks:
+        print(f"virtual clock; a job of {args.requests} requests, {args.limit} per sliding {args.window:g} s, "
+              f"{args.latency:g} s latency (+-{args.jitter:.0%}), {args.workers} callers per task\n")
+        print("| tasks | shared quiet | seconds | sliding minimum | ratio | refusals / accepted |\n"
+              "|---:|---|---:|---:|---:|---:|")
+        jobs = []
+        for n in args.tasks:
+            for share in (False, True):
+                r = simulate_job(n, args.requests, limit=args.limit, window=args.window, workers=args.workers,
+                                 latency=args.latency, share_quiet=share, jitter=args.jitter)
+                r.pop("refused_at")
+                jobs.append(r | {"share_quiet": share})
+                print(f"| {n} | {'yes' if share else 'no'} | {r['seconds']} | {r['minimum_seconds']} | "
+                      f"{r['ratio']:.3f} | {r['refused_per_accepted']:.3f} |")
+        if args.json:
+            args.json.write_text(json.dumps(jobs, indent=1))
+        return 0
     rows = [simulate(s, limit=args.limit, window=args.window, windows=args.windows, workers=args.workers,
                      latency=args.latency, neighbour=args.neighbour, jitter=args.jitter) for s in args.scenarios]
     print(f"virtual clock; {args.limit} per sliding {args.window:g} s, exact retry-after, {args.latency:g} s latency, "
@@ -214,9 +235,6 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def simulate_job(tasks: int, requests: int, *, limit: int = 600, window: float = 60.0, workers: int = 16,
@@ -316,3 +334,7 @@ def simulate_job(tasks: int, requests: int, *, limit: int = 600, window: float =
             "seconds": round(done_at, 1), "minimum_seconds": round(minimum, 1),
             "ratio": round(done_at / minimum, 3), "refused_per_accepted": round(refused / max(1, accepted), 4),
             "refused_at": refused_at}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -174,6 +174,22 @@ def test_the_pace_reaches_a_shared_limit_with_few_refusals():
         assert res["refused_per_accepted"] <= 0.02, res
 
 
+def test_the_tasks_of_a_job_share_a_limit_through_the_quiet_they_tell_each_other():
+    """A Spark job's tasks on the policy's virtual clock (benchmarks/pace_sim.py: each task its own gate, 1,000
+    requests between them, 600 per sliding minute, 300 ms): told of each other's 429s through the job's pace file,
+    the job takes at most 1.2 x the sliding window's minimum with at most 2 % refusals, whatever the number of
+    tasks; without it, the refusals grow with the tasks (each meets the wall on its own)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from pace_sim import simulate_job
+
+    for tasks in (1, 2, 4, 8, 16):
+        job = simulate_job(tasks, 1000, share_quiet=True)
+        assert job["accepted"] == 1000 and job["ratio"] <= 1.2, job
+        assert job["refused_per_accepted"] <= 0.02, job
+    alone = simulate_job(16, 1000, share_quiet=False)
+    assert alone["refused_per_accepted"] > simulate_job(16, 1000, share_quiet=True)["refused_per_accepted"]
+
+
 @pytest.mark.slow
 def test_a_bucket_that_refills_by_the_moment_teaches_a_pace(fake_llm):
     """A token bucket (10 requests at once, 40 more a second) refuses with a ``retry-after`` of one token's refill
