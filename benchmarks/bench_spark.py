@@ -17,9 +17,11 @@ Run from the repository root with the project's venv and the ``spark`` extra (Ja
   a latency of 300 ms and a limit of 600 requests per sliding 60 s; ``--rows`` rows with correctness, faithfulness,
   context precision and recall (5 requests per row), ``requests_per_minute=600`` in the config, 4 partitions
   (``--partitions``: 3 leaves the last task alone, which without the job's pace file runs at its share) on
-  ``local[2]``; ``--rpm 0`` sets no limit (the tasks learn it from 429s, told of each other's through the job's
-  pace file). Two minimum times: the accepted requests at the limit's even rate (10 per second), and the sliding
-  window's (600 at once, the next 600 a window later, ...); reported: wall / each, 429s, rows lost.
+  ``local[2]``; ``--rpm 0`` sets no limit: the tasks follow the server's rate-limit headers, or with
+  ``--no-headers`` (the server announces no budget, only ``retry-after``) learn the limit from 429s, told of each
+  other's through the job's pace file. Two minimum times: the accepted requests at the limit's even rate (10 per
+  second), and the sliding window's (600 at once, the next 600 a window later, ...); reported: wall / each, the
+  requests' own span (first accepted to last reply), 429s and when they came, rows lost.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def rate(args) -> dict:
 
     from mlflow_ragjudge.spark import evaluate_spark
 
-    with ServerProcess(0.3, 600) as server:
+    with ServerProcess(0.3, 600, headers=not args.no_headers) as server:
         spark = session(2)
         sdf = spark.createDataFrame(make_rows(args.rows)).repartition(args.partitions or 4)
         cfg = {"judge": f"openai:/judge-model?base_url={server.url}", "cache": False,
@@ -115,13 +117,19 @@ def rate(args) -> dict:
     # the sliding window's minimum: 600 at once, the next 600 a window later, ... (+ one reply's latency)
     full, rest = divmod(accepted, 600)
     sliding = (full - 1 if rest == 0 else full) * 60.0 + 0.3
+    span = float(stats.get("last_chat_at", 0.0)) - float(stats.get("first_chat_at", 0.0)) + 0.3
     failed = int(max(res.metrics.get(f"{m}/n_failed", 0) for m in cfg["metrics"]))
-    return {"rows": args.rows, "requests_per_minute": args.rpm or None, "accepted": accepted,
+    return {"rows": args.rows, "partitions": args.partitions or 4, "requests_per_minute": args.rpm or None,
+            "rate_limit_headers": not args.no_headers, "accepted": accepted,
             "rate_limited": stats["http_429"], "refused_per_accepted": round(stats["http_429"] / max(1, accepted), 4),
             "seconds": round(wall, 1), "limit_minimum_seconds": round(minimum, 1),
             "ratio": round(wall / minimum, 3) if minimum else None,
             "sliding_minimum_seconds": round(sliding, 1), "ratio_to_sliding": round(wall / sliding, 3),
-            "rows_failed": failed}
+            # the requests alone: from the first accepted request to the last reply (Spark's start-up left out)
+            "requests_seconds": round(span, 1), "requests_ratio_to_sliding": round(span / sliding, 3),
+            "rows_failed": failed,
+            # when the 429s came, in seconds from the first accepted request
+            "refused_after_s": [round(t - float(stats.get("first_chat_at", 0.0)), 2) for t in stats["refused_at"]]}
 
 
 def main() -> None:
@@ -131,6 +139,8 @@ def main() -> None:
     p.add_argument("--partitions", type=int, default=0, help="repartition to this many (default: one per file)")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--compare", action="store_true")
+    p.add_argument("--no-headers", action="store_true", help="the server sends no x-ratelimit-* headers, only "
+                   "retry-after on a 429 (the tasks learn the limit)")
     p.add_argument("--rpm", type=float, default=600, help="the config's requests_per_minute (0: nothing set, the "
                    "tasks learn the limit from 429s and share each 429's quiet through the job's pace file)")
     args = p.parse_args()

@@ -240,6 +240,9 @@ def handler(request):
         if request.api == "openai_chat":
             text = request.prompt_text
             counts["chat"] += 1
+            now = time.time()  # (wall clock: the bench compares it with its own)
+            counts["first_chat_at"] = min(counts.get("first_chat_at") or now, now)
+            counts["last_chat_at"] = max(counts.get("last_chat_at") or now, now)
             counts["prompt_words"] += max(1, len(text.split()))
             counts["prompt_chars"] += len(text)
             counts["max_tokens"] += int(request.max_tokens or 0)
@@ -253,6 +256,17 @@ server.requests = _Discard()
 server.latency = float(sys.argv[2])
 limit = int(sys.argv[3])
 server.rate_limit_per_minute = limit if limit > 0 else None
+server.rate_limit_headers = not (len(sys.argv) > 4 and sys.argv[4] == "no-headers")
+refused_at = []  # (wall clock) when each 429 was answered
+_limit = server._rate_limit
+
+def _counted(request):
+    refused = _limit(request)
+    if refused is not None:
+        refused_at.append(round(time.time(), 3))
+    return refused
+
+server._rate_limit = _counted
 server.set_handler(handler)
 server.start()
 print(json.dumps({"url": server.openai_base_url}), flush=True)
@@ -262,7 +276,7 @@ for line in sys.stdin:
         with server._lock:
             stats = {"http_requests": server.request_count, "http_429": server.rate_limited_count,
                      "peak_in_flight": server.peak_in_flight, "server_errors": len(server.errors),
-                     "cpu_s": time.process_time()}
+                     "cpu_s": time.process_time(), "refused_at": list(refused_at)}
         with lock:
             stats.update(counts)
         print(json.dumps(stats), flush=True)
@@ -275,8 +289,9 @@ server.stop()
 class ServerProcess(_ServerProcess):
     """``tests/fakellm.py``'s FakeLLMServer with ``CompliantModel("json_schema")``, in a child process."""
 
-    def __init__(self, latency: float = 0.0, limit: int = 0) -> None:
-        super().__init__(SERVER_SCRIPT, str(ROOT / "tests"), str(latency), str(limit))
+    def __init__(self, latency: float = 0.0, limit: int = 0, headers: bool = True) -> None:
+        super().__init__(SERVER_SCRIPT, str(ROOT / "tests"), str(latency), str(limit),
+                         *(() if headers else ("no-headers",)))
 
 
 def run_judge(df: pd.DataFrame, *, name: str, latency: float, concurrency: int | None = None, limit: int = 0,
@@ -301,7 +316,8 @@ def run_judge(df: pd.DataFrame, *, name: str, latency: float, concurrency: int |
             out = evaluate_frame(df, cfg)
             wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         after = server.stats()
-    s = {k: (after[k] - before[k]) if k != "peak_in_flight" else after[k] for k in after}
+    s = {k: (after[k] - before[k]) if k != "peak_in_flight" else after[k] for k in after
+         if k in before and k not in ("refused_at", "first_chat_at", "last_chat_at")}
     n = len(df)
     usage = out.config.get("usage", {})
     return {

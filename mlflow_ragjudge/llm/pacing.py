@@ -105,7 +105,9 @@ class Concurrency:
     #: someone else filled costs one 429, not a burst of them
     opened: bool = False
     first_at: float | None = None
+    last_enter: float = 0.0
     FIRST_ALONE = 2.0
+    IDLE_RESTART = 2.0  # seconds without a request in flight that restart an adaptive limit
 
     def allows(self, now: float) -> int:
         """How many may be in flight now."""
@@ -122,8 +124,18 @@ class Concurrency:
         return cls(start, limit if limit is not None else cls.ADAPTIVE_MAX, limit is not None, Rounds(start))
 
     def enter(self) -> None:
+        now = time.monotonic()
         if self.first_at is None:
-            self.first_at = time.monotonic()
+            self.first_at = now
+        elif (not self.fixed and self.active == 0 and now - self.last_enter > self.IDLE_RESTART
+              and self.limit > self.ADAPTIVE_START):
+            # idle for a while (a Spark task ended, the next one begins): what the limit grew to says nothing of the
+            # server now, so the first request goes alone again and slow start begins anew (as TCP restarts its
+            # window after idle: a burst of the whole limit into a window someone filled meanwhile is refused)
+            self.limit, self.opened, self.first_at = self.ADAPTIVE_START, False, now
+            self.rounds.slow_start, self.rounds.plateau, self.rounds.ok = True, False, 0
+            self.rounds.best_limit, self.rounds.best_rate, self.rounds.flat = self.ADAPTIVE_START, 0.0, 0
+        self.last_enter = now
         self.active += 1
         self.peak = max(self.peak, self.active)
         if self.active >= self.limit:
@@ -282,13 +294,14 @@ class LearnedPace:
     keeps part of it all along. So the policy holds what the server accepted of ours (a cap, mirrored), grows it
     as fast as the server lets it grow, and probes upward when refusals stop.
 
-    * **The window** is ``DEFAULT_WINDOW`` (the providers' limits are per minute) unless a 429 proves a shorter one:
-      a fresh window filled by at least ``MIN_EVIDENCE`` of ours and then kept shut at least (``SHUT_FACTOR`` x) as
-      long as filling it took (``retry-after`` against the span from the first request it accepted to the 429). A later
-      429 with less than half as much of ours in that window resets it to the default (a neighbour filled it too).
+    * **The window** is ``DEFAULT_WINDOW`` (the providers' limits are per minute) unless a 429 proves one shorter
+      than half of it: a fresh window filled by at least ``MIN_EVIDENCE`` of ours and then kept shut at least
+      (``SHUT_FACTOR`` x) as long as filling it took (``retry-after`` against the span from the first request it
+      accepted to the 429). A later 429 with less than half as much of ours in that window resets it to the
+      default (a neighbour filled it too).
     * **The cap**: ``RATE_MARGIN`` x what the server accepted of ours in the window before the latest 429. No
-      ``window + WINDOW_LAG`` seconds hold more of our starts than the cap, so our own capacity is reused as the
-      server frees it (the window mirrored).
+      :meth:`span` (the window and a lag: ``WINDOW_LAG`` s, or ``LAG_SHARE`` of the window) holds more of our starts
+      than the cap, so our own capacity is reused as the server frees it (the window mirrored).
     * **The growth** (starts per second): a start beyond the cap takes a token, and tokens come at the growth rate
       (at most ``BURST`` seconds' worth kept: an allowance not used does not pile up into a burst); each start
       beyond the cap raises it by one. At the first 429 the growth is one per ``retry-after`` (the server said when
@@ -307,7 +320,10 @@ class LearnedPace:
     """
 
     RATE_MARGIN = 0.995
-    WINDOW_LAG = 0.25  # a request's start here to its arrival at the server, at most
+    #: a request's start here to its arrival at the server's count, at most: this, or LAG_SHARE of the window if more
+    #: (a busy machine's burst reaches a server's count a good part of a second late)
+    WINDOW_LAG = 0.25
+    LAG_SHARE = 0.02
     DEFAULT_WINDOW = 60.0
     MIN_EVIDENCE = 10
     SHUT_FACTOR = 1.0
@@ -378,6 +394,10 @@ class LearnedPace:
                 pass
         return True
 
+    def span(self) -> float:
+        """The window our starts are counted over: the server's, and the lag of a start's arrival in its count."""
+        return self.window + max(self.WINDOW_LAG, self.LAG_SHARE * self.window)
+
     # -- the growth's tokens
 
     def _rate(self, t: float) -> float:
@@ -409,9 +429,9 @@ class LearnedPace:
         return t + self.doubling * math.log2(1.0 + need * math.log(2) / (r0 * self.doubling))
 
     def _window_start(self, earliest: float) -> float:
-        """The first start at or after ``earliest`` that keeps every ``window + WINDOW_LAG`` seconds within the cap,
+        """The first start at or after ``earliest`` that keeps every :meth:`span` seconds within the cap,
         or else takes a token (starts are handed out in order)."""
-        span = self.window + self.WINDOW_LAG
+        span = self.span()
         starts = self.starts
         while starts and starts[0] <= earliest - span:
             starts.popleft()  # out of every window a start from now on can be in
@@ -464,8 +484,10 @@ class LearnedPace:
         filled = at - episode[0] if episode else 0.0
         filled_by_us = (retry_after >= self.SHUT_FACTOR * filled and len(episode) >= self.MIN_EVIDENCE
                         and filled + retry_after >= 1.0)  # a fresh window filled by us, then kept shut
-        if filled_by_us:
-            self.window = window = min(self.DEFAULT_WINDOW, filled + retry_after)
+        if filled_by_us and filled + retry_after < 0.5 * self.DEFAULT_WINDOW:
+            # (a span near the default's is the default's, part of it filled before our first request: by another
+            # process of the job, or someone else on the key)
+            self.window = window = filled + retry_after
             self.window_learned = True
             held = [t for t in held if at - window < t]
         if first:
@@ -494,7 +516,7 @@ class LearnedPace:
         self.tokens = 0.0
         # from here every start counts: the accepted ones in the window, and those started after the 429 (a start
         # still to come was handed out at the pace before: its caller asks again)
-        span = window + self.WINDOW_LAG
+        span = self.span()
         self.dropped = Counter({t: n for t, n in self.dropped.items() if n > 0 and t > now - span})
         self.dropped.update(t for t in self.starts if t > now)
         self.starts = deque(sorted([t for t in held if t > now - span] + [t for t in self.starts if at < t <= now]))

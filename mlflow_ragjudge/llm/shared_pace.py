@@ -47,7 +47,7 @@ class SharedPace:
     #: seconds a claim waits for another process's transaction before the file counts as unusable
     LOCK_TIMEOUT = 30.0
     #: a process reads the shared quiet at most this often (seconds): a read is a file lock and a query
-    QUIET_READ_EVERY = 0.05
+    QUIET_READ_EVERY = 0.01
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
