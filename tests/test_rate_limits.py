@@ -309,29 +309,3 @@ def test_slow_start_stops_where_more_in_flight_buys_nothing(fake_llm):
     assert client.gate.plateaus == 1
     assert client.gate.limit < ProviderGate.ADAPTIVE_MAX
 
-
-def test_an_adaptive_limit_restarts_after_idle():
-    """A connection idle for a while (a Spark task ended, the next begins in the same worker) starts again as a new
-    one: its first request alone, then slow start from the adaptive start -- not a burst of the whole limit it grew
-    to, into a window someone may have filled meanwhile. A limit the user set is kept."""
-    from mlflow_ragjudge.llm.pacing import Concurrency
-
-    grown = Concurrency.of(None)
-    grown.enter()
-    grown.opened, grown.limit, grown.active = True, 96, 0
-    grown.last_enter -= Concurrency.IDLE_RESTART + 1.0
-    grown.enter()
-    assert grown.limit == Concurrency.ADAPTIVE_START and not grown.opened and grown.rounds.slow_start
-    import time as _time
-
-    assert grown.allows(_time.monotonic()) == 1
-    busy = Concurrency.of(None)
-    busy.enter()
-    busy.opened, busy.limit = True, 96
-    busy.enter()  # one still in flight: no restart
-    assert busy.limit == 96
-    fixed = Concurrency.of(8)
-    fixed.enter()
-    fixed.active, fixed.last_enter = 0, fixed.last_enter - 100.0
-    fixed.enter()
-    assert fixed.limit == 8 and fixed.allows(_time.monotonic()) == 8

@@ -159,3 +159,28 @@ def test_a_429_one_process_got_is_waited_out_and_learned_by_the_others(tmp_path)
     alone.acquire()
     alone.before_wire()  # nothing to hold it: no file
     assert alone.learned.last_429 < 0
+
+
+def test_an_announced_budget_is_split_between_the_processes_of_a_pace_file(tmp_path):
+    """The budget a server announces in its headers is the key's: two processes of one pace file that both send on
+    the connection each take half of the ``remaining`` their replies announce (at the window's turn both would
+    otherwise spend the same requests); alone, a process takes all of it."""
+    from mlflow_ragjudge.llm.backends.base import RateInfo
+
+    path = tmp_path / "job.pace"
+    gates = []
+    for pid in (101, 202):  # two processes' views of the file
+        gate = ProviderGate()
+        gate.rpm.shared, gate.rpm.connection = SharedPace(path), "openai|https://x"
+        gate.rpm.shared.pid = pid
+        gates.append(gate)
+    gates[0].observe(0.1, RateInfo(remaining=40, limit=600, reset=10.0))
+    assert gates[0].budget.left == 40  # the only one that has sent so far
+    gates[1].observe(0.1, RateInfo(remaining=40, limit=600, reset=10.0))
+    assert gates[1].budget.left == 20  # two senders now: its half
+    time.sleep(SharedPace.USERS_EVERY + 0.05)
+    gates[0].observe(0.1, RateInfo(remaining=30, limit=600, reset=10.0))
+    assert gates[0].budget.left == 15
+    alone = ProviderGate()
+    alone.observe(0.1, RateInfo(remaining=30, limit=600, reset=10.0))
+    assert alone.budget.left == 30

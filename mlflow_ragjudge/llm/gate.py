@@ -280,7 +280,9 @@ class ProviderGate:
                 # started before it that a busy client has not put on the wire yet
                 since = self.starts - started_after if started_after is not None else 0
                 uncounted = max(since, self.concurrency.active - 1)
-                self.budget.announce(remaining, clamp_seconds(rate.reset), now, started_after, uncounted)
+                shared = self.rpm.shared  # (a key's budget, spent by every process of the pace file: our part)
+                users = shared.users(self.rpm.connection, time.time()) if shared is not None else 1
+                self.budget.announce(remaining // users, clamp_seconds(rate.reset), now, started_after, uncounted)
                 self._quiet.notify_all()
             tokens_left = clamp_count(rate.tokens_remaining) if rate is not None else None
             if rate is not None and tokens_left is not None:

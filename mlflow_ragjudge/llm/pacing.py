@@ -105,9 +105,7 @@ class Concurrency:
     #: someone else filled costs one 429, not a burst of them
     opened: bool = False
     first_at: float | None = None
-    last_enter: float = 0.0
     FIRST_ALONE = 2.0
-    IDLE_RESTART = 2.0  # seconds without a request in flight that restart an adaptive limit
 
     def allows(self, now: float) -> int:
         """How many may be in flight now."""
@@ -124,18 +122,8 @@ class Concurrency:
         return cls(start, limit if limit is not None else cls.ADAPTIVE_MAX, limit is not None, Rounds(start))
 
     def enter(self) -> None:
-        now = time.monotonic()
         if self.first_at is None:
-            self.first_at = now
-        elif (not self.fixed and self.active == 0 and now - self.last_enter > self.IDLE_RESTART
-              and self.limit > self.ADAPTIVE_START):
-            # idle for a while (a Spark task ended, the next one begins): what the limit grew to says nothing of the
-            # server now, so the first request goes alone again and slow start begins anew (as TCP restarts its
-            # window after idle: a burst of the whole limit into a window someone filled meanwhile is refused)
-            self.limit, self.opened, self.first_at = self.ADAPTIVE_START, False, now
-            self.rounds.slow_start, self.rounds.plateau, self.rounds.ok = True, False, 0
-            self.rounds.best_limit, self.rounds.best_rate, self.rounds.flat = self.ADAPTIVE_START, 0.0, 0
-        self.last_enter = now
+            self.first_at = time.monotonic()
         self.active += 1
         self.peak = max(self.peak, self.active)
         if self.active >= self.limit:
@@ -300,8 +288,8 @@ class LearnedPace:
       accepted to the 429). A later 429 with less than half as much of ours in that window resets it to the
       default (a neighbour filled it too).
     * **The cap**: ``RATE_MARGIN`` x what the server accepted of ours in the window before the latest 429. No
-      :meth:`span` (the window and a lag: ``WINDOW_LAG`` s, or ``LAG_SHARE`` of the window) holds more of our starts
-      than the cap, so our own capacity is reused as the server frees it (the window mirrored).
+      :meth:`span` (the window and ``WINDOW_LAG`` s) holds more of our starts than the cap, so our own capacity is
+      reused as the server frees it (the window mirrored).
     * **The growth** (starts per second): a start beyond the cap takes a token, and tokens come at the growth rate
       (at most ``BURST`` seconds' worth kept: an allowance not used does not pile up into a burst); each start
       beyond the cap raises it by one. At the first 429 the growth is one per ``retry-after`` (the server said when
@@ -320,10 +308,7 @@ class LearnedPace:
     """
 
     RATE_MARGIN = 0.995
-    #: a request's start here to its arrival at the server's count, at most: this, or LAG_SHARE of the window if more
-    #: (a busy machine's burst reaches a server's count a good part of a second late)
-    WINDOW_LAG = 0.25
-    LAG_SHARE = 0.02
+    WINDOW_LAG = 0.25  # a request's start here to its arrival in the server's count, at most
     DEFAULT_WINDOW = 60.0
     MIN_EVIDENCE = 10
     SHUT_FACTOR = 1.0
@@ -396,7 +381,7 @@ class LearnedPace:
 
     def span(self) -> float:
         """The window our starts are counted over: the server's, and the lag of a start's arrival in its count."""
-        return self.window + max(self.WINDOW_LAG, self.LAG_SHARE * self.window)
+        return self.window + self.WINDOW_LAG
 
     # -- the growth's tokens
 

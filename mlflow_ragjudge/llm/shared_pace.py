@@ -5,6 +5,10 @@ A provider's limit belongs to the key, not to a process. Each process paces its 
 together instead: every start is claimed from the file, so the starts of all of them are spaced
 ``60 / (0.99 x rpm)`` s apart, as one process's are, and together they never exceed the limit.
 
+A budget the server announces in its replies' headers is the key's, so each process that sends on the file's
+connection takes its part of it: the announced ``remaining`` divided by the processes that sent in the last few
+seconds (:meth:`SharedPace.users`), or at the window's turn every process would spend the same requests.
+
 The file also carries what one process learns from a 429 with ``retry-after``: the quiet it asked for, which every
 process that opens the file waits out and learns from as from its own 429 (:meth:`SharedPace.share_quiet`,
 :meth:`SharedPace.quiet_until`), so the others do not run into the same wall one by one.
@@ -25,6 +29,7 @@ between executors and the driver. A file that cannot be opened or locked is said
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 import warnings
@@ -48,6 +53,9 @@ class SharedPace:
     LOCK_TIMEOUT = 30.0
     #: a process reads the shared quiet at most this often (seconds): a read is a file lock and a query
     QUIET_READ_EVERY = 0.01
+    #: a process counts the file's other users at most this often, as those that sent in the last USER_SPAN s
+    USERS_EVERY = 0.5
+    USER_SPAN = 5.0
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -55,6 +63,8 @@ class SharedPace:
         self._conn: sqlite3.Connection | None = None
         self.failed: str | None = None  # why the file is not used (then this process paces alone)
         self._quiet_read: dict[str, tuple[float, float | None]] = {}  # key -> (read at, until)
+        self._users_read: dict[str, tuple[float, int]] = {}  # key -> (read at, processes)
+        self.pid = os.getpid()  # this process's row among the users
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +72,30 @@ class SharedPace:
                                check_same_thread=False)
         conn.execute("CREATE TABLE IF NOT EXISTS pace (key TEXT PRIMARY KEY, next_start REAL NOT NULL)")
         conn.execute("CREATE TABLE IF NOT EXISTS quiet (key TEXT PRIMARY KEY, until REAL NOT NULL)")
+        conn.execute("CREATE TABLE IF NOT EXISTS users (key TEXT NOT NULL, pid INTEGER NOT NULL, seen REAL NOT NULL, "
+                     "PRIMARY KEY (key, pid))")
         return conn
+
+    def users(self, connection: str, now: float) -> int:
+        """How many processes sent on ``connection`` in the last ``USER_SPAN`` s, this one counted now (read and
+        written at most every ``USERS_EVERY`` s; 1 when the file cannot be used)."""
+        key = _key(connection)
+        with self._lock:
+            read_at, n = self._users_read.get(key, (-1e18, 1))
+        if now - read_at < self.USERS_EVERY:
+            return n
+        got: list[int] = []
+
+        def count(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO users (key, pid, seen) VALUES (?, ?, ?) ON CONFLICT (key, pid) DO UPDATE SET "
+                         "seen = excluded.seen", (key, self.pid, now))
+            got.extend(r[0] for r in conn.execute("SELECT count(*) FROM users WHERE key = ? AND seen > ?",
+                                                  (key, now - self.USER_SPAN)))
+
+        n = max(1, got[0]) if self._transaction(count) and got else 1
+        with self._lock:
+            self._users_read[key] = (now, n)
+        return n
 
     def share_quiet(self, connection: str, until: float) -> None:
         """A 429 on ``connection`` asked for quiet until ``until`` (wall-clock seconds): every process is told."""
