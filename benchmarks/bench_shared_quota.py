@@ -4,7 +4,10 @@ Run from the repository root (each scenario lasts ``--windows`` server windows; 
 
     .venv/bin/python benchmarks/bench_shared_quota.py --json /tmp/quota.json          # all scenarios, ~10 min
     .venv/bin/python benchmarks/bench_shared_quota.py --rev HEAD~2 --json /tmp/q0.json # the package at a revision
-    .venv/bin/python benchmarks/bench_shared_quota.py --scenarios neighbour --window 10 --limit 100   # quick look
+    .venv/bin/python benchmarks/bench_shared_quota.py --scenarios neighbour --windows 1   # one minute
+
+(The client takes a window it cannot prove shorter for a minute, the providers' unit: a server window of a few
+seconds with someone else in it is slow to measure; benchmarks/pace_sim.py runs the policy alone in milliseconds.)
 
 The server is ``tests/fakellm.py``'s, in this process: ``--limit`` requests per sliding ``--window`` seconds (600 per
 60 s), ``retry-after`` on a 429 and no rate-limit headers (the hard case: a server that announces its budget is
@@ -26,14 +29,12 @@ gets in the same time, given the other client's accepted requests -- and our ref
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -47,30 +48,6 @@ if not in_child():
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-quota")
 
-SCENARIOS = ("fresh", "prefilled-even", "prefilled-burst", "neighbour")
-
-
-def greedy_max(others: list[float], limit: int, window: float, start: float, end: float) -> int:
-    """How many requests a client that sends the instant the limiter allows gets in [start, end), beside the other
-    client's accepted requests ``others`` (sorted, monotonic times)."""
-    ours: deque[float] = deque()
-    events = sorted(others)
-    t = start
-    n = 0
-    while t < end:
-        # everything (ours and theirs) in (t - window, t]
-        lo = bisect.bisect_right(events, t - window)
-        hi = bisect.bisect_right(events, t)
-        while ours and ours[0] <= t - window:
-            ours.popleft()
-        if (hi - lo) + len(ours) < limit:
-            ours.append(t)
-            n += 1
-            continue
-        # next moment a slot frees: the oldest of ours or theirs in the window ages out, or one of theirs arrives
-        oldest = min([x for x in (ours[0] if ours else None, events[lo] if lo < hi else None) if x is not None])
-        t = max(t + 1e-6, oldest + window + 1e-6)
-    return n
 
 
 def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -149,6 +126,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     end = first + args.windows * window
     got = sum(1 for t in ours_ok if t < end)
     refused = sum(1 for t in ours_refused if t < end)
+    from pace_sim import greedy_max
+
     best = greedy_max(sorted(theirs), limit, window, first, end)
     return {"scenario": name, "limit": limit, "window": window, "ours_accepted": got, "ours_refused": refused,
             "refused_per_accepted": refused / max(1, got), "physical_max": best,
@@ -168,12 +147,10 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pace_sim import scenario_arguments
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
-    ap.add_argument("--limit", type=int, default=600)
-    ap.add_argument("--window", type=float, default=60.0)
-    ap.add_argument("--windows", type=int, default=2)
-    ap.add_argument("--neighbour", type=float, default=0.4, help="the neighbour's share of the limit")
+    scenario_arguments(ap)
     ap.add_argument("--calls", type=int, default=0)
     ap.add_argument("--rev", help="measure the package as committed at this git revision (git archive)")
     ap.add_argument("--json", type=Path)

@@ -35,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # (last: a package already on the path, e.g. bench_shared_quota's --rev, comes first)
 
 from mlflow_ragjudge.llm.pacing import LearnedPace  # noqa: E402
 
@@ -191,15 +191,20 @@ def simulate(scenario: str, *, limit: int = 600, window: float = 60.0, windows: 
             "refused_at": [round(x - first, 3) for x in ours_refused if x < end]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def scenario_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of a shared-quota scenario (here and in bench_shared_quota.py)."""
     ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     ap.add_argument("--limit", type=int, default=600)
     ap.add_argument("--window", type=float, default=60.0)
     ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("--neighbour", type=float, default=0.4, help="the neighbour's share of the limit")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    scenario_arguments(ap)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--latency", type=float, default=0.2)
-    ap.add_argument("--neighbour", type=float, default=0.4)
     ap.add_argument("--jitter", type=float, default=0.1, help="each reply's latency within +- this share")
     ap.add_argument("--tasks", type=int, nargs="*", help="instead: a Spark job of this many tasks (several: one "
                     "run each), --requests between them, with and without the pace file's shared quiet")
