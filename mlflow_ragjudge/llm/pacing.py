@@ -13,8 +13,8 @@ AnnouncedBudget     a reply's ``x-ratelimit-*`` / ``anthropic-          the serv
 AnnouncedTokens     the same replies' token headers, against each       the server (headers on every reply)
                     request's estimated prompt tokens
 CoolDown            a 429 with ``retry-after``                          the server
-LearnedPace         what the server accepted before a 429 with          the server (only when it announces no
-                    ``retry-after``: a window to mirror or a pace       budget)
+LearnedPace         what the server held of ours at each 429 with       the server (only when it announces no
+                    ``retry-after`` (a share to mirror and grow)        budget)
 RequestsPerMinute   nothing: a fixed spacing of starts (across          ``requests_per_minute``, ``shared_pace``
                     processes with a pace file)
 Latency             every successful reply                              ``RAGJUDGE_TAIL_TIMEOUT_FLOOR``
@@ -299,9 +299,9 @@ class LearnedPace:
       filled, and nothing (``MIN_GROWTH``) beside a neighbour who takes all that frees, after a window filled by us
       alone, or once the window is all ours. A 429 less than ``MIN_SPAN`` s after the one before halves it.
     * **Probing up**: every ``quiet`` seconds without a 429 the growth (if tokens were taken) is raised, the k-th
-      raise in a row by
-      ``PROBE_STEP ** k`` (a limit that frees is found again within a minute); a 429 soon after a raise doubles
-      ``quiet`` (up to ``QUIET_MAX``): a limit that stays where it is costs about a 429 a minute.
+      raise in a row by ``PROBE_STEP ** k``; a 429 soon after a raise doubles ``quiet`` (up to ``QUIET_MAX``): a
+      limit that stays where it is costs about a 429 a minute, and one that frees is found again (from the minimum
+      growth that takes minutes: benchmarks/pace_sim.py).
 
     A start handed out before the pace changed (``version``) is asked for again by its caller (:meth:`stale`).
     Every time is passed in: the policy has no clock of its own (benchmarks/pace_sim.py runs it on a virtual one).
