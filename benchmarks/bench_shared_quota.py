@@ -48,6 +48,7 @@ if not in_child():
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-quota")
 
+from pace_sim import greedy_max, scenario_arguments  # noqa: E402
 
 
 def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -126,8 +127,6 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     end = first + args.windows * window
     got = sum(1 for t in ours_ok if t < end)
     refused = sum(1 for t in ours_refused if t < end)
-    from pace_sim import greedy_max
-
     best = greedy_max(sorted(theirs), limit, window, first, end)
     return {"scenario": name, "limit": limit, "window": window, "ours_accepted": got, "ours_refused": refused,
             "refused_per_accepted": refused / max(1, got), "physical_max": best,
@@ -147,8 +146,6 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pace_sim import scenario_arguments
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     scenario_arguments(ap)
     ap.add_argument("--calls", type=int, default=0)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mlflow_ragjudge.llm.backends import ChatRequest
+from mlflow_ragjudge.llm.backends.base import BackendError, ErrorKind, RateInfo
 from mlflow_ragjudge.llm.client import JudgeClient
 from mlflow_ragjudge.llm.gate import ProviderGate
 from mlflow_ragjudge.llm.shared_pace import SharedPace, SharedPaceWarning
@@ -141,8 +142,6 @@ def test_a_429_one_process_got_is_waited_out_and_learned_by_the_others(tmp_path)
     started = second.acquire()
     first.cool_down(1.2)
     time.sleep(2 * SharedPace.QUIET_READ_EVERY)  # (a process reads the file's quiet at most that often)
-    from mlflow_ragjudge.llm.backends.base import BackendError, ErrorKind
-
     with pytest.raises(BackendError) as held:
         second.before_wire()
     assert held.value.kind is ErrorKind.HELD and 0.5 < held.value.retry_after <= 1.2
@@ -165,8 +164,6 @@ def test_an_announced_budget_is_split_between_the_processes_of_a_pace_file(tmp_p
     """The budget a server announces in its headers is the key's: two processes of one pace file that both send on
     the connection each take half of the ``remaining`` their replies announce (at the window's turn both would
     otherwise spend the same requests); alone, a process takes all of it."""
-    from mlflow_ragjudge.llm.backends.base import RateInfo
-
     path = tmp_path / "job.pace"
     gates = []
     for pid in (101, 202):  # two processes' views of the file
