@@ -108,9 +108,9 @@ def rate(args) -> dict:
                "metrics": ["correctness", "faithfulness", "context_precision", "context_recall"]}
         if args.rpm:
             cfg["requests_per_minute"] = args.rpm
-        t = time.perf_counter()
+        t, started = time.perf_counter(), time.time()
         res = evaluate_spark(sdf, cfg, log=False)
-        wall = time.perf_counter() - t
+        wall, ended = time.perf_counter() - t, time.time()
         stats = server.stats()
     accepted = stats["http_requests"] - stats["http_429"]
     minimum = accepted / 10.0  # the limit's even rate: 600 per minute
@@ -127,6 +127,10 @@ def rate(args) -> dict:
             "sliding_minimum_seconds": round(sliding, 1), "ratio_to_sliding": round(wall / sliding, 3),
             # the requests alone: from the first accepted request to the last reply (Spark's start-up left out)
             "requests_seconds": round(span, 1), "requests_ratio_to_sliding": round(span / sliding, 3),
+            # the rest of the wall: from the call to the first request (validation, Spark's Python workers), and from
+            # the last reply to the call's return (the results' merge, the per-row table)
+            "before_first_request_s": round(float(stats.get("first_chat_at", started)) - started, 1),
+            "after_last_reply_s": round(ended - float(stats.get("last_chat_at", ended)) - 0.3, 1),
             "rows_failed": failed,
             # when the 429s came, in seconds from the first accepted request
             "refused_after_s": [round(t - float(stats.get("first_chat_at", 0.0)), 2) for t in stats["refused_at"]]}

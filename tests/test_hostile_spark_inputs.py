@@ -247,6 +247,7 @@ def test_case_13_max_concurrency_one_is_one_request_in_flight_job_wide(spark, fa
     res.unpersist()
     assert res.metrics["correctness/count"] == 6 and res.metrics["correctness/n_failed"] == 0
     assert fake_llm.request_count >= 6 and fake_llm.peak_in_flight == 1
+    assert res.config["spark"]["partitions"] == 1 and res.config["spark"]["concurrent_tasks"] == 1  # coalesced
 
 
 @needs_java

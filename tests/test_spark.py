@@ -176,6 +176,9 @@ def test_bad_input_gets_the_pandas_paths_error_before_any_call(spark, fake_llm, 
     spark_err = _first_error(lambda: evaluate_spark(sdf, cfg, log=False))
     assert "Column 'contexts' row 23 holds a string" in spark_err
     assert spark_err == _first_error(lambda: rj.evaluate_frame(bad, cfg))
+    bad.loc[8, "contexts"] = "a passage, not a list"  # bad cells in both partitions: the first in the data's order
+    assert "Column 'contexts' row 8 holds a string" in _first_error(
+        lambda: evaluate_spark(spark.createDataFrame(bad), cfg, log=False))
     # a column of the wrong Spark type
     typed = spark.createDataFrame(df.assign(answer=range(len(df))))
     assert "Column 'answer' is a Spark bigint column; it must be string" in _first_error(
@@ -352,13 +355,21 @@ def test_a_request_limit_holds_for_the_whole_job(spark, fake_llm, judged, monkey
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     fake_llm.rate_limit_per_minute, fake_llm.rate_limit_window = 60, 6.0  # 60 per 6 s = 600/min
-    before = set(Path(tempfile.gettempdir()).glob("ragjudge-pace-*"))
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def spy(*args, **kwargs):  # the folders the job makes (other tests running beside this one make their own)
+        made.append(mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", spy)
     res = evaluate_spark(spark.createDataFrame(_rows(120, repeat=False)).repartition(4),
                          {"judge": judged, "metrics": ["correctness"], "cache": False, "requests_per_minute": 540},
                          log=False)
     assert res.config["spark"]["concurrent_tasks"] == 2
     assert res.config["spark"]["pace_file"] == "driver" and res.config["spark"]["requests_per_minute_per_task"] is None
-    assert set(Path(tempfile.gettempdir()).glob("ragjudge-pace-*")) == before  # removed with the job
+    paces = [Path(d) for d in made if Path(d).name.startswith("ragjudge-pace-")]
+    assert len(paces) == 1 and not paces[0].exists()  # the job's pace folder, removed with the job
     # two tasks at the whole limit each, without the one pace, would see about half their requests refused
     assert fake_llm.rate_limited_count <= 0.02 * (fake_llm.request_count - fake_llm.rate_limited_count)
     arrivals = sorted(r.received_at for r in fake_llm.requests)

@@ -197,24 +197,28 @@ def _check_schema(schema: Any, cfg: RagJudgeConfig) -> None:
                              "array<string>.")
 
 
-def _offsets(sdf: Any) -> tuple[dict[int, int], int]:
-    """Pass 1: the position of each partition's first row in the whole data (counted the way the later passes see
-    the partitions: in Python, by task), and the number of rows."""
+def _check_rows(sdf: Any, run_cfg: dict[str, Any]) -> tuple[dict[int, int], int]:
+    """Pass 1, the checks before any judge call: every cell (the pandas path's checks), the judge's credentials on the
+    executors, and each partition's rows. Returns the position of each partition's first row in the whole data
+    (counted the way the scoring pass sees the partitions: in Python, by task; every partition has one, empty or
+    not) and the number of rows.
+
+    One pass: the partitions validate their rows numbered from their own start. Only when one fails is the data read
+    again, numbered in the whole data, to name the first bad cell in the order of the data as the pandas path does."""
+    schema = "part long, first_row long, n long, error string"
+    found = sdf.mapInPandas(_Validate(run_cfg), schema).collect()
     counts: dict[int, int] = {}
-    F = _pyspark()  # noqa: N806
-    # one literal column: how many rows each partition has does not depend on which columns are read
-    for p, n in sdf.select(F.lit(1).alias("one")).mapInPandas(_count_rows, "p long, n long").collect():
-        counts[int(p)] = counts.get(int(p), 0) + int(n)
-    out, at = {}, 0
+    for row in found:
+        counts[int(row["part"])] = counts.get(int(row["part"]), 0) + int(row["n"])
+    offsets, at = {}, 0
     for p in sorted(counts):
-        out[p] = at
+        offsets[p] = at
         at += counts[p]
-    return out, at
-
-
-def _count_rows(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    p = _partition_id()
-    yield pd.DataFrame({"p": [p], "n": [sum(len(b) for b in batches)]})
+    if at and any(row["error"] is not None for row in found):
+        first = (sdf.mapInPandas(_Validate(run_cfg, offsets), schema).where("error IS NOT NULL")
+                 .orderBy("first_row").limit(1).collect())
+        raise InputError(first[0]["error"])
+    return offsets, at
 
 
 def _partition_id() -> int:
@@ -279,20 +283,23 @@ def _spark_type(values: list[Any]) -> str:
 
 
 class _Validate:
-    """Pass 2 (picklable for the executors): each batch's first error, or nothing."""
+    """The checks of pass 1 (picklable for the executors): each batch's partition, first row, rows and first error,
+    or none. Rows are numbered from each partition's start, or in the whole data with ``offsets``."""
 
-    def __init__(self, cfg: dict[str, Any], offsets: dict[int, int]) -> None:
+    def __init__(self, cfg: dict[str, Any], offsets: dict[int, int] | None = None) -> None:
         self.cfg, self.offsets = cfg, offsets
 
     def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         cfg = RagJudgeConfig.from_dict(self.cfg)
-        at = self.offsets.get(_partition_id(), 0)
+        part = _partition_id()
+        at = (self.offsets or {}).get(part, 0)
         ready = None
         try:
             _client(cfg)  # the judge's credentials must reach the executors
         except (InputError, ValueError) as e:
             ready = (f"On the Spark executors: {e} (an executor's environment comes from the cluster: "
                      "spark.executorEnv.<NAME> or the cluster's secrets, set before the session starts).")
+        rows = 0
         for batch in batches:
             error = ready
             try:
@@ -302,8 +309,11 @@ class _Validate:
                     row_ids(batch, cfg, [])  # empty or repeated ids within the batch
             except (InputError, ValueError) as e:
                 error = str(e)
-            yield pd.DataFrame({"first_row": [at], "error": [error]})
+            yield pd.DataFrame({"part": [part], "first_row": [at], "n": [len(batch)], "error": [error]})
             at += len(batch)
+            rows += len(batch)
+        if not rows:  # an empty partition still counts, with no rows
+            yield pd.DataFrame({"part": [part], "first_row": [at], "n": [0], "error": [None]})
 
 
 def _trace_material(out: EvalOutput, k: int) -> dict[str, Any]:
@@ -328,7 +338,7 @@ def _trace_material(out: EvalOutput, k: int) -> dict[str, Any]:
 
 
 class _Score:
-    """Pass 3 (picklable for the executors): each batch evaluated as ``evaluate_frame`` would, its input columns
+    """Pass 2 (picklable for the executors): each batch evaluated as ``evaluate_frame`` would, its input columns
     passed through with the row's position, id key and result cells; the batch's summary rides on its first row, and
     the rows at the positions in ``traced`` carry what their trace shows."""
 
@@ -440,23 +450,21 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
     _check_schema(sdf.schema, cfg)
     select_metrics(pd.DataFrame(columns=sdf.columns), cfg)  # missing columns: the pandas path's error, at once
     t0 = time.perf_counter()
-    sdf, partitions, concurrent = _within_concurrency(sdf, cfg)
-    offsets, n_rows = _offsets(sdf)
-    if not offsets:
-        raise InputError("The data has no rows: pass at least one row with question/answer/reference columns.")
+    sdf, slots = _within_concurrency(sdf, cfg)
     id_col = cfg.column("row_id")
     if id_col in sdf.columns:
         dup = [r[0] for r in sdf.groupBy(id_col).count().where("count > 1").limit(3).collect()]
         if dup:
             raise InputError(f"Column '{id_col}' (row ids) repeats {dup}; row ids must be unique (they key human "
                              "labels).")
-    # 2. every check before any judge call
+    # 1. every check before any judge call, and where each partition's rows start
+    offsets, n_rows = _check_rows(sdf, _executor_config(cfg, slots, pace[0]))
+    if not n_rows:
+        raise InputError("The data has no rows: pass at least one row with question/answer/reference columns.")
+    partitions = len(offsets)
+    concurrent = min(partitions, slots)
     run_cfg = _executor_config(cfg, concurrent, pace[0])
-    errors = (sdf.mapInPandas(_Validate(run_cfg, offsets), "first_row long, error string")
-              .where(F.col("error").isNotNull()).orderBy("first_row").limit(1).collect())
-    if errors:
-        raise InputError(errors[0]["error"])
-    # 3. the scoring, once; the rows the traces' sample picks (as the pandas path picks them) carry their trace
+    # 2. the scoring, once; the rows the traces' sample picks (as the pandas path picks them) carry their trace
     human = tuple(dict.fromkeys([*cfg.human_columns, *cfg.human_labels.values()]))
     traced: list[int] = []
     if log:
@@ -477,7 +485,7 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
         raise RuntimeError(_task_failure(e, cfg)) from e
     merged = merge_parts(parts, cfg)
     gate = gate_outcome(cfg.fail_under, merged.metrics, merged.summaries, cfg.gate_rule)
-    # 4. the per-row result columns, typed, and the row ids as one process numbers them
+    # 3. the per-row result columns, typed, and the row ids as one process numbers them
     types: dict[str, str] = {}
     for p in sorted(parts, key=lambda p: p["first_row"]):
         for c, t in p["columns"].items():
@@ -494,11 +502,11 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
         rows = rows.select("*", *[parsed.getField(c).alias(c) for c in types])
     if id_col not in sdf.columns:
         rows = _with_row_ids(rows)
-    sample = _table_sample(rows, cfg, table_rows, merged.rows)
+    sample = _table_sample(rows, cfg, table_rows, merged.rows) if log else pd.DataFrame()  # (log=False: no table)
     picked = _traced_rows(rows, cfg, traced)
     rows = rows.drop(_KEY, _CELLS, _PART, _ROW, _TRACE)
     wall = round(time.perf_counter() - t0, 3)
-    record = _record(cfg, merged, partitions, concurrent, wall, table_rows, len(sample), pace)
+    record = _record(cfg, merged, partitions, concurrent, wall, table_rows, len(sample), pace, log)
     record["gate"] = gate
     params = {"ragjudge.version": VERSION, **merged.params, "ragjudge.spark.partitions": str(partitions)}
     run_id = _log(merged, params, record, sample, gate, experiment, run_name, picked) if log else None
@@ -508,19 +516,20 @@ def _evaluate_spark(sdf: Any, cfg: RagJudgeConfig, experiment: str | None, run_n
                            scored, outputs, output)
 
 
-def _within_concurrency(sdf: Any, cfg: RagJudgeConfig) -> tuple[Any, int, int]:
-    """The data as the scoring pass reads it, its partitions and how many of its tasks run at once. Each task sends at
-    most ``max_concurrency // tasks at once`` requests (:func:`_executor_config`), so the job never has more than
-    ``max_concurrency`` in flight; with fewer allowed in flight than tasks would run at once, the partitions are
-    coalesced (in their order, no shuffle) into ``max_concurrency`` -- one request per task, that many tasks."""
-    partitions = sdf.rdd.getNumPartitions()
-    concurrent = max(1, min(partitions, sdf.sparkSession.sparkContext.defaultParallelism))
+def _within_concurrency(sdf: Any, cfg: RagJudgeConfig) -> tuple[Any, int]:
+    """The data as the scoring pass reads it, and at most how many of its tasks run at once (the tasks at once are
+    the fewer of this and the partitions, counted by the checks' pass). Each task sends at most
+    ``max_concurrency // tasks at once`` requests (:func:`_executor_config`), so the job never has more than
+    ``max_concurrency`` in flight; with fewer allowed in flight than tasks could run at once, the partitions are
+    coalesced (in their order, no shuffle) into ``max_concurrency`` -- one request per task, that many tasks (a data
+    with no more partitions than that keeps them). The partitions are not counted here: asking Spark for them costs
+    the first query's warm-up, about a second, which the checks' pass pays anyway."""
+    slots = max(1, int(sdf.sparkSession.sparkContext.defaultParallelism))
     judged = cfg.judge is not None and not is_offline_judge(cfg.judge)
-    if judged and cfg.max_concurrency and cfg.max_concurrency < concurrent:
+    if judged and cfg.max_concurrency and cfg.max_concurrency < slots:
         sdf = sdf.coalesce(cfg.max_concurrency)
-        partitions = sdf.rdd.getNumPartitions()
-        concurrent = max(1, min(partitions, cfg.max_concurrency))
-    return sdf, partitions, concurrent
+        slots = cfg.max_concurrency
+    return sdf, slots
 
 
 def _task_failure(e: BaseException, cfg: RagJudgeConfig) -> str:
@@ -621,7 +630,8 @@ def _plain(value: Any) -> Any:
 
 
 def _record(cfg: RagJudgeConfig, merged: Any, partitions: int, concurrent: int, wall: float,
-            table_rows: int | str, logged: int, pace: tuple[str | None, str] = (None, "none")) -> dict[str, Any]:
+            table_rows: int | str, logged: int, pace: tuple[str | None, str] = (None, "none"),
+            log: bool = True) -> dict[str, Any]:
     shared = bool(cfg.requests_per_minute) and pace[0] is not None
     return {
         "package_version": VERSION, "config": cfg.public_params(), "rows": merged.rows,
@@ -633,7 +643,8 @@ def _record(cfg: RagJudgeConfig, merged: Any, partitions: int, concurrent: int, 
                                                    if cfg.requests_per_minute and not shared else None),
                   # the job's pace: one file for every task ("driver", "cache" or "config"), or "none" (a share each)
                   "pace_file": pace[1] if shared else "none",
-                  "table": "every row" if table_rows == "all" else f"a seeded sample of {logged} rows"},
+                  "table": "none (log=False)" if not log else "every row" if table_rows == "all"
+                  else f"a seeded sample of {logged} rows"},
     }
 
 
