@@ -21,7 +21,8 @@ Run from the repository root with the project's venv and the ``spark`` extra (Ja
   ``--no-headers`` (the server announces no budget, only ``retry-after``) learn the limit from 429s, told of each
   other's through the job's pace file. Two minimum times: the accepted requests at the limit's even rate (10 per
   second), and the sliding window's (600 at once, the next 600 a window later, ...); reported: wall / each, the
-  requests' own span (first accepted to last reply), 429s and when they came, rows lost.
+  requests' own span (first accepted to last reply), the time before the first request and after the last reply
+  (Spark's own share of the wall), 429s and when they came, rows lost.
 """
 
 from __future__ import annotations
