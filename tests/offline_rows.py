@@ -5,12 +5,15 @@ metrics were made fast, issue 26; rewritten once with floats at 12 significant d
 exact-repr golden, so that it holds on any CPU; written again for calibration 2 of the offline judge, issue 27:
 its long-answer model, the new_recall feature, the character-pair recall of answers written without spaces,
 numbers in CJK numerals, and the hard rules on question words, dates, units and names, with nothing else
-changed; and for gates on intervals, issue 36: each mean's ``ci_low``/``ci_high`` added to the aggregates, every
-other number kept as it was); ``tests/test_offline_speed.py`` checks that the code of today gives the very same
-per-row results, tables and aggregates. The rows are built to reach the corners of the text
-code the speed work touched: English, Japanese, Chinese and Korean text, accents and full-width characters, numbers with
-thousands separators, number words and ordinals, abbreviations, line breaks, declines and courtesy, empty texts,
-several acceptable answers, contexts missing or empty.
+changed; for gates on intervals, issue 36: each mean's ``ci_low``/``ci_high`` added to the aggregates, every
+other number kept as it was; and for calibration 3, issue 39: numbers read in one form (scale words, grouped
+thousands, spelled-out numbers and years, digits mixed with CJK numerals), amounts in another currency or scale,
+and short answers named but not asserted (denied, among alternatives, inside a question)).
+``tests/test_offline_speed.py`` checks that the code of today gives the very same per-row results, tables and
+aggregates. The rows are built to reach the corners of the text code the speed work touched: English, Japanese,
+Chinese and Korean text, accents and full-width characters, numbers with thousands separators, number words and
+ordinals, abbreviations, line breaks, declines and courtesy, empty texts, several acceptable answers, contexts
+missing or empty.
 
 Regenerate (only when the offline metrics' results are meant to change, and say why in the commit)::
 

@@ -51,6 +51,7 @@ import re
 import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 from .errors import InvalidTextWarning
@@ -530,23 +531,30 @@ _CJK_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三"
                "八": 8, "九": 9}
 _CJK_UNITS = {"十": 10, "百": 100, "千": 1000}
 _CJK_BIG_UNITS = {"万": 10**4, "萬": 10**4, "亿": 10**8, "億": 10**8, "兆": 10**12}
-_CJK_NUMBER_RE = re.compile("[" + "".join([*_CJK_DIGITS, *_CJK_UNITS, *_CJK_BIG_UNITS]) + "]+")
+_CJK_NUMERALS = "".join([*_CJK_DIGITS, *_CJK_UNITS, *_CJK_BIG_UNITS])
+#: a run of numerals, digits among them where a numeral follows (1400万 = 14000000, 2万1000 = 21000, 1.4億)
+_CJK_NUMBER_RE = re.compile(rf"(?:\d+(?:\.\d+)?)?(?:[{_CJK_NUMERALS}]+(?:\d+(?:\.\d+)?)?)+")
+_CJK_PIECE = re.compile(r"\d+(?:\.\d+)?|.")
 
 
-def _cjk_number(run: str) -> int:
-    if not any(c in _CJK_UNITS or c in _CJK_BIG_UNITS for c in run):  # digit by digit: 二〇二三 = 2023
-        return int("".join(str(_CJK_DIGITS[c]) for c in run))
-    total = section = digit = 0
-    for c in run:
+def _cjk_number(run: str) -> str:
+    pieces = _CJK_PIECE.findall(run)
+    if not any(c in _CJK_UNITS or c in _CJK_BIG_UNITS for c in pieces):  # digit by digit: 二〇二三 = 2023
+        return "".join(str(_CJK_DIGITS[c]) if c in _CJK_DIGITS else c for c in pieces)
+    total = section = digit = Decimal(0)
+    for c in pieces:
         if c in _CJK_DIGITS:
-            digit = _CJK_DIGITS[c]
+            digit = Decimal(_CJK_DIGITS[c])
         elif c in _CJK_UNITS:
             section += (digit or 1) * _CJK_UNITS[c]  # 十 alone is ten
-            digit = 0
-        else:
+            digit = Decimal(0)
+        elif c in _CJK_BIG_UNITS:
             total += (section + digit or 1) * _CJK_BIG_UNITS[c]
-            section = digit = 0
-    return total + section + digit
+            section = digit = Decimal(0)
+        else:  # digits among the numerals: 1400万
+            digit = Decimal(c)
+    value = total + section + digit
+    return str(int(value)) if value == value.to_integral_value() else format(value.normalize(), "f")
 
 
 def cjk_numbers(text: str | None) -> list[str]:
@@ -556,13 +564,13 @@ def cjk_numbers(text: str | None) -> list[str]:
     the tokenizer's."""
     if not text:
         return []
-    return [str(_cjk_number(m.group(0))) for m in _CJK_NUMBER_RE.finditer(text)]
+    return [_cjk_number(m.group(0)) for m in _CJK_NUMBER_RE.finditer(text)]
 
 
 def numerals_as_digits(text: str) -> str:
     """``text`` with each run of Chinese / Japanese numerals written in digits (:func:`cjk_numbers`):
     ``长城长两万一千公里`` -> ``长城长21000公里``."""
-    return _CJK_NUMBER_RE.sub(lambda m: str(_cjk_number(m.group(0))), text)
+    return _CJK_NUMBER_RE.sub(lambda m: _cjk_number(m.group(0)), text)
 
 
 # --------------------------------------------------------------------------- languages written in Latin letters

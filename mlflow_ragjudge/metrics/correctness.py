@@ -34,9 +34,11 @@ from .offline_evidence import (
     answer_features,
     answer_found,
     code_conflict,
+    is_long_answer,
     name_conflict,
     unit_conflict,
 )
+from .offline_reading import unasserted
 from .spec import Estimate, MetricSpec, Option, Outputs, RunContext
 from .statements import add_estimates, estimate_messages
 
@@ -249,6 +251,11 @@ def _per_mode(key: str) -> Any:
     return build
 
 
+#: the highest level of a response that names a short answer without asserting it (:func:`.offline_reading.unasserted`):
+#: the level of an answer that has only part of what was asked
+UNASSERTED_LEVEL = 2
+
+
 def offline_correctness(ev: OfflineEvidence, question: str, response: str, references: Sequence[str],
                         contexts: Sequence[str] | None = None) -> JudgeResult:
     """Six-level correctness of ``response`` against the acceptable answers ``references`` (the best one
@@ -275,10 +282,14 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
     found = any(g is not None and answer_found(g, response, r) for g, r in zip(features, references))
     conflict = (code_conflict(question, response, references[i]) or unit_conflict(response, references[i])
                 or name_conflict(question, response, references[i]))
+    # a short answer named but not asserted: denied, one of several alternatives, or only inside a question
+    unsaid = unasserted(question, response, references[i]) if found and not is_long_answer(f) else None
     if not found:
         level = min(level, ev.calibration.level(0.0, f["recall"], f))
     if conflict:
         level = min(level, 3)
+    if unsaid:
+        level = min(level, UNASSERTED_LEVEL)
     shown = {k: round(v, 3) for k, v in f.items()}
     rationale = (f"(offline judge, lexical evidence, not an LLM) level {level} ({LEVEL_WORDS[level]}): "
                  f"P(acceptable)={p:.2f}; {f['recall']:.0%} of the reference's content words found"
@@ -288,12 +299,15 @@ def offline_correctness(ev: OfflineEvidence, question: str, response: str, refer
                  + (f"; the response gives {_shown_code(conflict)}, the reference does not" if conflict else "")
                  + ("; none of any acceptable answer is in the response (beyond the question's own words), so not "
                     "a passing level" if not found else "")
+                 + (f"; the response names the answer but does not assert it: {unsaid}, so at most level "
+                    f"{UNASSERTED_LEVEL}" if unsaid else "")
                  + f"; {f['support']:.0%} of the response is backed by the reference, contexts or question"
                  + (f" (best of {len(references)} acceptable answers: #{i + 1})" if len(references) > 1 else "")
                  + ".")
     return JudgeResult.scored(level, rationale, details=ev.details(
         level=level, probability=round(p, 4), features=shown, matched_reference=references[i],
-        matched_reference_index=i))
+        matched_reference_index=i, **({"unasserted": unsaid} if unsaid else {}),
+        **({"conflict": _shown_code(conflict)} if conflict else {})))
 
 
 def _shown_code(code: str) -> str:

@@ -70,7 +70,8 @@ from ..core.matching import (
     match_tokens,
     text_cut,
 )
-from ..core.text import TextMemo, cjk_numbers, has_cjk, numerals_as_digits
+from ..core.text import TextMemo, cjk_numbers, has_cjk
+from .offline_reading import number_forms, quantity_conflict
 
 __all__ = [
     "OFFLINE_PROVIDER",
@@ -200,10 +201,8 @@ def answer_features(question: str, response: str, answer: str, contexts: Sequenc
 
     A calibration uses some of these (:attr:`Calibration.features`).
     """
-    if isinstance(answer, str) and isinstance(response, str) and (has_cjk(answer) or has_cjk(response)):
-        # numbers written in Chinese / Japanese numerals are compared as digits (两万一千 = 21000, 一九六九 = 1969)
-        answer, response = numerals_as_digits(answer), numerals_as_digits(response)
-        question = numerals_as_digits(question) if isinstance(question, str) else question
+    # numbers in one form: 14 million = 14,000,000 = fourteen million; 两万一千 = 21000; 1400万 = 14000000
+    answer, response, question = number_forms(answer), number_forms(response), number_forms(question)
     a = _cut(answer)
     distinct = a.distinct
     if not distinct:
@@ -320,6 +319,7 @@ def code_conflict(question: str, response: str, answer: str) -> str | None:
     name, not all of its parts (``June 20, 1969`` or ``July 21, 1969`` for ``July 20, 1969``). Returns the first
     such token of the response (a month as ``month:N``), or None (``CO2`` for the answer ``H2O``; ``1970`` for
     ``1969``)."""
+    question, response, answer = number_forms(question), number_forms(response), number_forms(answer)
     tokens = _cut(answer)
     if len(tokens.content) > SHORT_ANSWER:
         return None  # a long answer's numbers are details of many; the rule is for answers that are a number
@@ -407,21 +407,24 @@ def _quantities(tokens: Sequence[str]) -> set[tuple[str, str, str]]:
 
 
 def unit_conflict(response: str, answer: str) -> str | None:
-    """A quantity of a short answer given in another unit of the same kind (``330 feet`` for ``330 metres``) with
-    the answer's own nowhere in the response; returns it (``330 ft``), or None."""
+    """A quantity of a short answer given in another unit of the same kind (``330 feet`` for ``330 metres``; an
+    amount in another currency, ``€1,000`` for ``$1,000``; a temperature in another scale,
+    :func:`~.offline_reading.quantity_conflict`) with the answer's own nowhere in the response; returns it
+    (``330 ft``, ``1000 EUR``), or None."""
+    response, answer = number_forms(response), number_forms(answer)
     tokens = _cut(answer)
     if len(tokens.content) > SHORT_ANSWER:
         return None
     wanted = _quantities(tokens.match)
     if not wanted:
-        return None
+        return quantity_conflict(response, answer)
     said = _quantities(_cut(response).match)
     if wanted & said:
         return None
     for number, kind, unit in said:
         if any(number == n and kind == k for n, k, _ in wanted):
             return f"{number} {unit}"
-    return None
+    return quantity_conflict(response, answer)
 
 
 # --------------------------------------------------------------------------- calibration

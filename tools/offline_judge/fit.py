@@ -57,7 +57,7 @@ __all__ = ["fit_calibration", "held_out_report", "baseline_table", "format_repor
 
 #: the salt of the fixed half split (fit half: SHA-256(salt + key) even)
 SPLIT_SALT = "mlflow-ragjudge offline judge v1"
-CALIBRATION_VERSION = "2"
+CALIBRATION_VERSION = "3"
 L2 = 1.0
 ROUNDS = 3
 SUPPORT_GRID = tuple(round(0.4 + 0.05 * i, 2) for i in range(12))  # 0.40 .. 0.95

@@ -1,0 +1,387 @@
+"""What a response asserts about an answer, read without a model: the offline judge's reading of number forms,
+quantities with a currency or a temperature scale, and the ways a response can name the right answer without
+giving it (issue 39).
+
+* :func:`number_forms` writes numbers in one form before any comparison: scale words (``14 million``,
+  ``1.4 billion``, ``1,400 million``), digits grouped by spaces (``14 000 000``), numbers and years spelled out
+  (``fourteen million``, ``nineteen sixty-nine``), and Chinese / Japanese numerals, mixed with digits or not
+  (``1400万``, ``14億``, ``两万一千``) -- all become digits (``14000000``, ``1969``).
+* :func:`quantities` reads amounts of money with their currency (``$1,000``, ``€1,000``, ``500 GBP``, ``1000円``)
+  and temperatures with their scale (``20 °C``, ``68°F``, ``摂氏20度``); :func:`quantity_conflict` finds a
+  response that gives the answer's amount in another currency or scale.
+* :func:`unasserted` finds a response that names the answer only where it does not assert it: denied
+  (``It is not Canberra.``, ``Alexander Fleming did not discover penicillin.``, ``キャンベラではありません``), as one
+  of several alternatives (``Sydney, Melbourne, Canberra or Perth``, ``1944 or 1945 or 1946``), or inside a
+  question (``Is it Canberra? I do not know.``).
+
+The rules read English, Japanese and Chinese cue words; a language without them is read for numbers only.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from decimal import Decimal, InvalidOperation
+
+from ..core.matching import STOPWORDS, match_tokens
+from ..core.text import has_cjk, numerals_as_digits, split_sentences
+
+__all__ = ["number_forms", "quantities", "quantity_conflict", "unasserted"]
+
+# ----------------------------------------------------------------------------------------------- number forms
+
+_SMALL = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)}
+_SCALE = {"thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_WORD = "|".join(sorted([*_SMALL, *_TENS, "hundred", *_SCALE], key=len, reverse=True))
+#: a run of at least two number words (one word alone is the tokenizer's: ``eight`` = ``8``)
+_WORD_RUN = re.compile(rf"\b(?:{_WORD})(?:(?:\s+and\s+|[\s-]+)(?:{_WORD}))+\b", re.IGNORECASE)
+#: digits (thousands grouped by commas, or a decimal part) followed by a scale word
+_SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*(thousand|million|billion|trillion|bn)\b",
+                     re.IGNORECASE)
+_ANY_NUMBER = re.compile(rf"\d|\b(?:{_WORD})\b", re.IGNORECASE)
+
+
+def _words_value(words: list[str]) -> int | None:
+    """The value of a run of English number words, or None when the run is not one number (``one two three``)."""
+    groups: list[int] = []  # year form: two numbers of two digits (nineteen sixty-nine, twenty twenty-one)
+    for w in words:
+        if w in _TENS:
+            groups.append(_TENS[w])
+        elif w in _SMALL and groups and groups[-1] % 10 == 0 and groups[-1] >= 20 and _SMALL[w] < 10:
+            groups[-1] += _SMALL[w]  # sixty-nine
+        elif w in _SMALL:
+            groups.append(_SMALL[w])
+        else:
+            break
+    else:
+        if len(groups) == 2 and 10 <= groups[0] <= 99 and 10 <= groups[1] <= 99:
+            return groups[0] * 100 + groups[1]
+    total = current = 0
+    last = ""  # what the previous word was: "unit", "teen", "tens", "hundred", "scale", "and"
+    for w in words:
+        if w == "and":
+            if last not in ("hundred", "scale"):
+                return None
+            last = "and"
+        elif w in _SMALL:
+            v = _SMALL[w]
+            if last in ("unit", "teen") or (last == "tens" and v >= 10):
+                return None
+            current += v
+            last = "unit" if v < 10 else "teen"
+        elif w in _TENS:
+            if last in ("unit", "teen", "tens"):
+                return None
+            current += _TENS[w]
+            last = "tens"
+        elif w == "hundred":
+            if last in ("hundred", "scale", "and"):
+                return None
+            current = (current or 1) * 100
+            last = "hundred"
+        else:
+            if last == "and":
+                return None
+            total += (current or 1) * _SCALE[w]
+            current = 0
+            last = "scale"
+    return None if last == "and" else total + current
+
+
+def _written(value: Decimal | int) -> str:
+    """A number in the one form every text gets: from a million up, a mantissa and a scale word (``14 million``,
+    ``1.4 billion``, ``2.45 billion``: the form answers most often take, whose words the judge's features were
+    fitted on), below it digits."""
+    value = Decimal(value)
+    for scale in ("trillion", "billion", "million"):
+        if abs(value) >= _SCALE[scale]:
+            mantissa = (value / _SCALE[scale]).normalize()
+            return f"{format(mantissa, 'f')} {scale}"
+    return str(int(value)) if value == value.to_integral_value() else format(value.normalize(), "f")
+
+
+def _spelled(m: re.Match[str]) -> str:
+    words = [w for w in re.split(r"[\s-]+", m.group(0).lower()) if w]
+    value = _words_value(words)
+    return m.group(0) if value is None else _written(value)
+
+
+def _scaled(m: re.Match[str]) -> str:
+    whole, part, scale = m.group(1).replace(",", ""), m.group(2) or "", m.group(3).lower()
+    try:
+        value = Decimal(f"{whole}.{part}" if part else whole) * (10**9 if scale == "bn" else _SCALE[scale])
+    except InvalidOperation:
+        return m.group(0)
+    return _written(value)
+
+
+#: a number of seven digits or more, its thousands grouped by commas or spaces or not at all
+_LARGE = re.compile(r"(?<![\d.,])(?:\d{1,3}(?:,\d{3}){2,}|\d{1,3}(?:[ \u00a0\u202f\u2009]\d{3}){2,}|\d{7,15})"
+                    r"(?!\d|[.,]\d|\s\d)")
+
+
+@functools.lru_cache(maxsize=8192)
+def number_forms(text: str) -> str:
+    """``text`` with its numbers written in one form: scale words, grouped thousands, English numbers and years
+    spelled out, Chinese / Japanese numerals (mixed with digits or not). From a million up a number is a mantissa
+    and a scale word, below it digits: ``About 14,000,000 people``, ``14 000 000`` and ``fourteen million`` all
+    say ``14 million``; ``1,400 million`` says ``1.4 billion``; ``nineteen sixty-nine`` says ``1969``.
+
+    >>> number_forms("14,000,000; 1,400 million; fourteen million; nineteen sixty-nine; 14 000 000; 1400万人")
+    '14 million; 1.4 billion; 14 million; 1969; 14 million; 14 million人'
+    """
+    if not isinstance(text, str) or not text:
+        return text
+    if has_cjk(text):
+        text = numerals_as_digits(text)
+    if not _ANY_NUMBER.search(text):
+        return text
+    text = _WORD_RUN.sub(_spelled, text)
+    text = _SCALED.sub(_scaled, text)
+    return _LARGE.sub(lambda m: _written(int(re.sub(r"\D", "", m.group(0)))), text)
+
+
+# ----------------------------------------------------------------------------------------------- quantities
+
+#: a currency as written, by what it names; ``$`` and ``¥`` alone name a family (US, Canadian ... dollars; yen or
+#: yuan), met by any of its members
+_CURRENCIES = {
+    "us$": "USD", "usd": "USD", "us dollars": "USD", "us dollar": "USD", "美元": "USD", "米ドル": "USD",
+    "$": "$", "dollars": "$", "dollar": "$", "ドル": "$",
+    "a$": "AUD", "aud": "AUD", "c$": "CAD", "cad": "CAD", "hk$": "HKD", "hkd": "HKD",
+    "€": "EUR", "eur": "EUR", "euros": "EUR", "euro": "EUR", "ユーロ": "EUR", "欧元": "EUR",
+    "£": "GBP", "gbp": "GBP", "pounds sterling": "GBP", "pounds": "GBP", "pound": "GBP", "sterling": "GBP",
+    "ポンド": "GBP", "英镑": "GBP",
+    "¥": "¥", "￥": "¥", "jpy": "JPY", "yen": "JPY", "円": "JPY", "日元": "JPY",
+    "cny": "CNY", "rmb": "CNY", "yuan": "CNY", "元": "CNY", "人民币": "CNY", "人民元": "CNY",
+    "₹": "INR", "inr": "INR", "rupees": "INR", "rupee": "INR", "₩": "KRW", "krw": "KRW", "ウォン": "KRW",
+    "chf": "CHF", "swiss francs": "CHF",
+}
+_FAMILIES = {"$": {"USD", "AUD", "CAD", "HKD"}, "¥": {"JPY", "CNY"}}
+_SCALES_T = {"c": "°C", "celsius": "°C", "centigrade": "°C", "℃": "°C", "摂氏": "°C", "摄氏": "°C",
+             "f": "°F", "fahrenheit": "°F", "℉": "°F", "華氏": "°F", "华氏": "°F", "k": "K", "kelvin": "K"}
+
+
+def _alternation(words: list[str]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+_AMOUNT = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+_SYMBOLS = [k for k in _CURRENCIES if not k.isalpha() or not k.isascii()]
+_NAMES = [k for k in _CURRENCIES if k.replace(" ", "").isalpha() and k.isascii()]
+_MONEY_BEFORE = re.compile(rf"(?:(?<![A-Za-z])({_alternation([s for s in _SYMBOLS if not s[-1].isalpha()])})|"
+                           rf"\b({_alternation(['usd', 'eur', 'gbp', 'jpy', 'cny', 'inr', 'aud', 'cad', 'chf'])}))"
+                           rf"\s?{_AMOUNT}", re.IGNORECASE)
+_MONEY_AFTER = re.compile(rf"{_AMOUNT}\s?(?:({_alternation([s for s in _SYMBOLS if s[0] not in '$€£¥￥₹₩'])})|"
+                          rf"({_alternation(_NAMES)})\b)", re.IGNORECASE)
+_DEGREES = re.compile(rf"(?:(摂氏|摄氏|華氏|华氏)\s?)?(-?{_AMOUNT})\s?(?:(℃|℉)|(?:°|º|˚)\s?([CFK])\b|"
+                      r"degrees?\s+(celsius|centigrade|fahrenheit)\b|(kelvin)\b|度)", re.IGNORECASE)
+
+
+def _amount(text: str) -> str:
+    value = Decimal(text.replace(",", ""))
+    return str(int(value)) if value == value.to_integral_value() else format(value.normalize(), "f")
+
+
+@functools.lru_cache(maxsize=4096)
+def quantities(text: str) -> frozenset[tuple[str, str, str]]:
+    """The amounts of money and the temperatures ``text`` gives, as ``(amount, "money" | "temperature", unit)``
+    (numbers read by :func:`number_forms` first): ``$1,000`` -> ``("1000", "money", "$")``, ``500 GBP`` ->
+    ``("500", "money", "GBP")``, ``20 °C`` -> ``("20", "temperature", "°C")``."""
+    if not isinstance(text, str) or not text:
+        return frozenset()
+    text = number_forms(text)
+    found: set[tuple[str, str, str]] = set()
+    for m in _MONEY_BEFORE.finditer(text):
+        found.add((_amount(m.group(3)), "money", _CURRENCIES[(m.group(1) or m.group(2)).lower()]))
+    for m in _MONEY_AFTER.finditer(text):
+        found.add((_amount(m.group(1)), "money", _CURRENCIES[(m.group(2) or m.group(3)).lower()]))
+    for m in _DEGREES.finditer(text):
+        scale = m.group(4) or m.group(5) or m.group(6) or m.group(7) or m.group(1)
+        if scale is None:  # 度 with no scale named: a temperature in the scale the reader assumes
+            continue
+        sign = "-" if m.group(2).startswith("-") else ""
+        found.add((sign + _amount(m.group(3)), "temperature", _SCALES_T[scale.lower()]))
+    return frozenset(found)
+
+
+def _same_unit(a: str, b: str) -> bool:
+    return a == b or b in _FAMILIES.get(a, ()) or a in _FAMILIES.get(b, ())
+
+
+def quantity_conflict(response: str, answer: str) -> str | None:
+    """An amount of the answer's given in another currency or temperature scale, with the answer's own nowhere in
+    the response (``€1,000`` for ``$1,000``, ``500 GBP`` for ``500 USD``, ``20 °F`` for ``20 °C``): returns it
+    (``1000 EUR``), or None."""
+    wanted = quantities(answer)
+    if not wanted:
+        return None
+    said = quantities(response)
+    for amount, kind, unit in said:
+        same = [u for a, k, u in wanted if a == amount and k == kind]
+        if same and not any(_same_unit(u, v) for u in same for a2, k2, v in said if a2 == amount and k2 == kind):
+            return f"{amount} {unit}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- what is asserted
+
+_NEGATION = re.compile(r"\b(?:not|no|never|neither|nor|cannot|none|nobody|nothing|isn't|wasn't|aren't|weren't|"
+                       r"doesn't|don't|didn't|hasn't|haven't|hadn't|won't|wouldn't|couldn't|shouldn't|"
+                       r"isn’t|wasn’t|doesn’t|didn’t|rather\s+than|instead\s+of)\b", re.IGNORECASE)
+#: a negation word that bounds or stresses instead of denying: "not until 1945", "not only", "no later than"
+_NOT_DENIAL = re.compile(r"\s+(?:until|till|only|just|merely|simply|later|earlier|more|less|fewer|longer|sooner|"
+                         r"before|after|far|unlike)\b", re.IGNORECASE)
+_CLAUSE = re.compile(r"[;:,，、]|\s+(?:but|however|although|though|whereas|while|yet)\s+|\s[—–-]\s", re.IGNORECASE)
+_OR = re.compile(r"\s*(?:,\s*(?:or\s+)?|\s+or\s+|/)\s*", re.IGNORECASE)
+_HEDGE = re.compile(r"^\W*(?:(?:it|that|this|the\s+answer)\s+(?:could|might|may|would)\s+be|(?:it|that|this|the\s+"
+                    r"answer)\s+is\s+(?:either|possibly|probably|perhaps|maybe|likely)|either|possibly|probably|"
+                    r"perhaps|maybe|one\s+of)\s+", re.IGNORECASE)
+_HEDGED = re.compile(r"\b(?:could|might|may\s+be|possibly|probably|perhaps|maybe|either|one\s+of)\b",
+                     re.IGNORECASE)
+_RESTATED = re.compile(r"^\W*(?:you\s+(?:asked|want\s+to\s+know|are\s+asking)|your\s+question|the\s+question\s+"
+                       r"(?:is|asks|was))\b", re.IGNORECASE)
+# Japanese and Chinese: a denial right after the answer (キャンベラではありません) or before it (不是堪培拉), a verb
+# denied at the clause's end, alternatives (AかB, A或B), questions
+_JA_DENIED_AFTER = re.compile(r"^\s*(?:で|じゃ)?(?:は)?(?:ない|ありません|ございません|なく|なかった)"
+                              r"|^\s*(?:ではなく|じゃなく)")
+_ZH_DENIED_BEFORE = re.compile(r"(?:不是|并非|並非|并不是|而非|没有|沒有)\s*$")
+_ZH_DENIED = re.compile(r"没有|沒有|不是|并非|並非|从未|從未|未曾|并未|不")
+_CJK_DENIED_END = re.compile(r"(?:ない|ません|なかった|ませんでした|ず|不是|没有|沒有|并非)[。．.!！]?\s*$")
+#: か between two items: followed by the start of a word in katakana, kanji, digits or Latin letters (not わかり)
+_KA = r"か(?=[\u30A0-\u30FF\u4E00-\u9FFF0-9A-Za-z])"
+_CJK_OR = re.compile(rf"または|もしくは|あるいは|のいずれか|のどれか|かもしれ|或者|还是|還是|或是|或|可能是|{_KA}")
+_CJK_ITEM = re.compile(rf"[、，,・/]|または|もしくは|あるいは|或者|还是|還是|或是|或|{_KA}")
+
+
+def _is_question(sentence: str) -> bool:
+    s = sentence.rstrip()
+    return s.endswith(("?", "？")) or bool(_RESTATED.match(s)) or s.endswith(("ですか。", "ますか。", "吗。", "嗎。"))
+
+
+def _mention(words: list[str], keys: frozenset[str]) -> int:
+    """The index of the first of ``words`` (match tokens) that is one of the answer's ``keys``, or -1."""
+    for i, w in enumerate(words):
+        if w in keys:
+            return i
+    return -1
+
+
+def _denied_en(clause: str, keys: frozenset[str], asked: frozenset[str]) -> str | None:
+    """The negation word that denies the answer in ``clause`` (English), or None: before the answer ("is not
+    Canberra"), or after it with the question's words after the negation ("Fleming did not discover penicillin"
+    for "who discovered penicillin?")."""
+    words = match_tokens(clause)
+    at = _mention(words, keys)
+    if at < 0:
+        return None
+    for m in _NEGATION.finditer(clause):
+        if _NOT_DENIAL.match(clause, m.end()):
+            continue
+        before = match_tokens(clause[:m.start()])
+        if len(before) <= at:  # the negation comes before the answer
+            return m.group(0)
+        after = [t for t in match_tokens(clause[m.end():]) if t not in STOPWORDS]
+        if any(t in asked for t in after):
+            return m.group(0)
+    return None
+
+
+def _alternatives_en(sentence: str, keys: frozenset[str], known: frozenset[str]) -> bool:
+    """Whether ``sentence`` offers the answer as one of several alternatives: a run of short items joined by
+    ``or`` (or by commas after a hedge: "it could be ..."), the answer's among them with another that is neither
+    the answer's nor the question's words."""
+    body = _HEDGE.sub("", sentence.strip().rstrip(".!"))
+    seps = list(_OR.finditer(body))
+    if not seps:
+        return False
+    items, at = [], 0
+    for m in seps:
+        items.append((body[at:m.start()], m.group(0)))
+        at = m.end()
+    items.append((body[at:], ""))
+    hedged = bool(_HEDGED.search(sentence))
+    run: list[tuple[list[str], str]] = []
+    runs: list[list[tuple[list[str], str]]] = []
+    for text, sep in items:
+        words = match_tokens(text)
+        if 0 < len(words) <= 4:
+            run.append((words, sep))
+        else:
+            if run:
+                runs.append(run)
+            run = []
+    if run:
+        runs.append(run)
+    for r in runs:
+        if len(r) < 2 or not any(_mention(w, keys) >= 0 for w, _ in r):
+            continue
+        joined_by_or = any("or" in sep.lower().split() or "/" in sep for _, sep in r[:-1])
+        others = [w for w, _ in r if _mention(w, keys) < 0 and any(t not in known and t not in STOPWORDS for t in w)]
+        if others and (joined_by_or or hedged):
+            return True
+    return False
+
+
+def _cjk_mention(text: str, answer: str) -> int:
+    return text.find(answer) if answer else -1
+
+
+def unasserted(question: str, response: str, answer: str) -> str | None:
+    """Why ``response`` names the acceptable ``answer`` (a short one) without asserting it, or None when some
+    sentence asserts it: ``"denied ('not')"``, ``"one of several alternatives"`` or ``"only inside a question"``.
+    A sentence that names the answer is read on its own; the response asserts the answer when any of them does.
+    An answer that is itself a yes/no or a negation is not read."""
+    response, answer, question = number_forms(response), number_forms(answer), number_forms(question or "")
+    cjk = has_cjk(answer)
+    answer_words = match_tokens(answer)
+    if not answer_words or _NEGATION.search(answer) or set(answer_words) <= {"yes", "no"}:
+        return None
+    asked = frozenset(t for t in match_tokens(question) if t not in STOPWORDS)
+    keys = frozenset(t for t in answer_words if t not in STOPWORDS and t not in asked) or \
+        frozenset(t for t in answer_words if t not in STOPWORDS)
+    known = asked | frozenset(answer_words)
+    compact = re.sub(r"\s+", "", answer)
+    reasons: list[str] = []
+    for sentence in split_sentences(response):
+        if cjk:
+            at = _cjk_mention(sentence, compact)
+            if at < 0:
+                continue
+            if _is_question(sentence):
+                reasons.append("only inside a question")
+                continue
+            rest, before = sentence[at + len(compact):], sentence[:at]
+            if _JA_DENIED_AFTER.match(rest) or _ZH_DENIED_BEFORE.search(before):
+                reasons.append("denied")
+                continue
+            clause_end = re.split(r"[、，,]", rest, maxsplit=1)[0] if re.search(r"[、，,]", rest) else rest
+            zh = _ZH_DENIED.search(clause_end)  # Chinese denies before the verb: 弗莱明没有发现青霉素
+            denied_tail = clause_end if _CJK_DENIED_END.search(clause_end) else clause_end[zh.end():] if zh else ""
+            if any(a + b in question for a, b in zip(denied_tail, denied_tail[1:]) if not a.isspace()):
+                reasons.append("denied")
+                continue
+            if _CJK_OR.search(sentence) and len([p for p in _CJK_ITEM.split(sentence) if p.strip()]) >= 2 and any(
+                    p.strip() and compact not in p and not set(p.strip()) <= set(question) for p in
+                    _CJK_ITEM.split(sentence)):
+                reasons.append("one of several alternatives")
+                continue
+            return None
+        if _mention(match_tokens(sentence), keys) < 0:
+            continue
+        if _is_question(sentence):
+            reasons.append("only inside a question")
+            continue
+        if _alternatives_en(sentence, keys, known):
+            reasons.append("one of several alternatives")
+            continue
+        denied = [w for c in _CLAUSE.split(sentence) if c and (w := _denied_en(c, keys, asked))]
+        clauses = [c for c in _CLAUSE.split(sentence) if c and _mention(match_tokens(c), keys) >= 0]
+        if clauses and len(denied) == len(clauses):
+            reasons.append(f"denied ('{denied[0].lower()}')")
+            continue
+        return None
+    return reasons[0] if reasons else None

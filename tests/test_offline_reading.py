@@ -1,0 +1,168 @@
+"""The offline judge reads what a response asserts (issue 39): a right answer in another number form passes, an
+amount in another currency or scale is a conflict, and a short answer that is denied, offered among alternatives
+or found only inside a question is not accepted -- in English, Japanese and Chinese -- while the same answer
+asserted, in any of these wordings' plain counterparts, still passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlflow_ragjudge.core.text import cjk_numbers, numerals_as_digits
+from mlflow_ragjudge.metrics.correctness import UNASSERTED_LEVEL
+from mlflow_ragjudge.metrics.offline import OfflineJudge
+from mlflow_ragjudge.metrics.offline_reading import number_forms, quantities, quantity_conflict, unasserted
+
+JUDGE = OfflineJudge()
+
+
+def level(question: str, response: str, reference: str) -> int:
+    result = JUDGE.correctness(question, response, [reference])
+    return int(result.value)
+
+
+CAPITAL = "What is the capital of Australia?"
+PENICILLIN = "Who discovered penicillin?"
+WAR = "In which year did the Second World War end?"
+CAPITAL_JA = "オーストラリアの首都はどこですか？"
+PENICILLIN_JA = "ペニシリンを発見したのは誰ですか？"
+WAR_JA = "第二次世界大戦が終わったのは何年ですか？"
+CAPITAL_ZH = "澳大利亚的首都是哪里？"
+PENICILLIN_ZH = "谁发现了青霉素？"
+
+#: (question, response, reference, why): each names the answer without asserting it
+NOT_ASSERTED = [
+    # denied
+    (CAPITAL, "It is not Canberra.", "Canberra", "denied"),
+    (CAPITAL, "The capital isn't Canberra; many people think so.", "Canberra", "denied"),
+    (PENICILLIN, "Alexander Fleming did not discover penicillin.", "Alexander Fleming", "denied"),
+    (PENICILLIN, "Penicillin was never discovered by Alexander Fleming.", "Alexander Fleming", "denied"),
+    (WAR, "The war did not end in 1945.", "1945", "denied"),
+    (CAPITAL_JA, "キャンベラではありません。", "キャンベラ", "denied"),
+    (CAPITAL_JA, "首都はキャンベラではなく、シドニーです。", "キャンベラ", "denied"),
+    (PENICILLIN_JA, "フレミングはペニシリンを発見していません。", "フレミング", "denied"),
+    (CAPITAL_ZH, "首都不是堪培拉。", "堪培拉", "denied"),
+    (PENICILLIN_ZH, "弗莱明没有发现青霉素。", "弗莱明", "denied"),
+    # one of several alternatives
+    (CAPITAL, "It could be Sydney, Melbourne, Canberra, Perth, Brisbane or Adelaide.", "Canberra", "alternatives"),
+    (CAPITAL, "Either Sydney or Canberra.", "Canberra", "alternatives"),
+    (WAR, "1944 or 1945 or 1946", "1945", "alternatives"),
+    (WAR, "It ended in 1944, 1945 or 1946.", "1945", "alternatives"),
+    (CAPITAL_JA, "シドニー、メルボルン、キャンベラのいずれかです。", "キャンベラ", "alternatives"),
+    (CAPITAL_JA, "キャンベラかシドニーかメルボルンです。", "キャンベラ", "alternatives"),
+    (WAR_JA, "1944年か1945年か1946年です。", "1945年", "alternatives"),
+    (CAPITAL_ZH, "可能是悉尼、墨尔本或堪培拉。", "堪培拉", "alternatives"),
+    # only inside a question
+    (CAPITAL, "What is the capital of Australia, Canberra? I do not know.", "Canberra", "question"),
+    (CAPITAL, "Is it Canberra? I don't know.", "Canberra", "question"),
+    (CAPITAL, "You asked whether the capital is Canberra. I cannot answer that.", "Canberra", "question"),
+    (CAPITAL_JA, "首都はキャンベラですか？わかりません。", "キャンベラ", "question"),
+    (CAPITAL_ZH, "首都是堪培拉吗？我不知道。", "堪培拉", "question"),
+]
+
+#: the same answers asserted: they pass
+ASSERTED = [
+    (CAPITAL, "The capital of Australia is Canberra.", "Canberra"),
+    (CAPITAL, "It is Canberra, not Sydney.", "Canberra"),
+    (CAPITAL, "Not Sydney but Canberra.", "Canberra"),
+    (CAPITAL, "Canberra is not the largest city, but it is the capital.", "Canberra"),
+    (CAPITAL, "Canberra, which was chosen as a compromise between Sydney or Melbourne.", "Canberra"),
+    (PENICILLIN, "Alexander Fleming discovered penicillin in 1928.", "Alexander Fleming"),
+    (PENICILLIN, "Alexander Fleming, not Florey, discovered penicillin.", "Alexander Fleming"),
+    (WAR, "It ended in 1945.", "1945"),
+    (WAR, "It was not until 1945 that the war ended.", "1945"),
+    (WAR, "Is that hard? No: it ended in 1945.", "1945"),
+    (CAPITAL_JA, "首都はキャンベラです。", "キャンベラ"),
+    (CAPITAL_JA, "シドニーではなくキャンベラです。", "キャンベラ"),
+    (PENICILLIN_JA, "フレミングがペニシリンを発見しました。", "フレミング"),
+    (WAR_JA, "1945年に終わりました。", "1945年"),
+    (CAPITAL_ZH, "首都是堪培拉，不是悉尼。", "堪培拉"),
+    (PENICILLIN_ZH, "弗莱明发现了青霉素。", "弗莱明"),
+]
+
+
+@pytest.mark.parametrize(("question", "response", "reference", "why"), NOT_ASSERTED)
+def test_an_answer_named_but_not_asserted_is_not_accepted(question, response, reference, why):
+    said = unasserted(question, response, reference)
+    expected = {"denied": "denied", "alternatives": "one of several alternatives", "question": "only inside a question"}
+    assert said is not None and said.startswith(expected[why]), said
+    result = JUDGE.correctness(question, response, [reference])
+    assert result.value <= UNASSERTED_LEVEL < 4
+    assert "does not assert it" in result.rationale and result.details["unasserted"] == said
+
+
+@pytest.mark.parametrize(("question", "response", "reference"), ASSERTED)
+def test_the_same_answer_asserted_passes(question, response, reference):
+    assert unasserted(question, response, reference) is None
+    assert level(question, response, reference) >= 4
+
+
+@pytest.mark.parametrize(("text", "written"), [
+    ("About 14,000,000 people.", "About 14 million people."),
+    ("14 000 000", "14 million"),
+    ("fourteen million", "14 million"),
+    ("1,400 million", "1.4 billion"),
+    ("1,400,000,000", "1.4 billion"),
+    ("$1.5 billion", "$1.5 billion"),
+    ("nineteen sixty-nine", "1969"),
+    ("twenty twenty-one", "2021"),
+    ("two thousand five hundred and five", "2505"),
+    ("one two three", "one two three"),  # a list of numbers, not one number
+    ("2,579 people", "2,579 people"),  # below a million: digits, as the tokenizer reads them
+    ("約1400万人", "約14 million人"),
+    ("14億人", "1.4 billion人"),
+    ("一千四百万人", "14 million人"),
+])
+def test_numbers_are_written_in_one_form(text, written):
+    assert number_forms(text) == written
+
+
+def test_digits_mixed_with_cjk_numerals_are_one_number():
+    # 1400万 was read as 1400 and 10000 (140010000): the digits are the numeral's multiplicand
+    assert numerals_as_digits("1400万人") == "14000000人" and cjk_numbers("約1400万人") == ["14000000"]
+    assert numerals_as_digits("2万1000") == "21000" and numerals_as_digits("1.4億") == "140000000"
+    assert numerals_as_digits("二〇二三年") == "2023年" and numerals_as_digits("两万一千公里") == "21000公里"
+
+
+@pytest.mark.parametrize(("question", "response", "reference"), [
+    ("How many people live in Tokyo?", "About 14,000,000 people.", "14 million"),
+    ("How many people live in Tokyo?", "Fourteen million.", "14,000,000"),
+    ("What is the population of China?", "1.4 billion", "1,400,000,000"),
+    ("What is the population of China?", "About 1,400 million people.", "1.4 billion"),
+    ("When did Apollo 11 land on the moon?", "nineteen sixty-nine", "1969"),
+    ("When did Apollo 11 land on the moon?", "In nineteen sixty-nine.", "1969"),
+    ("How much did it cost?", "It cost 1,000 US dollars.", "$1,000"),
+    ("東京の人口は？", "約1400万人です。", "14,000,000人"),
+    ("東京の人口は？", "約1400万人です。", "一千四百万人"),
+    ("中国的人口是多少？", "大约14亿。", "1,400,000,000"),
+])
+def test_a_right_answer_in_another_number_form_passes(question, response, reference):
+    assert level(question, response, reference) >= 4
+
+
+@pytest.mark.parametrize(("question", "response", "reference", "conflict"), [
+    ("How much did it cost?", "It cost €1,000.", "$1,000", "1000 EUR"),
+    ("How much did it cost?", "It cost 500 GBP.", "500 USD", "500 GBP"),
+    ("How much did it cost?", "¥1000", "€1000", "1000 ¥"),
+    ("What was the temperature?", "It was 20 °F.", "20 °C", "20 °F"),
+    ("What was the temperature?", "It was 20 degrees Fahrenheit.", "20℃", "20 °F"),
+    ("いくらでしたか？", "1000ユーロでした。", "1000ドル", "1000 EUR"),
+    ("気温は？", "華氏20度でした。", "摂氏20度", "20 °F"),
+])
+def test_an_amount_in_another_currency_or_scale_is_a_conflict(question, response, reference, conflict):
+    assert quantity_conflict(response, reference) == conflict
+    assert level(question, response, reference) <= 3
+
+
+def test_currencies_of_one_family_and_one_code_agree():
+    assert quantities("$1,000") == {("1000", "money", "$")}
+    assert quantity_conflict("1,000 US dollars", "$1,000") is None  # $ names the family, USD a member
+    assert quantity_conflict("1000 dollars", "USD 1000") is None
+    assert quantity_conflict("¥500", "500円") is None
+    assert quantity_conflict("It cost 1,000 euros and 500 dollars.", "$500") is None  # the answer's own is there
+
+
+def test_the_public_rows_are_untouched_where_no_rule_reads_them():
+    """A response that asserts an answer in words the rules never read gets what it got (regression guard for the
+    cue lists: ``may`` of a date is not a hedge, a comma in a date is not a list)."""
+    assert unasserted("When did the episode air?", "May 22, 2018", "February 27, 2018") is None
+    assert unasserted("When was it released?", "January 12, 2017", "January 2017") is None
