@@ -3,6 +3,7 @@ or cannot be reached; a failure after the judge calls; a process killed mid-run 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -112,6 +113,9 @@ def _make_writable(path: Path) -> None:
 
 def test_a_read_only_cache_is_used_read_only(judge, cache_dir, fake_llm):
     _run(judge)
+    # the first run's connections closed before the file is made read-only: SQLite keeps the descriptor of a
+    # connection closed while another one to the same file is open, and hands it (writable) to the next connection
+    gc.collect()
     db = _checkpointed(cache_dir)
     n_first = fake_llm.request_count
     _make_read_only(db)
