@@ -8,7 +8,8 @@ numbers in CJK numerals, and the hard rules on question words, dates, units and 
 changed; for gates on intervals, issue 36: each mean's ``ci_low``/``ci_high`` added to the aggregates, every
 other number kept as it was; and for calibration 3, issue 39: numbers read in one form (scale words, grouped
 thousands, spelled-out numbers and years, digits mixed with CJK numerals), amounts in another currency or scale,
-and short answers named but not asserted (denied, among alternatives, inside a question)).
+short answers named but not asserted (denied, among alternatives, inside a question), and a claim's support read
+from one passage's window, its missing names and numbers, and what contradicts it).
 ``tests/test_offline_speed.py`` checks that the code of today gives the very same per-row results, tables and
 aggregates. The rows are built to reach the corners of the text code the speed work touched: English, Japanese,
 Chinese and Korean text, accents and full-width characters, numbers with thousands separators, number words and

@@ -44,7 +44,8 @@ from ..core.values import is_int
 from ..llm.client import JudgeClient
 from ..llm.prompts import load_prompt
 from .claim_check import Calls, ClaimCheck, ClaimRow, Claims, Details, check_claims
-from .offline_evidence import OfflineEvidence, is_claim_sentence, support_share
+from .offline_evidence import OfflineEvidence, is_claim_sentence
+from .offline_reading import Support, number_forms
 from .spec import Estimate, MetricSpec, Needs, Option, Outputs, RunContext, RunSettings
 from .statements import (
     NumberedVerdicts,
@@ -323,23 +324,28 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
     if declines_to_answer(response):
         return JudgeResult.abstained("no_claims", "(offline judge) The response declines to answer; it makes "
                                      "no claim to check.", details=ev.details(claims=[]))
-    said = text_cut(response or "")
+    said = text_cut(number_forms(response or ""))  # numbers in one form on both sides (offline_reading)
     claims = [(s, part) for s, part in zip(said.sentences, said.parts)
               if is_claim_sentence(s) and len(part.content) >= 2]
     if not claims and said.content:
-        whole = (response or "").strip()
+        whole = said.text.strip()
         claims = [(whole, text_cut(whole))]  # a one-word answer is still a claim
     if not claims:
         return JudgeResult.abstained("no_claims", "(offline judge) The response makes no claim.",
                                      details=ev.details(claims=[]))
+    passages = [number_forms(p) for p in passages]
     backed = content_union(passages)
+    sentences = [text_cut(p).parts for p in passages]
     tau = ev.calibration.support_threshold
     rows: list[dict[str, Any]] = []
     for c, part in claims:
-        share, missing = support_share(part.content, backed)
-        rows.append({"claim": c, "support": round(share, 4), "supported": share >= tau,
-                     "reason": "all content words found" if not missing else "not in the evidence: "
-                     + ", ".join(missing[:8])})
+        s = Support(c, part.content, backed, sentences)
+        reason = (f"contradicted: {s.contradiction}" if s.contradiction else
+                  "all content words found" if not s.missing else "not in the evidence: " + ", ".join(s.missing[:8]))
+        rows.append({"claim": c, "support": round(s.support, 4), "supported": s.support >= tau, "reason": reason,
+                     "words_found": round(s.share, 4), "words_found_in_one_passage": round(s.window_share, 4),
+                     **({"missing_names_or_numbers": s.missing_keys} if s.missing_keys else {}),
+                     **({"passage": s.window[:300]} if s.window else {})})
     score = math.fsum(r["support"] for r in rows) / len(rows)
     bad = [r for r in rows if not r["supported"]]
     rationale = (f"(offline judge, word overlap, not an LLM) mean support {score:.2f} over {len(rows)} "

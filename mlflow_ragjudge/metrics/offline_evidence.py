@@ -401,7 +401,7 @@ UNITS = {unit: (kind, name) for kind, names in _UNIT_SPELLINGS.items() for name,
          for unit in spellings}
 
 
-def _quantities(tokens: Sequence[str]) -> set[tuple[str, str, str]]:
+def number_units(tokens: Sequence[str]) -> set[tuple[str, str, str]]:
     """(number, kind, unit) for each number directly followed by a unit (:data:`UNITS`)."""
     return {(t, *UNITS[u]) for t, u in zip(tokens, tokens[1:]) if u in UNITS and any(c.isdigit() for c in t)}
 
@@ -415,10 +415,10 @@ def unit_conflict(response: str, answer: str) -> str | None:
     tokens = _cut(answer)
     if len(tokens.content) > SHORT_ANSWER:
         return None
-    wanted = _quantities(tokens.match)
+    wanted = number_units(tokens.match)
     if not wanted:
         return quantity_conflict(response, answer)
-    said = _quantities(_cut(response).match)
+    said = number_units(_cut(response).match)
     if wanted & said:
         return None
     for number, kind, unit in said:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from ..core.matching import STOPWORDS, match_tokens
 from ..core.text import has_cjk, numerals_as_digits, split_sentences
 
-__all__ = ["number_forms", "quantities", "quantity_conflict", "unasserted"]
+__all__ = ["number_forms", "quantities", "quantity_conflict", "unasserted", "Support", "WINDOW", "KEY_PENALTY"]
 
 # ----------------------------------------------------------------------------------------------- number forms
 
@@ -385,3 +387,181 @@ def unasserted(question: str, response: str, answer: str) -> str | None:
             continue
         return None
     return reasons[0] if reasons else None
+
+
+# ----------------------------------------------------------------------------------------------- what supports a claim
+
+#: sentences of one passage read together as what supports a claim (a claim is supported by what one passage, or a
+#: few adjacent sentences of it, says -- not by words borrowed from several)
+WINDOW = 3
+#: what each key word of a claim (a name, a number) that the evidence lacks takes off its support
+KEY_PENALTY = 0.2
+#: the weight of the best window's share in a claim's support (the rest: the share found anywhere in the evidence)
+WINDOW_WEIGHT = 0.5
+#: the highest support of a contradicted claim: below any support threshold the calibration may fit (0.40 ...)
+CONTRADICTED = 0.25
+#: the share of a claim's other words the passage's sentence nearest it must hold to contradict it (by another key
+#: word of the same kind, or by a denial): all of them
+CONTRADICTS_AT = 1.0
+#: the same for a claim in Chinese or Japanese, where every character is a token and particles differ between
+#: sentences that say the same (在 ... 的, は / が)
+CONTRADICTS_AT_CJK = 0.7
+
+_NAME = re.compile(r"(?<![A-Za-z0-9])[A-Z][A-Za-z'’-]*")
+_DIGITS = re.compile(r"[^\W_]*\d[^\W_]*")
+_DENIAL_CJK = re.compile(r"ない|ません|なかった|ず[、。]|不是|没有|沒有|并非|從未|从未|未曾")
+
+
+_MONTH_NAMES = frozenset("january february march april may june july august september october november december "
+                         "jan feb mar apr jun jul aug sep sept oct nov dec".split())
+
+
+def _keys(text: str, skip_first: bool) -> dict[str, frozenset[str]]:
+    """The key words of ``text`` by kind, as match tokens: ``"year"`` (four digits from 1000 to 2099), ``"number"``
+    (other words written with digits), ``"code"`` (letters and digits: ``co2``), ``"month"`` (a month's name),
+    ``"unit"`` (a number with its unit, currency or scale: ``330 ft``, ``1000 EUR``) and ``"name"`` (another
+    capitalised word in Latin letters, not a function word; the text's first word not, with ``skip_first``). Number
+    words and ordinals (``three``, ``first``) are no key: the tokenizer reads them as digits, but they are rarely
+    what a claim asserts."""
+    keys: dict[str, set[str]] = {"year": set(), "number": set(), "code": set(), "month": set(), "name": set(),
+                                 "unit": set()}
+    for m in _DIGITS.finditer(text):
+        for t in match_tokens(m.group(0)):
+            if t.isdigit():
+                keys["year" if len(t) == 4 and 1000 <= int(t) <= 2099 else "number"].add(t)
+            elif any(c.isdigit() for c in t):
+                keys["code"].add(t)
+    from .offline_evidence import number_units  # (that module imports this one)
+
+    keys["unit"] = {f"{n} {u}" for n, _, u in number_units(match_tokens(text))} | \
+        {f"{a} {u}" for a, _, u in quantities(text)}
+    first = len(text) - len(text.lstrip(" \t\"'“‘("))
+    for m in _NAME.finditer(text):
+        word = m.group(0).lower()
+        if word in _MONTH_NAMES:
+            keys["month"].add(word[:3])
+        elif not (skip_first and m.start() == first):
+            keys["name"].update(t for t in match_tokens(m.group(0)) if t.isalpha() and t not in STOPWORDS)
+    return {k: frozenset(v) for k, v in keys.items()}
+
+
+def _surface(text: str, token: str, kind: str = "") -> str:
+    """The word of ``text`` whose match token is ``token`` (``Jupiter`` for ``jupit``; a month by its first three
+    letters; a number with its unit as read), or the token."""
+    if kind == "unit":
+        return token
+    if kind == "month":
+        m = re.search(rf"\b{token}[a-z]*\b", text, re.IGNORECASE)
+        return m.group(0) if m else token
+    for pattern in (r"[A-Za-z0-9]+(?:[.,'’-][A-Za-z0-9]+)*", r"[^\W_]+"):  # a word in Latin letters or digits first
+        for m in re.finditer(pattern, text):
+            if token in match_tokens(m.group(0)):
+                return m.group(0)
+    return token
+
+
+_KANJI_KANA = re.compile(r"[\u4E00-\u9FFF\u30A0-\u30FF]")
+
+
+def _swapped_cjk(claim: str, sentence: str) -> tuple[str, str] | None:
+    """In Chinese or Japanese, where names are no capitalised words: the claim and the sentence say the same but for
+    one span of kanji or katakana replaced by another (最大的行星是土星 / 最大的行星是木星), as (the claim's span, the
+    sentence's), each with the character that follows it where both share it (土星, 木星); or None."""
+    import difflib
+
+    a, b = re.sub(r"[\s。．.!！?？、，,]", "", claim), re.sub(r"[\s。．.!！?？、，,]", "", sentence)
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    if matcher.ratio() < 0.75:
+        return None
+    replaced = [op for op in matcher.get_opcodes() if op[0] == "replace"]
+    if len(replaced) != 1:
+        return None
+    _, i1, i2, j1, j2 = replaced[0]
+    mine, theirs = a[i1:i2], b[j1:j2]
+    if not (_KANJI_KANA.search(mine) and _KANJI_KANA.search(theirs)):
+        return None
+    if any(c in b for c in mine if _KANJI_KANA.match(c)):  # the sentence has the claim's span elsewhere
+        return None
+    if i2 < len(a) and j2 < len(b) and a[i2] == b[j2] and _KANJI_KANA.match(a[i2]):
+        mine, theirs = mine + a[i2], theirs + b[j2]
+    return mine, theirs
+
+
+def _denies(text: str) -> bool:
+    return bool(_NEGATION.search(text) or _DENIAL_CJK.search(text))
+
+
+class Support:
+    """How the evidence supports one claim sentence: the share of its content words found anywhere in the evidence
+    (``share``), the share found in the best window of :data:`WINDOW` adjacent sentences of one passage
+    (``window_share``, that window's text in ``window``), the claim's names and numbers found nowhere
+    (``missing_keys``), and a contradiction (``contradiction``: what the window says instead) or None.
+
+    ``support`` is the mean of the two shares less :data:`KEY_PENALTY` per missing key, in [0, 1]; a contradicted
+    claim's support is 0."""
+
+    __slots__ = ("share", "window_share", "window", "missing", "missing_keys", "contradiction", "support")
+
+    def __init__(self, claim: str, tokens: Sequence[str], backed: frozenset[str],
+                 passages: Sequence[Sequence[Any]]) -> None:
+        distinct = frozenset(tokens)
+        n = len(tokens)
+        self.share = sum(t in backed for t in tokens) / n if n else 1.0
+        self.missing = [t for t in dict.fromkeys(tokens) if t not in backed]
+        best, window, best_sentence = -1.0, "", ""
+        for sentences in passages:
+            hits = [s.content_set & distinct for s in sentences]
+            for i in range(len(sentences)):
+                if not hits[i]:
+                    continue
+                found = frozenset().union(*hits[i:i + WINDOW])
+                share = sum(t in found for t in tokens) / n if n else 1.0
+                if share > best:
+                    best, window = share, " ".join(s.text for s in sentences[i:i + WINDOW])
+                    top = max(range(i, min(i + WINDOW, len(sentences))), key=lambda j: len(hits[j]))
+                    best_sentence = sentences[top].text
+        self.window_share, self.window = max(0.0, best), window
+        keys = _keys(claim, skip_first=True)
+        words = set(match_tokens(claim))  # (a month is a key by its name; its match token may differ)
+        self.missing_keys = [t for kind in ("name", "year", "number", "code") for t in sorted(keys[kind])
+                             if t in distinct and t not in backed]
+        self.contradiction = self._contradiction(claim, distinct | words, keys, best_sentence) if window else None
+        support = (1 - WINDOW_WEIGHT) * self.share + WINDOW_WEIGHT * self.window_share \
+            - KEY_PENALTY * len(self.missing_keys)
+        support = min(1.0, max(0.0, support))
+        self.support = min(support, CONTRADICTED) if self.contradiction else support
+
+    @staticmethod
+    def _contradiction(claim: str, words: frozenset[str] | set[str], keys: dict[str, frozenset[str]],
+                       sentence: str) -> str | None:
+        """What the passage's sentence nearest the claim says instead, when it says all the rest of the claim: another
+        key word of the same kind in place of one of the claim's (a name, a year, a number, a code, a month), or a
+        denial where the claim has none (or the reverse)."""
+        said = frozenset(match_tokens(sentence))
+        mine = frozenset().union(*keys.values())
+        plain = frozenset(match_tokens(_DENIAL_CJK.sub(" ", _NEGATION.sub(" ", claim))))  # its words but a denial
+        from .offline_evidence import UNITS
+
+        others = [t for t in words if t in plain and t not in mine and t not in STOPWORDS and t not in _MONTH_NAMES
+                  and t not in UNITS and t not in _CURRENCIES]
+        enough = CONTRADICTS_AT_CJK if has_cjk(claim) else CONTRADICTS_AT  # (one character a token: particles too)
+        if not sentence or (others and sum(t in said for t in others) / len(others) < enough):
+            return None  # the sentence does not say what the claim says, but for its key words
+        theirs = _keys(sentence, skip_first=False)
+        for kind in ("year", "number", "code", "unit", "month", "name"):
+            by_set = kind in ("month", "unit")  # (compared as read: a month by its name, a number with its unit)
+            lost = sorted(t for t in keys[kind] if t not in (theirs[kind] if by_set else said))
+            instead = sorted(t for t in theirs[kind] if t not in keys[kind] and (by_set or t not in words))
+            if kind == "unit":  # the same number in another unit: 330 m where the claim says 330 ft
+                instead = [t for t in instead if t.split()[0] in {u.split()[0] for u in lost}]
+            if lost and instead:
+                return (f"the passage gives '{_surface(sentence, instead[0], kind)}' where the claim says "
+                        f"'{_surface(claim, lost[0], kind)}'")
+        if has_cjk(claim):
+            swapped = _swapped_cjk(claim, sentence)
+            if swapped:
+                return f"the passage gives '{swapped[1]}' where the claim says '{swapped[0]}'"
+        if _denies(claim) != _denies(sentence):
+            return "the passage denies what the claim says" if _denies(sentence) else \
+                "the claim denies what the passage says"
+        return None

@@ -50,6 +50,7 @@ from mlflow_ragjudge.metrics.lexical import word_recall
 from mlflow_ragjudge.metrics.offline import FEATURES, Calibration, OfflineJudge, answer_features
 from mlflow_ragjudge.metrics.offline_evidence import SHORT_ANSWER, AnswerModel, is_long_answer
 
+from .claims import claims_table, format_claims_table, load_wice
 from .public_data import half_split, lexical_match, load_mtrag, load_nq301
 from .table import agreement_table, format_table
 
@@ -474,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--calibration", help="a calibration JSON (default: the one shipped with the package)")
     rep.add_argument("--splits", type=int, default=0, help="also refit on this many random halves (e.g. 20)")
     rep.add_argument("--json", help="also write the figures as JSON to this file")
+    rep.add_argument("--claims", help="also measure faithfulness on WiCE: the folder holding its dev.jsonl and "
+                     "test.jsonl (github.com/ryokamoi/wice, data/entailment_retrieval/claim)")
     args = ap.parse_args(argv)
     try:
         if args.command == "fit":
@@ -492,10 +495,14 @@ def main(argv: list[str] | None = None) -> int:
                  if args.calibration else None)
         report = held_out_report(args.data, given, splits=args.splits)
         table = baseline_table(args.data, given, splits=args.splits)
-        print(format_table(table) + "\n\n" + format_report(report))
+        m = load_mtrag(args.data)
+        held = m[~m["task_id"].isin(half_split(m["task_id"], SPLIT_SALT))].reset_index(drop=True)
+        judge = OfflineJudge(given) if given is not None else OfflineJudge()
+        claims = claims_table(held, load_wice(args.claims) if args.claims else None, judge)
+        print(format_table(table) + "\n\n" + format_report(report) + "\n\n" + format_claims_table(claims))
         if args.json:
-            Path(args.json).write_text(json.dumps({**report, "baselines": table}, indent=1, default=float),
-                                       encoding="utf-8")
+            Path(args.json).write_text(json.dumps({**report, "baselines": table, "claims": claims}, indent=1,
+                                                  default=float), encoding="utf-8")
         return 0
     except FileNotFoundError as e:
         print(f"error: {e}. Point --data at a folder laid out like ../shared/data (openqa_eval/, mtrag/).",

@@ -1,0 +1,143 @@
+"""The offline judge's faithfulness against human labels of claims (issue 39), next to two lexical baselines on the
+same rows: the claim's **word recall** (the share of its content words found anywhere in the evidence: what the
+judge computed before) and its **best single-sentence recall** (the share found in the one evidence sentence that
+holds most of them). Spearman and AUC of each score against the labels, on every set readable here:
+
+* **MTRAG** (``../shared/data/mtrag``): the model responses of the held-out half, scored against their passages;
+  label: the mean human faithfulness rating (1-4); AUC: rated 3 or more ("mostly yes") against the rest. A response
+  of several sentences gets the mean over its claim sentences, baselines too. The judge's support threshold is fitted
+  on the other half.
+* **WiCE** (Kamoi et al. 2023, ``github.com/ryokamoi/wice``, ``data/entailment_retrieval/claim/{dev,test}.jsonl``;
+  not shipped: pass its folder): sentences of Wikipedia and the article each cites, labelled supported, partially
+  supported or not supported by annotators; Spearman against the three labels in that order, AUC: supported
+  against the rest. The judge's window, key-word penalty and contradiction rule were chosen on the dev split; the
+  table is the test split.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mlflow_ragjudge.core.matching import content_union, text_cut
+from mlflow_ragjudge.core.text import nonblank_passages
+from mlflow_ragjudge.metrics.offline import OfflineJudge
+from mlflow_ragjudge.metrics.offline_evidence import is_claim_sentence
+from mlflow_ragjudge.metrics.offline_reading import number_forms
+
+WICE_LABELS = {"not_supported": 0, "partially_supported": 1, "supported": 2}
+
+
+def load_wice(folder: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """WiCE's claim-level splits from ``folder`` (its ``dev.jsonl`` and ``test.jsonl``): each row's ``claim``,
+    ``evidence`` (the cited article's sentences) and ``label``.
+
+    Raises:
+        FileNotFoundError: the folder holds neither split.
+    """
+    out = {}
+    for split in ("dev", "test"):
+        path = Path(folder) / f"{split}.jsonl"
+        if path.is_file():
+            out[split] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not out:
+        raise FileNotFoundError(f"{folder}: no dev.jsonl or test.jsonl (WiCE's data/entailment_retrieval/claim)")
+    return out
+
+
+def _claims(response: str) -> list[Any]:
+    said = text_cut(number_forms(response or ""))
+    parts = [p for s, p in zip(said.sentences, said.parts) if is_claim_sentence(s) and len(p.content) >= 2]
+    return parts or ([text_cut(said.text.strip())] if said.content else [])
+
+
+def baselines(response: str, evidence: list[str]) -> tuple[float, float] | None:
+    """(word recall, best single-sentence recall) of ``response``'s claim sentences against ``evidence`` (means over
+    the sentences), or None when it has no claim or there is no evidence."""
+    passages = [number_forms(p) for p in nonblank_passages(evidence)]
+    claims = _claims(response)
+    if not passages or not claims:
+        return None
+    backed = content_union(passages)
+    sentences = [s.content_set for p in passages for s in text_cut(p).parts]
+    word, best = [], []
+    for part in claims:
+        tokens = part.content
+        word.append(sum(t in backed for t in tokens) / len(tokens))
+        best.append(max((sum(t in s for t in tokens) / len(tokens) for s in sentences), default=0.0))
+    return float(np.mean(word)), float(np.mean(best))
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y)[0])
+
+
+def _auc(x: list[float], positive: list[bool]) -> float:
+    """The probability that a positive row scores above a negative one (ties count half)."""
+    xs, ps = np.asarray(x, float), np.asarray(positive, bool)
+    pos, neg = xs[ps], xs[~ps]
+    if not len(pos) or not len(neg):
+        return float("nan")
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
+
+
+def _scored(name: str, rows: list[tuple[str, list[str], float, bool]], judge: OfflineJudge) -> dict[str, Any]:
+    """The three scores on the rows where the judge scores (the same rows for all three)."""
+    kept: list[tuple[float, float, float, float, bool]] = []
+    for response, evidence, label, positive in rows:
+        res = judge.faithfulness(response, evidence)
+        base = baselines(response, evidence)
+        if res.value is None or base is None:
+            continue
+        kept.append((float(res.value), base[0], base[1], label, positive))
+    labels = [k[3] for k in kept]
+    positives = [k[4] for k in kept]
+    scores = {}
+    for i, score in enumerate(("offline judge", "word recall", "best sentence recall")):
+        xs = [k[i] for k in kept]
+        scores[score] = {"spearman": _spearman(xs, labels), "auc": _auc(xs, positives)}
+    best = max(scores["word recall"]["spearman"], scores["best sentence recall"]["spearman"])
+    best_auc = max(scores["word recall"]["auc"], scores["best sentence recall"]["auc"])
+    return {"set": name, "rows": len(kept), "positive": float(np.mean(positives)) if kept else float("nan"),
+            "scores": scores, "margin_spearman": scores["offline judge"]["spearman"] - best,
+            "margin_auc": scores["offline judge"]["auc"] - best_auc}
+
+
+def claims_table(mtrag_held_out: pd.DataFrame | None, wice: dict[str, list[dict[str, Any]]] | None,
+                 judge: OfflineJudge | None = None) -> list[dict[str, Any]]:
+    """One row per set: the judge's and the baselines' Spearman and AUC on the same rows."""
+    judge = judge or OfflineJudge()
+    out = []
+    if mtrag_held_out is not None:
+        rows = [(r.response, list(r.passages), float(r.faithfulness), float(r.faithfulness) >= 3.0)
+                for r in mtrag_held_out.itertuples()]
+        out.append(_scored("MTRAG, held-out half (response-level faithfulness 1-4)", rows, judge))
+    for split in ("test", "dev"):
+        if wice and split in wice:
+            rows = [(r["claim"], ["\n".join(r["evidence"])], float(WICE_LABELS[r["label"]]), r["label"] == "supported")
+                    for r in wice[split]]
+            note = "held out" if split == "test" else "the split the judge's rules were chosen on"
+            out.append(_scored(f"WiCE {split} ({note}; supported / partially / not)", rows, judge))
+    return out
+
+
+def format_claims_table(table: list[dict[str, Any]]) -> str:
+    lines = ["Faithfulness against human labels of claims: Spearman / AUC of each score on the same rows",
+             "", "| set | rows | positive | offline judge | word recall | best sentence recall | margin |",
+             "|---|---|---|---|---|---|---|"]
+    for t in table:
+        s = t["scores"]
+        cell = {k: f"{v['spearman']:.3f} / {v['auc']:.3f}" for k, v in s.items()}
+        lines.append(f"| {t['set']} | {t['rows']} | {t['positive']:.0%} | {cell['offline judge']} | "
+                     f"{cell['word recall']} | {cell['best sentence recall']} | "
+                     f"{t['margin_spearman']:+.3f} / {t['margin_auc']:+.3f} |")
+    lines += ["", "margin: the judge's Spearman / AUC minus the better baseline's. AUC: MTRAG rated >= 3 (mostly "
+              "faithful) against the rest; WiCE supported against partially or not supported."]
+    return "\n".join(lines)
