@@ -166,3 +166,89 @@ def test_the_public_rows_are_untouched_where_no_rule_reads_them():
     cue lists: ``may`` of a date is not a hedge, a comma in a date is not a list)."""
     assert unasserted("When did the episode air?", "May 22, 2018", "February 27, 2018") is None
     assert unasserted("When was it released?", "January 12, 2017", "January 2017") is None
+
+
+# ----------------------------------------------------------------------------------------------- faithfulness
+
+#: (claim, passages, what the reason names): the passage nearest the claim says something else in its key part
+CONTRADICTED = [
+    # entity
+    ("The largest planet is Saturn.", ["Jupiter is the largest planet in the Solar System.",
+                                       "Saturn is known for its rings."], "Jupiter"),
+    ("Penicillin was discovered by Florey.", ["Penicillin was discovered by Fleming in 1928."], "Fleming"),
+    ("最大の惑星は土星です。", ["最大の惑星は木星です。", "土星は環で知られています。"], "木星"),
+    ("日本の首都は大阪です。", ["日本の首都は東京です。"], "東京"),
+    ("最大的行星是土星。", ["最大的行星是木星。", "土星以其光环闻名。"], "木星"),
+    # number, code
+    ("The bridge has 12 towers.", ["The bridge has 14 towers along its length."], "14"),
+    ("水の化学式はCO2です。", ["水の化学式はH2Oです。", "二酸化炭素の化学式はCO2です。"], "H2O"),
+    ("水的化学式是CO2。", ["水的化学式是H2O。"], "H2O"),
+    # date
+    ("The bridge opened in 1932.", ["The bridge opened in 1931 after six years of work."], "1931"),
+    ("The bridge opened in June 1931.", ["The bridge opened in July 1931 after six years of work."], "July"),
+    ("東京タワーは1960年に完成した。", ["東京タワーは1958年に完成しました。"], "1958"),
+    ("埃菲尔铁塔于1890年建成。", ["埃菲尔铁塔于1889年建成。"], "1889"),
+    # unit, currency
+    ("The bridge is 330 feet long.", ["The bridge is 330 metres long."], "330 m"),
+    ("The ticket cost $50.", ["The ticket cost €50 at the door."], "50 EUR"),
+    # negation
+    ("The tower is not in Paris.", ["The tower is in Paris, France."], "denies"),
+    ("Penicillin was discovered by Fleming.", ["Penicillin was not discovered by Fleming."], "denies"),
+    ("東京タワーは1958年に完成しなかった。", ["東京タワーは1958年に完成しました。"], "denies"),
+    ("埃菲尔铁塔不是在1889年建成的。", ["埃菲尔铁塔于1889年建成。"], "denies"),
+]
+
+#: the same facts in other words: still supported
+PARAPHRASED = [
+    ("The largest planet is Jupiter.", ["Jupiter is the largest planet in the Solar System.",
+                                        "Saturn is known for its rings."]),
+    ("Fleming discovered penicillin in 1928.", ["Penicillin was discovered by Fleming in 1928."]),
+    ("The bridge opened in 1931.", ["The bridge opened in 1931 after six years of work."]),
+    ("The bridge is 330 metres long.", ["The bridge is 330 metres long."]),
+    ("The city has about 14 million people.", ["The city has 14,000,000 inhabitants and many people."]),
+    ("The tower stands in Paris.", ["The tower is in Paris, France."]),
+    ("It was not until 1931 that the bridge opened.", ["The bridge opened in 1931 after six years of work."]),
+    ("最大の惑星は木星です。", ["最大の惑星は木星です。", "土星は環で知られています。"]),
+    ("東京は日本の首都である。", ["日本の首都は東京です。"]),
+    ("東京タワーは1958年に完成した。", ["東京タワーは1958年に完成しました。"]),
+    ("埃菲尔铁塔是在1889年建成的。", ["埃菲尔铁塔于1889年建成。"]),
+    ("最大的行星是木星。", ["最大的行星是木星。"]),
+]
+
+
+@pytest.mark.parametrize(("claim", "passages", "named"), CONTRADICTED)
+def test_a_contradicted_claim_is_unsupported(claim, passages, named):
+    result = JUDGE.faithfulness(claim, passages)
+    (row,) = result.details["claims"]
+    assert not row["supported"] and row["support"] < result.details["support_threshold"]
+    assert row["reason"].startswith("contradicted:") and named in row["reason"], row["reason"]
+
+
+@pytest.mark.parametrize(("claim", "passages"), PARAPHRASED)
+def test_the_same_facts_in_other_words_stay_supported(claim, passages):
+    result = JUDGE.faithfulness(claim, passages)
+    (row,) = result.details["claims"]
+    assert row["supported"] and "contradicted" not in row["reason"], row
+
+
+def test_a_claim_is_supported_by_one_passage_not_by_words_borrowed_from_several():
+    """Every word of the claim is somewhere, but no one passage says it: below the claim one passage says whole."""
+    whole = JUDGE.faithfulness("Marie Curie won the Nobel Prize in Physics in Warsaw.",
+                               ["Marie Curie won the Nobel Prize in Physics in 1903, in Stockholm."]).details["claims"]
+    scattered = JUDGE.faithfulness("Marie Curie won the Nobel Prize in Physics in Warsaw.",
+                                   ["Marie Curie was born in Warsaw.", "Physics prizes are awarded in Stockholm.",
+                                    "The Nobel Prize was first awarded in 1901."]).details["claims"]
+    assert scattered[0]["words_found"] > 0.8 and scattered[0]["words_found_in_one_passage"] < 0.45
+    assert not scattered[0]["supported"] and "only across passages" in scattered[0]["reason"]
+    together = JUDGE.faithfulness("Marie Curie won the Nobel Prize in Physics.",
+                                  ["Marie Curie won the Nobel Prize in Physics in 1903."]).details["claims"]
+    assert together[0]["support"] == 1.0 > scattered[0]["support"] and together[0]["supported"]
+    assert whole[0]["words_found_in_one_passage"] < 1.0  # (Warsaw is not in that passage)
+
+
+def test_a_missing_name_or_number_weighs_more_than_a_missing_word():
+    passage = ["The museum opened in 1998 in the old harbour district."]
+    name = JUDGE.faithfulness("The museum opened in 1998 in the harbour district of Rotterdam.", passage)
+    word = JUDGE.faithfulness("The museum opened in 1998 in the harbour district of the town.", passage)
+    assert name.details["claims"][0]["missing_names_or_numbers"] == ["rotterdam"]
+    assert name.value < word.value

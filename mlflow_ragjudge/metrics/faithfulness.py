@@ -340,9 +340,13 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
     rows: list[dict[str, Any]] = []
     for c, part in claims:
         s = Support(c, part.content, backed, sentences)
+        # supported: by what one passage says (a window of its sentences), not by words borrowed from several
+        supported = s.support >= tau and s.window_share >= tau
         reason = (f"contradicted: {s.contradiction}" if s.contradiction else
+                  f"its words are found only across passages ({s.window_share:.0%} in one)"
+                  if s.support >= tau and not supported else
                   "all content words found" if not s.missing else "not in the evidence: " + ", ".join(s.missing[:8]))
-        rows.append({"claim": c, "support": round(s.support, 4), "supported": s.support >= tau, "reason": reason,
+        rows.append({"claim": c, "support": round(s.support, 4), "supported": supported, "reason": reason,
                      "words_found": round(s.share, 4), "words_found_in_one_passage": round(s.window_share, 4),
                      **({"missing_names_or_numbers": s.missing_keys} if s.missing_keys else {}),
                      **({"passage": s.window[:300]} if s.window else {})})

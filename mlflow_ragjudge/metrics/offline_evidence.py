@@ -71,7 +71,7 @@ from ..core.matching import (
     text_cut,
 )
 from ..core.text import TextMemo, cjk_numbers, has_cjk
-from .offline_reading import number_forms, quantity_conflict
+from .offline_reading import number_forms, number_units, quantity_conflict
 
 __all__ = [
     "OFFLINE_PROVIDER",
@@ -383,27 +383,6 @@ def _variant(word: str, other: str) -> bool:
 
 
 _CAPITALISED_RUN = re.compile(r"\b[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)+")
-
-
-#: units as the match tokens spell them (lowercase, plural stripped), by kind: a number of the answer given in
-#: another unit of the same kind is another quantity (330 feet for 330 metres)
-_UNIT_SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "length": {"m": ("m", "metre", "meter"), "km": ("km", "kilometre", "kilometer"), "cm": ("cm", "centimetre",
-               "centimeter"), "mm": ("mm", "millimetre", "millimeter"), "mi": ("mile",), "ft": ("ft", "feet", "foot"),
-               "in": ("inche", "inch"), "yd": ("yard", "yd")},
-    "mass": {"kg": ("kg", "kilogram"), "g": ("gram",), "lb": ("lb", "lbs"), "t": ("tonne", "ton"),
-             "oz": ("ounce", "oz")},
-    "temperature": {"°c": ("celsius", "centigrade"), "°f": ("fahrenheit",), "k": ("kelvin",)},
-    "time": {"s": ("second",), "min": ("minute",), "h": ("hour",), "d": ("day",), "wk": ("week",), "yr": ("year",)},
-    "money": {"$": ("dollar", "usd"), "€": ("euro", "eur"), "¥": ("yen",)},
-}
-UNITS = {unit: (kind, name) for kind, names in _UNIT_SPELLINGS.items() for name, spellings in names.items()
-         for unit in spellings}
-
-
-def number_units(tokens: Sequence[str]) -> set[tuple[str, str, str]]:
-    """(number, kind, unit) for each number directly followed by a unit (:data:`UNITS`)."""
-    return {(t, *UNITS[u]) for t, u in zip(tokens, tokens[1:]) if u in UNITS and any(c.isdigit() for c in t)}
 
 
 def unit_conflict(response: str, answer: str) -> str | None:

@@ -19,6 +19,7 @@ The rules read English, Japanese and Chinese cue words; a language without them 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Sequence
@@ -28,7 +29,8 @@ from typing import Any
 from ..core.matching import STOPWORDS, match_tokens
 from ..core.text import has_cjk, numerals_as_digits, split_sentences
 
-__all__ = ["number_forms", "quantities", "quantity_conflict", "unasserted", "Support", "WINDOW", "KEY_PENALTY"]
+__all__ = ["number_forms", "quantities", "quantity_conflict", "number_units", "UNITS", "unasserted", "Support",
+           "WINDOW", "KEY_PENALTY"]
 
 # ----------------------------------------------------------------------------------------------- number forms
 
@@ -147,6 +149,28 @@ def number_forms(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- quantities
+
+#: units as the match tokens spell them (lowercase, plural stripped), by kind: a number of the answer given in
+#: another unit of the same kind is another quantity (330 feet for 330 metres)
+_UNIT_SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "length": {"m": ("m", "metre", "meter"), "km": ("km", "kilometre", "kilometer"), "cm": ("cm", "centimetre",
+               "centimeter"), "mm": ("mm", "millimetre", "millimeter"), "mi": ("mile",), "ft": ("ft", "feet", "foot"),
+               "in": ("inche", "inch"), "yd": ("yard", "yd")},
+    "mass": {"kg": ("kg", "kilogram"), "g": ("gram",), "lb": ("lb", "lbs"), "t": ("tonne", "ton"),
+             "oz": ("ounce", "oz")},
+    "temperature": {"°c": ("celsius", "centigrade"), "°f": ("fahrenheit",), "k": ("kelvin",)},
+    "time": {"s": ("second",), "min": ("minute",), "h": ("hour",), "d": ("day",), "wk": ("week",), "yr": ("year",)},
+    "money": {"$": ("dollar", "usd"), "€": ("euro", "eur"), "¥": ("yen",)},
+}
+UNITS = {unit: (kind, name) for kind, names in _UNIT_SPELLINGS.items() for name, spellings in names.items()
+         for unit in spellings}
+
+
+def number_units(tokens: Sequence[str]) -> set[tuple[str, str, str]]:
+    """(number, kind, unit) for each number directly followed by a unit (:data:`UNITS`)."""
+    return {(t, *UNITS[u]) for t, u in zip(tokens, tokens[1:]) if u in UNITS and any(c.isdigit() for c in t)}
+
+
 
 #: a currency as written, by what it names; ``$`` and ``¥`` alone name a family (US, Canadian ... dollars; yen or
 #: yuan), met by any of its members
@@ -431,8 +455,6 @@ def _keys(text: str, skip_first: bool) -> dict[str, frozenset[str]]:
                 keys["year" if len(t) == 4 and 1000 <= int(t) <= 2099 else "number"].add(t)
             elif any(c.isdigit() for c in t):
                 keys["code"].add(t)
-    from .offline_evidence import number_units  # (that module imports this one)
-
     keys["unit"] = {f"{n} {u}" for n, _, u in number_units(match_tokens(text))} | \
         {f"{a} {u}" for a, _, u in quantities(text)}
     first = len(text) - len(text.lstrip(" \t\"'“‘("))
@@ -463,12 +485,19 @@ def _surface(text: str, token: str, kind: str = "") -> str:
 _KANJI_KANA = re.compile(r"[\u4E00-\u9FFF\u30A0-\u30FF]")
 
 
+#: Chinese characters that are function words (the copula, prepositions, particles, negation): no span of their own
+_ZH_FUNCTION = frozenset("是在于於的了和与與及不也都就而被把为為以之其这這那有着著过過"
+                         "所从從向对對由将將已并並或但则則却卻")
+
+
+def _content_char(span: str) -> bool:
+    return any(_KANJI_KANA.match(c) and c not in _ZH_FUNCTION for c in span)
+
+
 def _swapped_cjk(claim: str, sentence: str) -> tuple[str, str] | None:
     """In Chinese or Japanese, where names are no capitalised words: the claim and the sentence say the same but for
     one span of kanji or katakana replaced by another (最大的行星是土星 / 最大的行星是木星), as (the claim's span, the
     sentence's), each with the character that follows it where both share it (土星, 木星); or None."""
-    import difflib
-
     a, b = re.sub(r"[\s。．.!！?？、，,]", "", claim), re.sub(r"[\s。．.!！?？、，,]", "", sentence)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     if matcher.ratio() < 0.75:
@@ -478,7 +507,7 @@ def _swapped_cjk(claim: str, sentence: str) -> tuple[str, str] | None:
         return None
     _, i1, i2, j1, j2 = replaced[0]
     mine, theirs = a[i1:i2], b[j1:j2]
-    if not (_KANJI_KANA.search(mine) and _KANJI_KANA.search(theirs)):
+    if not (_content_char(mine) and _content_char(theirs)):
         return None
     if any(c in b for c in mine if _KANJI_KANA.match(c)):  # the sentence has the claim's span elsewhere
         return None
@@ -488,7 +517,9 @@ def _swapped_cjk(claim: str, sentence: str) -> tuple[str, str] | None:
 
 
 def _denies(text: str) -> bool:
-    return bool(_NEGATION.search(text) or _DENIAL_CJK.search(text))
+    """Whether ``text`` denies something: a negation that is not a bound or a stress ("not until 1931", "not only")."""
+    return any(not _NOT_DENIAL.match(text, m.end()) for m in _NEGATION.finditer(text)) or \
+        bool(_DENIAL_CJK.search(text))
 
 
 class Support:
@@ -540,8 +571,6 @@ class Support:
         said = frozenset(match_tokens(sentence))
         mine = frozenset().union(*keys.values())
         plain = frozenset(match_tokens(_DENIAL_CJK.sub(" ", _NEGATION.sub(" ", claim))))  # its words but a denial
-        from .offline_evidence import UNITS
-
         others = [t for t in words if t in plain and t not in mine and t not in STOPWORDS and t not in _MONTH_NAMES
                   and t not in UNITS and t not in _CURRENCIES]
         enough = CONTRADICTS_AT_CJK if has_cjk(claim) else CONTRADICTS_AT  # (one character a token: particles too)
