@@ -252,3 +252,18 @@ def test_a_missing_name_or_number_weighs_more_than_a_missing_word():
     word = JUDGE.faithfulness("The museum opened in 1998 in the harbour district of the town.", passage)
     assert name.details["claims"][0]["missing_names_or_numbers"] == ["rotterdam"]
     assert name.value < word.value
+
+
+def test_hostile_numbers_and_long_texts_cost_no_error():
+    """Thousands of digits or of number words, long runs of cues: read in bounded time, nothing raised (Python
+    refuses to turn an int of over 4,300 digits into text: no rule makes one)."""
+    texts = ["1," + ",".join(["000"] * 3000), "$" + "9" * 6000, "9" * 6000 + " million", " ".join(["one"] * 5000),
+             "nineteen " * 3000, "1 000 " * 3000, "東京" * 5000 + "1400万" * 100, "or " * 10000 + "Canberra",
+             "not " * 5000]
+    for text in texts:
+        number_forms(text)
+        quantities(text)
+        unasserted("What is the capital?", text, "Canberra")
+        assert JUDGE.correctness("What is the capital?", text, ["Canberra"]).status.value in ("scored", "abstained")
+        assert JUDGE.faithfulness(text, [text[:5000], "Canberra is the capital."]).status.value in ("scored",
+                                                                                                    "abstained")

@@ -43,8 +43,8 @@ _WORD = "|".join(sorted([*_SMALL, *_TENS, "hundred", *_SCALE], key=len, reverse=
 #: a run of at least two number words (one word alone is the tokenizer's: ``eight`` = ``8``)
 _WORD_RUN = re.compile(rf"\b(?:{_WORD})(?:(?:\s+and\s+|[\s-]+)(?:{_WORD}))+\b", re.IGNORECASE)
 #: digits (thousands grouped by commas, or a decimal part) followed by a scale word
-_SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*(thousand|million|billion|trillion|bn)\b",
-                     re.IGNORECASE)
+_SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3}){1,4}|\d{1,15})(?:\.(\d{1,9}))?\s*"
+                     r"(thousand|million|billion|trillion|bn)\b", re.IGNORECASE)
 _ANY_NUMBER = re.compile(rf"\d|\b(?:{_WORD})\b", re.IGNORECASE)
 
 
@@ -123,7 +123,7 @@ def _scaled(m: re.Match[str]) -> str:
 
 
 #: a number of seven digits or more, its thousands grouped by commas or spaces or not at all
-_LARGE = re.compile(r"(?<![\d.,])(?:\d{1,3}(?:,\d{3}){2,}|\d{1,3}(?:[ \u00a0\u202f\u2009]\d{3}){2,}|\d{7,15})"
+_LARGE = re.compile(r"(?<![\d.,])(?:\d{1,3}(?:,\d{3}){2,4}|\d{1,3}(?:[ \u00a0\u202f\u2009]\d{3}){2,4}|\d{7,15})"
                     r"(?!\d|[.,]\d|\s\d)")
 
 
@@ -195,7 +195,7 @@ def _alternation(words: list[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
 
-_AMOUNT = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+_AMOUNT = r"(\d{1,3}(?:,\d{3}){1,5}(?:\.\d{1,6})?|\d{1,18}(?:\.\d{1,6})?)"  # (bounded: no number past int's digits)
 _SYMBOLS = [k for k in _CURRENCIES if not k.isalpha() or not k.isascii()]
 _NAMES = [k for k in _CURRENCIES if k.replace(" ", "").isalpha() and k.isascii()]
 _MONEY_BEFORE = re.compile(rf"(?:(?<![A-Za-z])({_alternation([s for s in _SYMBOLS if not s[-1].isalpha()])})|"
@@ -499,6 +499,8 @@ def _swapped_cjk(claim: str, sentence: str) -> tuple[str, str] | None:
     one span of kanji or katakana replaced by another (最大的行星是土星 / 最大的行星是木星), as (the claim's span, the
     sentence's), each with the character that follows it where both share it (土星, 木星); or None."""
     a, b = re.sub(r"[\s。．.!！?？、，,]", "", claim), re.sub(r"[\s。．.!！?？、，,]", "", sentence)
+    if not a or not b or len(b) > 1.7 * len(a) or len(a) > 1.7 * len(b):
+        return None  # (then no matching can reach the ratio below: 2 * matched / (len(a) + len(b)) < 0.75)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     if matcher.ratio() < 0.75:
         return None
