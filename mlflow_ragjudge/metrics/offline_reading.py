@@ -528,10 +528,11 @@ class Support:
     """How the evidence supports one claim sentence: the share of its content words found anywhere in the evidence
     (``share``), the share found in the best window of :data:`WINDOW` adjacent sentences of one passage
     (``window_share``, that window's text in ``window``), the claim's names and numbers found nowhere
-    (``missing_keys``), and a contradiction (``contradiction``: what the window says instead) or None.
+    (``missing_keys``), and a contradiction (``contradiction``: what the window's sentence nearest the claim says
+    instead) or None.
 
-    ``support`` is the mean of the two shares less :data:`KEY_PENALTY` per missing key, in [0, 1]; a contradicted
-    claim's support is 0."""
+    ``support`` is the two shares weighed by :data:`WINDOW_WEIGHT` (half each) less :data:`KEY_PENALTY` per missing
+    key, in [0, 1]; a contradicted claim's support is at most :data:`CONTRADICTED`."""
 
     __slots__ = ("share", "window_share", "window", "missing", "missing_keys", "contradiction", "support")
 
