@@ -1,0 +1,48 @@
+"""The offline judge's faithfulness against human labels of claims (issue 39), as docs/offline-judge.md reports it
+("What a sentence asserts"): MTRAG from ../shared/data, WiCE from the folder ``RAGJUDGE_WICE_DIR`` names (its
+``data/entailment_retrieval/claim``; not shipped). Each part is skipped where its data is absent.
+
+The figures: ``.venv/bin/python -m tools.offline_judge report --data ../shared/data --claims <WiCE folder>``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tools.offline_judge.claims import baselines, claims_table, load_wice
+from tools.offline_judge.fit import SPLIT_SALT
+from tools.offline_judge.public_data import half_split, load_mtrag
+
+
+def test_baselines_are_the_claims_word_recall_and_best_sentence_recall():
+    word, best = baselines("The bridge opened in 1931 in Sydney.",
+                           ["The bridge opened in 1931.\nIt stands in Sydney harbour."])
+    # content words: bridge, open(ed), 1931, sydney -- all found somewhere; at most three in one sentence
+    assert word == 1.0 and best == 0.75
+    assert baselines("Thanks!", ["anything"]) == (0.0, 0.0)  # a one-word response is one claim, as the judge reads it
+    assert baselines("The bridge opened.", []) is None  # no evidence: nothing to compare, as the judge abstains
+
+
+def test_on_mtrag_the_judge_orders_responses_above_both_recall_baselines(shared_data):
+    m = load_mtrag(shared_data)
+    held = m[~m["task_id"].isin(half_split(m["task_id"], SPLIT_SALT))].reset_index(drop=True)
+    (row,) = claims_table(held, None)
+    s = row["scores"]
+    assert row["rows"] == 139
+    assert s["offline judge"]["spearman"] == pytest.approx(0.744, abs=5e-4)  # docs/offline-judge.md
+    # above both baselines on the held-out half; by +0.035 on AUC, by +0.015 on Spearman (the issue asks 0.02:
+    # not met, said in the docs)
+    assert row["margin_auc"] >= 0.02 and row["margin_spearman"] > 0
+
+
+def test_on_wice_test_the_judge_is_above_both_recall_baselines():
+    folder = os.environ.get("RAGJUDGE_WICE_DIR")
+    if not folder or not Path(folder).is_dir():
+        pytest.skip("WiCE not found: set RAGJUDGE_WICE_DIR to its data/entailment_retrieval/claim folder")
+    table = {t["set"].split(" (")[0]: t for t in claims_table(None, load_wice(folder))}
+    test = table["WiCE test"]
+    assert test["rows"] == 358
+    assert test["margin_spearman"] >= 0.02 and test["margin_auc"] >= 0.02
