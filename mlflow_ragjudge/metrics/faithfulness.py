@@ -37,7 +37,7 @@ from typing import Any
 
 from ..core import claims as claim_math
 from ..core.json_text import dumps_text
-from ..core.matching import content_union, declines_to_answer, text_cut
+from ..core.matching import TextCut, content_union, declines_to_answer, text_cut
 from ..core.text import nonblank_passages, split_sentences, word_set
 from ..core.types import JudgeResult, Row
 from ..core.values import is_int
@@ -315,6 +315,19 @@ def _claims_column(res: dict[str, JudgeResult]) -> Any:
     return dumps_text(d["claims"]) if "claims" in d else None
 
 
+def offline_claims(response: str | None) -> list[tuple[str, TextCut]]:
+    """The claims the offline judge checks in ``response``: its claim-like sentences of two content words or more
+    (not questions, courtesy or declines), numbers in one form (:func:`~.offline_reading.number_forms`, as the
+    evidence's); a response of one word is one claim."""
+    said = text_cut(number_forms(response or ""))
+    claims = [(s, part) for s, part in zip(said.sentences, said.parts)
+              if is_claim_sentence(s) and len(part.content) >= 2]
+    if not claims and said.content:
+        whole = said.text.strip()
+        claims = [(whole, text_cut(whole))]  # a one-word answer is still a claim
+    return claims
+
+
 def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[str] | None) -> JudgeResult:
     """Mean support of the response's claim-like sentences by the evidence passages."""
     passages = nonblank_passages(evidence)
@@ -324,12 +337,7 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
     if declines_to_answer(response):
         return JudgeResult.abstained("no_claims", "(offline judge) The response declines to answer; it makes "
                                      "no claim to check.", details=ev.details(claims=[]))
-    said = text_cut(number_forms(response or ""))  # numbers in one form on both sides (offline_reading)
-    claims = [(s, part) for s, part in zip(said.sentences, said.parts)
-              if is_claim_sentence(s) and len(part.content) >= 2]
-    if not claims and said.content:
-        whole = said.text.strip()
-        claims = [(whole, text_cut(whole))]  # a one-word answer is still a claim
+    claims = offline_claims(response)
     if not claims:
         return JudgeResult.abstained("no_claims", "(offline judge) The response makes no claim.",
                                      details=ev.details(claims=[]))

@@ -25,8 +25,8 @@ import pandas as pd
 
 from mlflow_ragjudge.core.matching import content_union, text_cut
 from mlflow_ragjudge.core.text import nonblank_passages
+from mlflow_ragjudge.metrics.faithfulness import offline_claims
 from mlflow_ragjudge.metrics.offline import OfflineJudge
-from mlflow_ragjudge.metrics.offline_evidence import is_claim_sentence
 from mlflow_ragjudge.metrics.offline_reading import number_forms
 
 WICE_LABELS = {"not_supported": 0, "partially_supported": 1, "supported": 2}
@@ -49,17 +49,11 @@ def load_wice(folder: str | Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _claims(response: str) -> list[Any]:
-    said = text_cut(number_forms(response or ""))
-    parts = [p for s, p in zip(said.sentences, said.parts) if is_claim_sentence(s) and len(p.content) >= 2]
-    return parts or ([text_cut(said.text.strip())] if said.content else [])
-
-
 def baselines(response: str, evidence: list[str]) -> tuple[float, float] | None:
     """(word recall, best single-sentence recall) of ``response``'s claim sentences against ``evidence`` (means over
     the sentences), or None when it has no claim or there is no evidence."""
     passages = [number_forms(p) for p in nonblank_passages(evidence)]
-    claims = _claims(response)
+    claims = [part for _, part in offline_claims(response)]  # the sentences the judge checks
     if not passages or not claims:
         return None
     backed = content_union(passages)
