@@ -404,8 +404,9 @@ def unasserted(question: str, response: str, answer: str) -> str | None:
         if _alternatives_en(sentence, keys, known):
             reasons.append("one of several alternatives")
             continue
-        denied = [w for c in _CLAUSE.split(sentence) if c and (w := _denied_en(c, keys, asked))]
-        clauses = [c for c in _CLAUSE.split(sentence) if c and _mention(match_tokens(c), keys) >= 0]
+        parts = [c for c in _CLAUSE.split(sentence) if c]
+        denied = [w for c in parts if (w := _denied_en(c, keys, asked))]
+        clauses = [c for c in parts if _mention(match_tokens(c), keys) >= 0]
         if clauses and len(denied) == len(clauses):
             reasons.append(f"denied ('{denied[0].lower()}')")
             continue
