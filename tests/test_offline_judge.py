@@ -17,6 +17,7 @@ from mlflow_ragjudge.cli import main
 from mlflow_ragjudge.core.constants import is_offline_judge
 from mlflow_ragjudge.core.matching import content_tokens, declines_to_answer, match_tokens
 from mlflow_ragjudge.metrics.offline import FEATURES, Calibration, OfflineJudge, answer_features
+from mlflow_ragjudge.metrics.offline_reading import CONTRADICTED
 
 OFFLINE = "offline:/lexical"
 
@@ -95,6 +96,8 @@ def test_shipped_calibration_is_consistent():
     assert 0 < cal.cuts["4"] <= cal.cuts["5"] <= 1.0 + 1e-9
     assert 0 < cal.recall_cuts["2"] <= cal.recall_cuts["3"] <= 1
     assert 0 < cal.support_threshold < 1
+    # a contradicted claim's support (at most CONTRADICTED) stays below what a supported claim needs
+    assert CONTRADICTED < cal.claim_cut < 1
     held = cal.fit["held_out"]  # the measured agreement travels with the numbers
     assert held["nq301"]["rows"] > 700 and held["mtrag_rows"] > 100
     grid = [(p / 100, r / 20) for p in range(101) for r in range(21)]

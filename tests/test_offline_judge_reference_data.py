@@ -44,6 +44,7 @@ def test_the_shipped_calibration_is_what_the_documented_fit_produces(shared_data
     assert fitted.bias == pytest.approx(shipped.bias, abs=1e-6)
     assert fitted.cuts == pytest.approx(shipped.cuts, abs=1e-6)
     assert fitted.recall_cuts == shipped.recall_cuts and fitted.support_threshold == shipped.support_threshold
+    assert fitted.claim_threshold == shipped.claim_threshold is not None
     assert fitted.long is not None and shipped.long is not None
     assert fitted.long.features == shipped.long.features
     assert fitted.long.weights == pytest.approx(shipped.long.weights, abs=1e-6)

@@ -216,6 +216,52 @@ PARAPHRASED = [
 ]
 
 
+#: the shapes of generated answers (markdown headings, list items, a yes or no before the claim, a negation in
+#: another clause of the passage's sentence, the key word one sentence away): the same facts, no contradiction
+FORMATTED = [
+    ("**Reach out to the Trust team** by emailing verify@example.com.",
+     ["Contact the Trust team by email at verify@example.com."]),
+    ("- **Getting Started:** Create some namespaces with sample images.",
+     ["Step 2: Authorize a user to access namespaces. Create some namespaces with sample images."]),
+    ("**Metered Charges**: A unit-based pricing model where you pay for what you consume.",
+     ["Metered Usage is a unit-based pricing model in which you pay for what you consume."]),
+    ("### Key Elements of the Benchmark: the recommendations of the Center for Internet Security.",
+     ["The CIS benchmark recommendations are provided by the Center for Internet Security."]),
+    ("- Navigate to the Payments page in the console.",
+     ["Depending on your account type, you can use the Payments page in the console."]),
+    ("No, you can deploy the clusters worldwide, not just in the USA.",
+     ["You can deploy the clusters worldwide, in the USA and elsewhere."]),
+    ("You only pay for what you use on a monthly basis.",
+     ["You pay only for what you use on a monthly basis, with no long-term contracts."]),
+    ("The Amazon River is the largest river in South America.",
+     ["The Amazon River drains much of the continent. It is the largest river in South America, ahead of the "
+      "Parana."]),
+]
+
+
+@pytest.mark.parametrize(("claim", "passages"), FORMATTED)
+def test_headings_list_items_and_answer_words_are_not_read_as_contradictions(claim, passages):
+    """Words a heading or a list item capitalises are no names, a yes or no answers the question, and a negation in
+    another clause of the passage's sentence denies something else: none of them contradicts the claim (MTRAG's
+    generated answers had 55 claims contradicted, 47 by these shapes)."""
+    result = JUDGE.faithfulness(claim, passages)
+    (row,) = result.details["claims"]
+    assert "contradicted" not in row["reason"] and "missing_names_or_numbers" not in row, row
+
+
+def test_a_heading_keeps_its_acronyms_and_a_line_without_one_its_names():
+    from mlflow_ragjudge.metrics.offline_reading import _keys
+
+    assert _keys("**Phishing and IRS Scams**: Report to the IRS.", skip_first=True)["name"] == {"irs"}
+    assert _keys("The capital of Australia: Canberra.", skip_first=True)["name"] == {"australia", "canberra"}
+    assert _keys("- **Build an Unencrypted Image**:", skip_first=True)["name"] == frozenset()
+    # a line that is no heading keeps its names after the first word
+    assert _keys("* Jupiter is larger than Saturn.", skip_first=True)["name"] == {"saturn"}
+    result = JUDGE.faithfulness("- **Largest planet:** The largest planet is Saturn.",
+                                ["Jupiter is the largest planet in the Solar System."])
+    assert "Jupiter" in result.details["claims"][0]["reason"]  # a contradiction after a heading is still one
+
+
 @pytest.mark.parametrize(("claim", "passages", "named"), CONTRADICTED)
 def test_a_contradicted_claim_is_unsupported(claim, passages, named):
     result = JUDGE.faithfulness(claim, passages)
@@ -244,6 +290,24 @@ def test_a_claim_is_supported_by_one_passage_not_by_words_borrowed_from_several(
                                   ["Marie Curie won the Nobel Prize in Physics in 1903."]).details["claims"]
     assert together[0]["support"] == 1.0 > scattered[0]["support"] and together[0]["supported"]
     assert whole[0]["words_found_in_one_passage"] < 1.0  # (Warsaw is not in that passage)
+
+
+def test_a_claim_one_sentence_says_outranks_one_spliced_from_two_or_with_its_roles_swapped():
+    """Every word of the claim is in the evidence, but no sentence says it: the phrase share (pairs of adjacent
+    words one sentence has, in order) tells a claim a sentence makes from one built of two, or with who did what
+    swapped; a word the sentence lacks costs its own share, not its neighbours' pairs."""
+    article = ["The mayor opened the new library in March. Engineers finished the bridge in 1931."]
+    said = JUDGE.faithfulness("Engineers finished the bridge in 1931.", article).details["claims"][0]
+    spliced = JUDGE.faithfulness("The mayor opened the bridge in 1931.", article).details["claims"][0]
+    assert said["words_found"] == spliced["words_found"] == 1.0
+    assert said["phrases_found_in_one_sentence"] == 1.0 > spliced["phrases_found_in_one_sentence"]
+    assert said["support"] == 1.0 > spliced["support"]
+    right = JUDGE.faithfulness("Arsenal beat Chelsea at home.", ["Arsenal beat Chelsea at home on Sunday."])
+    swapped = JUDGE.faithfulness("Chelsea beat Arsenal at home.", ["Arsenal beat Chelsea at home on Sunday."])
+    assert right.value == 1.0 > swapped.value
+    other_verb = JUDGE.faithfulness("The tower stands in Paris.", ["The tower is in Paris, France."])
+    (row,) = other_verb.details["claims"]
+    assert row["words_found"] == pytest.approx(2 / 3, abs=1e-4) and row["phrases_found_in_one_sentence"] == 0.5
 
 
 def test_a_missing_name_or_number_weighs_more_than_a_missing_word():

@@ -111,7 +111,7 @@ class TextCut:
     """
 
     __slots__ = ("text", "_remember", "_tokens", "_match", "_content", "_match_set", "_content_set", "_distinct",
-                 "_distinct_set", "_spaced", "_initials", "_sentences", "_parts")
+                 "_distinct_set", "_spaced", "_initials", "_pairs", "_sentences", "_parts")
 
     def __init__(self, text: str, remember_tokens: bool = True) -> None:
         self.text = text
@@ -125,6 +125,7 @@ class TextCut:
         self._distinct_set: frozenset[str] | None = None
         self._spaced: str | None = None
         self._initials: frozenset[str] | None = None
+        self._pairs: frozenset[tuple[str, str]] | None = None
         self._sentences: tuple[str, ...] | None = None
         self._parts: tuple[TextCut, ...] | None = None
 
@@ -216,6 +217,14 @@ class TextCut:
         if self._initials is None:
             self._initials = frozenset(t for t in self.content if len(t) == 1 and t.isalpha() and t.isascii())
         return self._initials
+
+    @property
+    def pairs(self) -> frozenset[tuple[str, str]]:
+        """The pairs of content words that follow each other in one sentence, in their order (``("discov",
+        "fleming")`` for "discovered by Fleming"): a phrase's words, not only its words."""
+        if self._pairs is None:
+            self._pairs = frozenset(chain.from_iterable(zip(p.content, p.content[1:]) for p in self.pieces()))
+        return self._pairs
 
     @property
     def sentences(self) -> tuple[str, ...]:

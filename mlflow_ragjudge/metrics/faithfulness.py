@@ -328,6 +328,10 @@ def offline_claims(response: str | None) -> list[tuple[str, TextCut]]:
     return claims
 
 
+#: the share of a claim's words one passage (a window of its sentences) must hold for the claim to be supported
+ONE_PASSAGE = 0.5
+
+
 def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[str] | None) -> JudgeResult:
     """Mean support of the response's claim-like sentences by the evidence passages."""
     passages = nonblank_passages(evidence)
@@ -344,18 +348,20 @@ def offline_faithfulness(ev: OfflineEvidence, response: str, evidence: Sequence[
     passages = [number_forms(p) for p in passages]
     backed = content_union(passages)
     sentences = [text_cut(p).parts for p in passages]
-    tau = ev.calibration.support_threshold
+    tau = ev.calibration.claim_cut
     rows: list[dict[str, Any]] = []
     for c, part in claims:
         s = Support(c, part.content, backed, sentences)
-        # supported: by what one passage says (a window of its sentences), not by words borrowed from several
-        supported = s.support >= tau and s.window_share >= tau
+        # supported: by what one passage says (most of its words in a window of its sentences), not by words
+        # borrowed from several
+        supported = s.support >= tau and s.window_share >= max(tau, ONE_PASSAGE)
         reason = (f"contradicted: {s.contradiction}" if s.contradiction else
                   f"its words are found only across passages ({s.window_share:.0%} in one)"
                   if s.support >= tau and not supported else
                   "all content words found" if not s.missing else "not in the evidence: " + ", ".join(s.missing[:8]))
         rows.append({"claim": c, "support": round(s.support, 4), "supported": supported, "reason": reason,
-                     "words_found": round(s.share, 4), "words_found_in_one_passage": round(s.window_share, 4),
+                     "words_found": round(s.share, 4), "phrases_found_in_one_sentence": round(s.phrase_share, 4),
+                     "words_found_in_one_passage": round(s.window_share, 4),
                      **({"missing_names_or_numbers": s.missing_keys} if s.missing_keys else {}),
                      **({"passage": s.window[:300]} if s.window else {})})
     score = math.fsum(r["support"] for r in rows) / len(rows)

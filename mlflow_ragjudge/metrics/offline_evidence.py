@@ -453,7 +453,10 @@ class Calibration:
             ``{"2": r2, "3": r3}`` on :func:`answer_features`' ``recall`` -- level 3 from ``r3``, 2 from ``r2``,
             else 1 (no content word of any acceptable answer: wrong outright).
         support_threshold: a sentence is supported by passages when at least this share of its content words
-            occur in them (faithfulness, context recall, context precision).
+            occur in them (context recall, context precision).
+        claim_threshold: a claim of the response is supported when its support (faithfulness: its words and its
+            phrases found, less its missing names and numbers, :class:`~.offline_reading.Support`) reaches this;
+            None (calibrations 1-3): ``support_threshold``.
         fit: provenance and held-out measurements (data, split rule, sizes, agreement).
         long: the model of **long answers** (more than :data:`SHORT_ANSWER` distinct content words: a reference
             that is a passage, MTRAG's, rather than an entity, NQ's), its own ``features``, ``weights``, ``bias``
@@ -472,13 +475,20 @@ class Calibration:
     support_threshold: float
     fit: dict[str, Any] = field(default_factory=dict)
     long: AnswerModel | None = None
+    claim_threshold: float | None = None
+
+    @property
+    def claim_cut(self) -> float:
+        """The support a claim needs to count as supported (:attr:`claim_threshold`, else :attr:`support_threshold`)."""
+        return self.support_threshold if self.claim_threshold is None else self.claim_threshold
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
         cal = cls(str(d["version"]), tuple(d["features"]), tuple(float(w) for w in d["weights"]), float(d["bias"]),
                   {str(k): float(v) for k, v in d["cuts"].items()},
                   {str(k): float(v) for k, v in d["recall_cuts"].items()}, float(d["support_threshold"]),
-                  dict(d.get("fit", {})), AnswerModel.from_dict(d["long"]) if d.get("long") else None)
+                  dict(d.get("fit", {})), AnswerModel.from_dict(d["long"]) if d.get("long") else None,
+                  float(d["claim_threshold"]) if d.get("claim_threshold") is not None else None)
         models = [("", cal.features, cal.weights, cal.cuts)]
         if cal.long is not None:
             models.append(("long-answer model ", cal.long.features, cal.long.weights, cal.long.cuts))
@@ -500,7 +510,8 @@ class Calibration:
     def to_dict(self) -> dict[str, Any]:
         out = {"version": self.version, "features": list(self.features), "weights": list(self.weights),
                "bias": self.bias, "cuts": self.cuts, "recall_cuts": self.recall_cuts,
-               "support_threshold": self.support_threshold}
+               "support_threshold": self.support_threshold,
+               **({"claim_threshold": self.claim_threshold} if self.claim_threshold is not None else {})}
         if self.long is not None:
             out["long"] = self.long.to_dict()
         return {**out, "fit": self.fit}

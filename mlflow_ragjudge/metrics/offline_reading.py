@@ -30,7 +30,7 @@ from ..core.matching import STOPWORDS, match_tokens
 from ..core.text import has_cjk, numerals_as_digits, split_sentences
 
 __all__ = ["number_forms", "quantities", "quantity_conflict", "number_units", "UNITS", "unasserted", "Support",
-           "WINDOW", "KEY_PENALTY"]
+           "WINDOW", "KEY_PENALTY", "PHRASE_WEIGHT"]
 
 # ----------------------------------------------------------------------------------------------- number forms
 
@@ -262,6 +262,8 @@ _NEGATION = re.compile(r"\b(?:not|no|never|neither|nor|cannot|none|nobody|nothin
 _NOT_DENIAL = re.compile(r"\s+(?:until|till|only|just|merely|simply|later|earlier|more|less|fewer|longer|sooner|"
                          r"before|after|far|unlike)\b", re.IGNORECASE)
 _CLAUSE = re.compile(r"[;:,，、]|\s+(?:but|however|although|though|whereas|while|yet)\s+|\s[—–-]\s", re.IGNORECASE)
+#: a yes or no that answers the question before the claim ("No, you can deploy them worldwide."): no denial
+_ANSWER_WORD = re.compile(r"^[\s*\"'“]*(?:no|yes)\b[,.!:;]?\s+", re.IGNORECASE)
 _OR = re.compile(r"\s*(?:,\s*(?:or\s+)?|\s+or\s+|/)\s*", re.IGNORECASE)
 _HEDGE = re.compile(r"^\W*(?:(?:it|that|this|the\s+answer)\s+(?:could|might|may|would)\s+be|(?:it|that|this|the\s+"
                     r"answer)\s+is\s+(?:either|possibly|probably|perhaps|maybe|likely)|either|possibly|probably|"
@@ -421,8 +423,9 @@ def unasserted(question: str, response: str, answer: str) -> str | None:
 WINDOW = 3
 #: what each key word of a claim (a name, a number) that the evidence lacks takes off its support
 KEY_PENALTY = 0.2
-#: the weight of the best window's share in a claim's support (the rest: the share found anywhere in the evidence)
-WINDOW_WEIGHT = 0.5
+#: the weight of the phrase share in a claim's support: the share of its pairs of adjacent content words that one
+#: sentence of the evidence has, adjacent and in the same order (the rest: its words found anywhere in the evidence)
+PHRASE_WEIGHT = 0.5
 #: the highest support of a contradicted claim: below any support threshold the calibration may fit (0.40 ...)
 CONTRADICTED = 0.25
 #: the share of a claim's other words the passage's sentence nearest it must hold to contradict it (by another key
@@ -441,11 +444,38 @@ _MONTH_NAMES = frozenset("january february march april may june july august sept
                          "jan feb mar apr jun jul aug sep sept oct nov dec".split())
 
 
+#: what opens a line before its first word: list bullets and numbers, markdown headings, quotes; then emphasis
+_BULLET = re.compile(r"[\s\"'“‘(#>•·–—-]*(?:\d{1,2}[.)]\s+)?")
+_EMPHASIS = re.compile(r"[\s*_\"'“‘(]*")
+#: a heading that opens a line, ended by a colon: a bold span (``**Tax Benefits:**``, ``**Data Engine**:``) or up to
+#: eight words in title case (``Equity Building:``, ``Key Elements of the Benchmark:``)
+_HEADING = re.compile(r"\*\*[^*\n]{1,80}?(?::\s*\*\*|\*\*\s*:)|"
+                      r"[A-Z][\w'’-]*(?:\s+(?:[A-Z][\w'’-]*|of|and|or|the|for|to|in|on|a|an|with|by|vs\.?|&)){0,7}"
+                      r"\s*:")
+_ACRONYM = re.compile(r"[A-Z][A-Z0-9&]+s?")
+
+
+def _opening(text: str) -> tuple[int, int]:
+    """Where ``text``'s heading (``**Tax Benefits:**``, ``Equity Building:``) begins and where the words after it
+    begin, past the bullets and emphasis that open the line: ``(start, end)``; ``start == end``, the first word, when
+    there is no heading."""
+
+    def past(pattern: re.Pattern[str], at: int) -> int:  # (both patterns match the empty string)
+        m = pattern.match(text, at)
+        return m.end() if m else at
+
+    start = past(_BULLET, 0)
+    heading = _HEADING.match(text, start)
+    first = past(_EMPHASIS, start)
+    return (first, past(_EMPHASIS, heading.end())) if heading else (first, first)
+
+
 def _keys(text: str, skip_first: bool) -> dict[str, frozenset[str]]:
     """The key words of ``text`` by kind, as match tokens: ``"year"`` (four digits from 1000 to 2099), ``"number"``
     (other words written with digits), ``"code"`` (letters and digits: ``co2``), ``"month"`` (a month's name),
     ``"unit"`` (a number with its unit, currency or scale: ``330 ft``, ``1000 EUR``) and ``"name"`` (another
-    capitalised word in Latin letters, not a function word; the text's first word not, with ``skip_first``). Number
+    capitalised word in Latin letters, not a function word; with ``skip_first``, not the line's first word after its
+    bullets and emphasis, nor a heading's words but its acronyms, nor the word after the heading). Number
     words and ordinals (``three``, ``first``) are no key: the tokenizer reads them as digits, but they are rarely
     what a claim asserts."""
     keys: dict[str, set[str]] = {"year": set(), "number": set(), "code": set(), "month": set(), "name": set(),
@@ -458,12 +488,14 @@ def _keys(text: str, skip_first: bool) -> dict[str, frozenset[str]]:
                 keys["code"].add(t)
     keys["unit"] = {f"{n} {u}" for n, _, u in number_units(match_tokens(text))} | \
         {f"{a} {u}" for a, _, u in quantities(text)}
-    first = len(text) - len(text.lstrip(" \t\"'“‘("))
+    start, end = _opening(text) if skip_first else (-1, -1)
     for m in _NAME.finditer(text):
         word = m.group(0).lower()
         if word in _MONTH_NAMES:
             keys["month"].add(word[:3])
-        elif not (skip_first and m.start() == first):
+        elif m.start() in (start, end) or (start <= m.start() < end and not _ACRONYM.fullmatch(m.group(0))):
+            continue  # the line's first word, or a title's (an acronym in a title is still a name: IRS)
+        else:
             keys["name"].update(t for t in match_tokens(m.group(0)) if t.isalpha() and t not in STOPWORDS)
     return {k: frozenset(v) for k, v in keys.items()}
 
@@ -525,17 +557,38 @@ def _denies(text: str) -> bool:
         bool(_DENIAL_CJK.search(text))
 
 
+#: how many words after a negation it bears on ("not [even] discovered by"; "does not [easily] fit")
+_NEGATION_REACH = 3
+
+
+def _denies_one_of(text: str, words: frozenset[str]) -> bool:
+    """Whether a negation in ``text`` (English) bears on one of ``words``: one of them is among the
+    :data:`_NEGATION_REACH` words that follow it, in its clause (not "not until", "not only": those bound or stress)."""
+    for m in _NEGATION.finditer(text):
+        if _NOT_DENIAL.match(text, m.end()):
+            continue
+        rest = _CLAUSE.split(text[m.end():], maxsplit=1)[0]
+        if any(t in words for t in match_tokens(rest)[:_NEGATION_REACH]):
+            return True
+    return False
+
+
 class Support:
     """How the evidence supports one claim sentence: the share of its content words found anywhere in the evidence
-    (``share``), the share found in the best window of :data:`WINDOW` adjacent sentences of one passage
-    (``window_share``, that window's text in ``window``), the claim's names and numbers found nowhere
-    (``missing_keys``), and a contradiction (``contradiction``: what the window's sentence nearest the claim says
-    instead) or None.
+    (``share``); the share of its pairs of adjacent content words that one sentence has, adjacent and in the same
+    order (``phrase_share``: what one sentence says, not its words alone -- "Fleming discovered" is not in "Florey
+    discovered penicillin, and Fleming ..."; a word the sentence lacks is skipped, so that "the tower stands in
+    Paris" keeps "tower Paris" of "the tower is in Paris" and loses only the missing word); the share of its words
+    found in the best window of :data:`WINDOW` adjacent sentences of one passage (``window_share``, that window's text
+    in ``window``); the claim's names and numbers found nowhere (``missing_keys``); and a contradiction
+    (``contradiction``: what the window's sentence nearest the claim says instead) or None.
 
-    ``support`` is the two shares weighed by :data:`WINDOW_WEIGHT` (half each) less :data:`KEY_PENALTY` per missing
-    key, in [0, 1]; a contradicted claim's support is at most :data:`CONTRADICTED`."""
+    ``support`` is the word share and the phrase share weighed by :data:`PHRASE_WEIGHT` (half each) less
+    :data:`KEY_PENALTY` per missing key, in [0, 1]; a contradicted claim's support is at most :data:`CONTRADICTED`.
+    (A claim of one content word has no pair: its phrase share is its window share.)"""
 
-    __slots__ = ("share", "window_share", "window", "missing", "missing_keys", "contradiction", "support")
+    __slots__ = ("share", "phrase_share", "window_share", "window", "missing", "missing_keys", "contradiction",
+                 "support")
 
     def __init__(self, claim: str, tokens: Sequence[str], backed: frozenset[str],
                  passages: Sequence[Sequence[Any]]) -> None:
@@ -543,12 +596,15 @@ class Support:
         n = len(tokens)
         self.share = sum(t in backed for t in tokens) / n if n else 1.0
         self.missing = [t for t in dict.fromkeys(tokens) if t not in backed]
-        best, window, best_sentence = -1.0, "", ""
+        best, window, best_sentence, phrase = -1.0, "", "", 0
         for sentences in passages:
             hits = [s.content_set & distinct for s in sentences]
             for i in range(len(sentences)):
                 if not hits[i]:
                     continue
+                if n > 1 and len(hits[i]) > 1:  # the claim's words this sentence has, in the claim's order
+                    said = [t for t in tokens if t in hits[i]]
+                    phrase = max(phrase, len(sentences[i].pairs.intersection(zip(said, said[1:]))))
                 found = frozenset().union(*hits[i:i + WINDOW])
                 share = sum(t in found for t in tokens) / n if n else 1.0
                 if share > best:
@@ -556,34 +612,40 @@ class Support:
                     top = max(range(i, min(i + WINDOW, len(sentences))), key=lambda j: len(hits[j]))
                     best_sentence = sentences[top].text
         self.window_share, self.window = max(0.0, best), window
+        self.phrase_share = min(1.0, phrase / (n - 1)) if n > 1 else self.window_share
         keys = _keys(claim, skip_first=True)
         words = set(match_tokens(claim))  # (a month is a key by its name; its match token may differ)
         self.missing_keys = [t for kind in ("name", "year", "number", "code") for t in sorted(keys[kind])
                              if t in distinct and t not in backed]
-        self.contradiction = self._contradiction(claim, distinct | words, keys, best_sentence) if window else None
-        support = (1 - WINDOW_WEIGHT) * self.share + WINDOW_WEIGHT * self.window_share \
+        self.contradiction = self._contradiction(claim, distinct | words, keys, best_sentence, window) \
+            if window else None
+        support = (1 - PHRASE_WEIGHT) * self.share + PHRASE_WEIGHT * self.phrase_share \
             - KEY_PENALTY * len(self.missing_keys)
         support = min(1.0, max(0.0, support))
         self.support = min(support, CONTRADICTED) if self.contradiction else support
 
     @staticmethod
     def _contradiction(claim: str, words: frozenset[str] | set[str], keys: dict[str, frozenset[str]],
-                       sentence: str) -> str | None:
-        """What the passage's sentence nearest the claim says instead, when it says all the rest of the claim: another
-        key word of the same kind in place of one of the claim's (a name, a year, a number, a code, a month), or a
-        denial where the claim has none (or the reverse)."""
+                       sentence: str, window: str) -> str | None:
+        """What the passage's sentence nearest the claim says instead, when it says all the rest of the claim (and
+        two of its words or more): another key word of the same kind in place of one of the claim's (a name, a year, a
+        number, a code, a month) that the sentences around it (``window``) do not give either, or a denial where the
+        claim has none (or the reverse): a negation that bears on a word both say (:func:`_denies_one_of`; in Chinese
+        and Japanese, any denial in the sentence)."""
         said = frozenset(match_tokens(sentence))
         mine = frozenset().union(*keys.values())
         plain = frozenset(match_tokens(_DENIAL_CJK.sub(" ", _NEGATION.sub(" ", claim))))  # its words but a denial
         others = [t for t in words if t in plain and t not in mine and t not in STOPWORDS and t not in _MONTH_NAMES
                   and t not in UNITS and t not in _CURRENCIES]
         enough = CONTRADICTS_AT_CJK if has_cjk(claim) else CONTRADICTS_AT  # (one character a token: particles too)
-        if not sentence or (others and sum(t in said for t in others) / len(others) < enough):
-            return None  # the sentence does not say what the claim says, but for its key words
-        theirs = _keys(sentence, skip_first=False)
+        if not sentence or not others or sum(t in said for t in others) / len(others) < enough or \
+                len(others) + sum(t in said for t in mine) < 2:
+            return None  # the sentence does not say what the claim says, but for its key words (or says one word)
+        theirs, near = _keys(sentence, skip_first=False), _keys(window, skip_first=False)
+        around = frozenset(match_tokens(window))
         for kind in ("year", "number", "code", "unit", "month", "name"):
             by_set = kind in ("month", "unit")  # (compared as read: a month by its name, a number with its unit)
-            lost = sorted(t for t in keys[kind] if t not in (theirs[kind] if by_set else said))
+            lost = sorted(t for t in keys[kind] if t not in (near[kind] if by_set else around))
             instead = sorted(t for t in theirs[kind] if t not in keys[kind] and (by_set or t not in words))
             if kind == "unit":  # the same number in another unit: 330 m where the claim says 330 ft
                 instead = [t for t in instead if t.split()[0] in {u.split()[0] for u in lost}]
@@ -594,7 +656,13 @@ class Support:
             swapped = _swapped_cjk(claim, sentence)
             if swapped:
                 return f"the passage gives '{swapped[1]}' where the claim says '{swapped[0]}'"
-        if _denies(claim) != _denies(sentence):
-            return "the passage denies what the claim says" if _denies(sentence) else \
+        if has_cjk(claim) or has_cjk(sentence):
+            denied, theirs_denied = _denies(claim), _denies(sentence)
+        else:  # a negation that bears on what both say ("not discovered by"; not "has not been fined ... and will be")
+            shared = frozenset(t for t in words if t in said and t not in STOPWORDS)
+            denied = _denies_one_of(_ANSWER_WORD.sub("", claim, count=1), shared)
+            theirs_denied = _denies_one_of(sentence, shared)
+        if denied != theirs_denied:
+            return "the passage denies what the claim says" if theirs_denied else \
                 "the claim denies what the passage says"
         return None

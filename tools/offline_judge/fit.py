@@ -50,7 +50,7 @@ from mlflow_ragjudge.metrics.lexical import word_recall
 from mlflow_ragjudge.metrics.offline import FEATURES, Calibration, OfflineJudge, answer_features
 from mlflow_ragjudge.metrics.offline_evidence import SHORT_ANSWER, AnswerModel, is_long_answer
 
-from .claims import claims_table, format_claims_table, load_wice
+from .claims import claims_table, format_claims_table, load_qags, load_wice
 from .public_data import half_split, lexical_match, load_mtrag, load_nq301
 from .table import agreement_table, format_table
 
@@ -58,7 +58,7 @@ __all__ = ["fit_calibration", "held_out_report", "baseline_table", "format_repor
 
 #: the salt of the fixed half split (fit half: SHA-256(salt + key) even)
 SPLIT_SALT = "mlflow-ragjudge offline judge v1"
-CALIBRATION_VERSION = "3"
+CALIBRATION_VERSION = "4"
 L2 = 1.0
 ROUNDS = 3
 SUPPORT_GRID = tuple(round(0.4 + 0.05 * i, 2) for i in range(12))  # 0.40 .. 0.95
@@ -296,16 +296,22 @@ def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] |
         lw, lb, lused = models[True]
         long_model = AnswerModel(tuple(lused), tuple(round(float(x), 6) for x in lw), round(lb, 6),
                                  {"4": round(c4[True], 6), "5": round(c5[True], 6)})
-    # the support threshold: Spearman of the supported share with human faithfulness on the fit half
+    # the two thresholds: the Spearman of the supported share of a response's claims with human faithfulness on the
+    # fit half, a claim supported when the share of its words found (support_threshold: what context recall and
+    # context precision read) or its support (claim_threshold: faithfulness's) reaches the threshold
     judge = OfflineJudge(Calibration(CALIBRATION_VERSION, tuple(used), tuple(w), b, {"4": c4[False], "5": c5[False]},
                                      {"2": r2, "3": r3}, 0.5))
     fit_m = mtrag[mmask]
     if "support" not in cache:
         cache["support"] = [judge.faithfulness(r.response, r.passages) for r in mtrag.itertuples()]
-    tau = max(SUPPORT_GRID, key=lambda t: _spearman(
-        [None if not res.is_scored else sum(c["support"] >= t for c in res.details["claims"]) / len(
-            res.details["claims"]) for res, keep in zip(cache["support"], mmask) if keep],
-        fit_m["faithfulness"].tolist())[0]) if mmask.any() else 0.5
+
+    def threshold(key: str) -> float:
+        return max(SUPPORT_GRID, key=lambda t: _spearman(
+            [None if not res.is_scored else sum(c[key] >= t for c in res.details["claims"]) / len(
+                res.details["claims"]) for res, keep in zip(cache["support"], mmask) if keep],
+            fit_m["faithfulness"].tolist())[0]) if mmask.any() else 0.5
+
+    tau, claim_tau = threshold("words_found"), threshold("support")
     return Calibration(
         CALIBRATION_VERSION, tuple(used), tuple(round(float(x), 6) for x in w), round(b, 6),
         {"4": round(c4[False], 6), "5": round(c5[False], 6)}, {"2": r2, "3": r3}, float(tau),
@@ -316,7 +322,7 @@ def fit_calibration(nq: pd.DataFrame, mtrag: pd.DataFrame, *, nq_fit: set[str] |
          "fit_rows": {"nq301": int(nmask.sum()), "mtrag": int(mmask.sum())},
          "l2": L2, "rounds": ROUNDS, "cut_4": "the probability that maximises Cohen's kappa on the fit rows",
          "long_answer": f"more than {SHORT_ANSWER} distinct content words"},
-        long_model,
+        long_model, float(claim_tau),
     )
 
 
@@ -477,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--json", help="also write the figures as JSON to this file")
     rep.add_argument("--claims", help="also measure faithfulness on WiCE: the folder holding its dev.jsonl and "
                      "test.jsonl (github.com/ryokamoi/wice, data/entailment_retrieval/claim)")
+    rep.add_argument("--qags", help="also measure faithfulness on QAGS: the folder holding its mturk_cnndm.jsonl and "
+                     "mturk_xsum.jsonl (github.com/W4ngatang/qags, data/)")
     args = ap.parse_args(argv)
     try:
         if args.command == "fit":
@@ -496,9 +504,11 @@ def main(argv: list[str] | None = None) -> int:
         report = held_out_report(args.data, given, splits=args.splits)
         table = baseline_table(args.data, given, splits=args.splits)
         m = load_mtrag(args.data)
-        held = m[~m["task_id"].isin(half_split(m["task_id"], SPLIT_SALT))].reset_index(drop=True)
+        fit_half = m["task_id"].isin(half_split(m["task_id"], SPLIT_SALT))
+        held, fitted = m[~fit_half].reset_index(drop=True), m[fit_half].reset_index(drop=True)
         judge = OfflineJudge(given) if given is not None else OfflineJudge()
-        claims = claims_table(held, load_wice(args.claims) if args.claims else None, judge)
+        claims = claims_table(held, load_wice(args.claims) if args.claims else None, judge,
+                              load_qags(args.qags) if args.qags else None, fitted)
         print(format_table(table) + "\n\n" + format_report(report) + "\n\n" + format_claims_table(claims))
         if args.json:
             Path(args.json).write_text(json.dumps({**report, "baselines": table, "claims": claims}, indent=1,
