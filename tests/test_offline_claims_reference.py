@@ -1,8 +1,10 @@
 """The offline judge's faithfulness against human labels of claims (issue 39), as docs/offline-judge.md reports it
 ("What a sentence asserts"): MTRAG from ../shared/data, WiCE from the folder ``RAGJUDGE_WICE_DIR`` names (its
-``data/entailment_retrieval/claim``; not shipped). Each part is skipped where its data is absent.
+``data/entailment_retrieval/claim``), QAGS from the folder ``RAGJUDGE_QAGS_DIR`` names (its ``data/``); neither is
+shipped. Each part is skipped where its data is absent.
 
-The figures: ``.venv/bin/python -m tools.offline_judge report --data ../shared/data --claims <WiCE folder>``.
+The figures: ``.venv/bin/python -m tools.offline_judge report --data ../shared/data --claims <WiCE folder>
+--qags <QAGS folder>``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.offline_judge.claims import baselines, claims_table, load_wice
+from tools.offline_judge.claims import baselines, claims_table, load_qags, load_wice
 from tools.offline_judge.fit import SPLIT_SALT
 from tools.offline_judge.public_data import half_split, load_mtrag
 
@@ -32,10 +34,9 @@ def test_on_mtrag_the_judge_orders_responses_above_both_recall_baselines(shared_
     (row,) = claims_table(held, None)
     s = row["scores"]
     assert row["rows"] == 139
-    assert s["offline judge"]["spearman"] == pytest.approx(0.744, abs=5e-4)  # docs/offline-judge.md
-    # above both baselines on the held-out half; by +0.035 on AUC, by +0.015 on Spearman (the issue asks 0.02:
-    # not met, said in the docs)
-    assert row["margin_auc"] >= 0.02 and row["margin_spearman"] > 0
+    assert s["offline judge"]["spearman"] == pytest.approx(0.765, abs=5e-4)  # docs/offline-judge.md
+    # above both baselines on the held-out half by the issue's 0.02 (+0.037 Spearman, +0.025 AUC)
+    assert row["margin_spearman"] >= 0.02 and row["margin_auc"] >= 0.02
 
 
 def test_on_wice_test_the_judge_is_above_both_recall_baselines():
@@ -46,3 +47,16 @@ def test_on_wice_test_the_judge_is_above_both_recall_baselines():
     test = table["WiCE test"]
     assert test["rows"] == 358
     assert test["margin_spearman"] >= 0.02 and test["margin_auc"] >= 0.02
+
+
+def test_on_qags_held_out_halves_the_judge_is_above_both_recall_baselines():
+    """News summaries (CNN/DailyMail, XSum) judged sentence by sentence: the even-numbered articles, which no choice
+    was made on."""
+    folder = os.environ.get("RAGJUDGE_QAGS_DIR")
+    if not folder or not Path(folder).is_dir():
+        pytest.skip("QAGS not found: set RAGJUDGE_QAGS_DIR to its data/ folder (github.com/W4ngatang/qags)")
+    table = {t["set"].split(" (")[0] + (" held" if "held-out" in t["set"] else " fit"): t
+             for t in claims_table(None, None, qags=load_qags(folder))}
+    assert table["QAGS-C held"]["rows"] == 359 and table["QAGS-X held"]["rows"] == 120
+    for name in ("QAGS-C held", "QAGS-X held"):
+        assert table[name]["margin_spearman"] >= 0.02 and table[name]["margin_auc"] >= 0.02, table[name]

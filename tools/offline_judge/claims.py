@@ -12,6 +12,12 @@ holds most of them). Spearman and AUC of each score against the labels, on every
   supported or not supported by annotators; Spearman against the three labels in that order, AUC: supported
   against the rest. The judge's window, key-word penalty and contradiction rule were chosen on the dev split; the
   table is the test split.
+* **QAGS** (Wang et al. 2020, ``github.com/W4ngatang/qags``, ``data/mturk_{cnndm,xsum}.jsonl``; not shipped: pass
+  its folder): the sentences of model summaries of CNN/DailyMail (QAGS-C) and XSum (QAGS-X) articles, each judged by
+  three crowd workers: does the article support it? Label: the share of workers who said yes; AUC: a majority said
+  yes. Evidence: the article. The articles are numbered in file order from 0; the phrase share and its weight were
+  chosen with the odd-numbered articles beside MTRAG's fit half and WiCE dev; the table's held-out rows are the
+  even-numbered ones.
 """
 
 from __future__ import annotations
@@ -46,6 +52,35 @@ def load_wice(folder: str | Path) -> dict[str, list[dict[str, Any]]]:
             out[split] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not out:
         raise FileNotFoundError(f"{folder}: no dev.jsonl or test.jsonl (WiCE's data/entailment_retrieval/claim)")
+    return out
+
+
+QAGS_FILES = {"QAGS-C": "mturk_cnndm.jsonl", "QAGS-X": "mturk_xsum.jsonl"}
+
+
+def load_qags(folder: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """QAGS's summary sentences from ``folder`` (its ``mturk_cnndm.jsonl``, ``mturk_xsum.jsonl``), by set name
+    (``QAGS-C``, ``QAGS-X``): each row's ``claim`` (the sentence), ``article``, ``article_number`` (in file order, from
+    0), ``yes`` (the share of workers who judged it supported).
+
+    Raises:
+        FileNotFoundError: the folder holds neither file.
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, file in QAGS_FILES.items():
+        path = Path(folder) / file
+        if not path.is_file():
+            continue
+        rows = []
+        for number, line in enumerate(x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()):
+            doc = json.loads(line)
+            for sentence in doc["summary_sentences"]:
+                votes = [r["response"] == "yes" for r in sentence["responses"]]
+                rows.append({"claim": sentence["sentence"], "article": doc["article"], "article_number": number,
+                             "yes": sum(votes) / len(votes)})
+        out[name] = rows
+    if not out:
+        raise FileNotFoundError(f"{folder}: no {' or '.join(QAGS_FILES.values())} (QAGS's data/ folder)")
     return out
 
 
@@ -105,20 +140,29 @@ def _scored(name: str, rows: list[tuple[str, list[str], float, bool]], judge: Of
 
 
 def claims_table(mtrag_held_out: pd.DataFrame | None, wice: dict[str, list[dict[str, Any]]] | None,
-                 judge: OfflineJudge | None = None) -> list[dict[str, Any]]:
+                 judge: OfflineJudge | None = None,
+                 qags: dict[str, list[dict[str, Any]]] | None = None,
+                 mtrag_fit: pd.DataFrame | None = None) -> list[dict[str, Any]]:
     """One row per set: the judge's and the baselines' Spearman and AUC on the same rows."""
     judge = judge or OfflineJudge()
     out = []
-    if mtrag_held_out is not None:
-        rows = [(r.response, list(r.passages), float(r.faithfulness), float(r.faithfulness) >= 3.0)
-                for r in mtrag_held_out.itertuples()]
-        out.append(_scored("MTRAG, held-out half (response-level faithfulness 1-4)", rows, judge))
+    for frame, note in ((mtrag_held_out, "held-out half"), (mtrag_fit, "fit half: the support threshold's")):
+        if frame is not None:
+            rows = [(r.response, list(r.passages), float(r.faithfulness), float(r.faithfulness) >= 3.0)
+                    for r in frame.itertuples()]
+            out.append(_scored(f"MTRAG, {note} (response-level faithfulness 1-4)", rows, judge))
     for split in ("test", "dev"):
         if wice and split in wice:
             rows = [(r["claim"], ["\n".join(r["evidence"])], float(WICE_LABELS[r["label"]]), r["label"] == "supported")
                     for r in wice[split]]
             note = "held out" if split == "test" else "the split the judge's rules were chosen on"
             out.append(_scored(f"WiCE {split} ({note}; supported / partially / not)", rows, judge))
+    for name, sentences in (qags or {}).items():
+        for parity, note in ((0, "held-out half: even-numbered articles"),
+                             (1, "the half the phrase share was chosen on: odd-numbered articles")):
+            rows = [(r["claim"], [r["article"]], r["yes"], r["yes"] > 0.5) for r in sentences
+                    if r["article_number"] % 2 == parity]
+            out.append(_scored(f"{name} ({note}; share of 3 workers saying supported)", rows, judge))
     return out
 
 
@@ -133,5 +177,6 @@ def format_claims_table(table: list[dict[str, Any]]) -> str:
                      f"{cell['word recall']} | {cell['best sentence recall']} | "
                      f"{t['margin_spearman']:+.3f} / {t['margin_auc']:+.3f} |")
     lines += ["", "margin: the judge's Spearman / AUC minus the better baseline's. AUC: MTRAG rated >= 3 (mostly "
-              "faithful) against the rest; WiCE supported against partially or not supported."]
+              "faithful) against the rest; WiCE supported against partially or not supported; QAGS a majority of the "
+              "workers said supported against the rest."]
     return "\n".join(lines)
