@@ -233,6 +233,10 @@ FORMATTED = [
      ["You can deploy the clusters worldwide, in the USA and elsewhere."]),
     ("You only pay for what you use on a monthly basis.",
      ["You pay only for what you use on a monthly basis, with no long-term contracts."]),
+    ("Grealish will be in the squad for the trip to Manchester.",  # a negation of another verb, in the same clause
+     ["Grealish has not been fined over the incident and will be in the squad for the trip to Manchester."]),
+    ("The child is expected to make a full recovery.",
+     ["The child's details have not been released but the child is expected to make a full recovery."]),
     ("The Amazon River is the largest river in South America.",
      ["The Amazon River drains much of the continent. It is the largest river in South America, ahead of the "
       "Parana."]),
