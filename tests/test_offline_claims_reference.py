@@ -34,8 +34,8 @@ def test_on_mtrag_the_judge_orders_responses_above_both_recall_baselines(shared_
     (row,) = claims_table(held, None)
     s = row["scores"]
     assert row["rows"] == 139
-    assert s["offline judge"]["spearman"] == pytest.approx(0.765, abs=5e-4)  # docs/offline-judge.md
-    # above both baselines on the held-out half by the 0.02 (+0.037 Spearman, +0.025 AUC)
+    assert s["offline judge"]["spearman"] == pytest.approx(0.767, abs=5e-4)  # docs/offline-judge.md
+    # above both baselines on the held-out half by the 0.02 (+0.038 Spearman, +0.026 AUC)
     assert row["margin_spearman"] >= 0.02 and row["margin_auc"] >= 0.02
 
 

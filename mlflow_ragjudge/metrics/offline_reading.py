@@ -612,7 +612,8 @@ class Support:
                     top = max(range(i, min(i + WINDOW, len(sentences))), key=lambda j: len(hits[j]))
                     best_sentence = sentences[top].text
         self.window_share, self.window = max(0.0, best), window
-        self.phrase_share = min(1.0, phrase / (n - 1)) if n > 1 else self.window_share
+        pairs = len(set(zip(tokens, tokens[1:])))  # (distinct: "create an index ... CREATE INDEX" has one pair twice)
+        self.phrase_share = min(1.0, phrase / pairs) if n > 1 else self.window_share
         keys = _keys(claim, skip_first=True)
         words = set(match_tokens(claim))  # (a month is a key by its name; its match token may differ)
         self.missing_keys = [t for kind in ("name", "year", "number", "code") for t in sorted(keys[kind])
