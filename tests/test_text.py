@@ -89,6 +89,11 @@ def test_word_set_and_helpers() -> None:
         pytest.param("J. R. Tolkien wrote it. Yes.", ["J. R. Tolkien wrote it.", "Yes."], id="initials"),
         pytest.param("In the U.S. Army. Then.", ["In the U.S. Army.", "Then."], id="dotted-acronym"),
         pytest.param(
+            "It runs up to +50 °C. The sheet says 60°F. Fine.",
+            ["It runs up to +50 °C.", "The sheet says 60°F.", "Fine."],
+            id="degree-unit-no-initial",
+        ),
+        pytest.param(
             "See v1.2.3 and example.com. Fine.", ["See v1.2.3 and example.com.", "Fine."], id="no-space"
         ),
         pytest.param('He said "stop." Then left.', ['He said "stop."', "Then left."], id="closing-quote"),

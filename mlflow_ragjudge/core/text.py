@@ -38,7 +38,7 @@ Sentence rule (:func:`split_sentences`): a sentence ends
   unless the period ends a title or Latin abbreviation (``Dr.``, ``vs.``, ``e.g.``,
   :data:`ABBREVIATIONS`), an abbreviation followed by a number (``No. 5``,
   ``Fig. 3``, :data:`NUMBER_ABBREVIATIONS`), a single-letter initial
-  (``J. Smith``) or a dotted acronym (``U.S.``).
+  (``J. Smith``; not a unit after a degree sign: ``+50 °C.`` ends a sentence) or a dotted acronym (``U.S.``).
 
 A period inside a number (``3.5``, full-width ``１１．５``), a version (``v1.2.3``), a URL or a file name
 is never followed by whitespace, so it never splits.
@@ -329,6 +329,10 @@ def _word_before(line: str, start: int, end: int) -> str:
     return line[i:end]
 
 
+#: signs a one-letter unit follows: a period after it ends a sentence (``+50 °C.``), an initial's does not
+_UNIT_SIGNS = frozenset("°℃℉")
+
+
 def _ends_with_abbreviation(word: str, following: str) -> bool:
     """Whether the period after ``word`` ends an abbreviation or an initial, not a sentence (``following``:
     the first character after the whitespace that follows the period)."""
@@ -361,7 +365,10 @@ def _abbreviation_before(line: str, start: int, at: int, following: str) -> bool
         return _ends_with_abbreviation(_word_before(line, start, at), following)  # separators in it: exactly
     word = line[space + 1 if space >= 0 else start: at]
     if not word.isalnum():  # periods, underscores or other separators in it (or no word): read it exactly
-        return _ends_with_abbreviation(_word_before(line, start, at), following)
+        exact = _word_before(line, start, at)
+        if len(exact) == 1 and at - 1 > start and line[at - 2] in _UNIT_SIGNS:
+            return False  # a unit, not an initial: "+50 °C. Then ...", "20 °F."
+        return _ends_with_abbreviation(exact, following)
     if len(word) > _LONGEST_ABBREVIATION:  # (case folding never shortens a word)
         return False
     lowered = word.casefold()  # (no period in it: no dotted acronym)
