@@ -205,6 +205,9 @@ def retrieve(query: str, *, chunk_size: int = 64, overlap: int | None = None, to
     return [c.text for c in _retrieve(query, chunk_size, overlap, top_k, reranker, corpus)]
 
 
+_SENTENCE_END = (".", "!", "?", "…", "。", "！", "？", ":", ";")
+
+
 def _extract(question: str, chunks: Sequence[Chunk], min_coverage: float = 0.5,
              max_sentences: int = 2) -> tuple[str, list[str]]:
     q = set(terms(question))
@@ -227,7 +230,14 @@ def _extract(question: str, chunks: Sequence[Chunk], min_coverage: float = 0.5,
             chosen.append(c)
             covered |= c[3]
     chosen.sort(key=lambda c: c[1])
-    return " ".join(c[2] for c in chosen), list(dict.fromkeys(c[4] for c in chosen))
+    # a sentence a chunk boundary cut ends in "…", and the next piece starts a line: fragments run together would
+    # read as one sentence that no document says
+    text = chosen[0][2]
+    for c in chosen[1:]:
+        whole = text.rstrip().endswith(_SENTENCE_END) and not c[2][:1].islower()
+        text = text + " " + c[2] if whole else text.rstrip() + ("" if text.rstrip().endswith(_SENTENCE_END) else "…") \
+            + "\n" + c[2]
+    return text, list(dict.fromkeys(c[4] for c in chosen))
 
 
 @functools.lru_cache(maxsize=16)
