@@ -10,7 +10,7 @@ import pytest
 from mlflow_ragjudge.core.text import cjk_numbers, numerals_as_digits
 from mlflow_ragjudge.metrics.correctness import UNASSERTED_LEVEL
 from mlflow_ragjudge.metrics.offline import OfflineJudge
-from mlflow_ragjudge.metrics.offline_reading import number_forms, quantities, quantity_conflict, unasserted
+from mlflow_ragjudge.metrics.offline_reading import _keys, number_forms, quantities, quantity_conflict, unasserted
 
 JUDGE = OfflineJudge()
 
@@ -254,8 +254,6 @@ def test_headings_list_items_and_answer_words_are_not_read_as_contradictions(cla
 
 
 def test_a_heading_keeps_its_acronyms_and_a_line_without_one_its_names():
-    from mlflow_ragjudge.metrics.offline_reading import _keys
-
     assert _keys("**Phishing and IRS Scams**: Report to the IRS.", skip_first=True)["name"] == {"irs"}
     assert _keys("The capital of Australia: Canberra.", skip_first=True)["name"] == {"australia", "canberra"}
     assert _keys("- **Build an Unencrypted Image**:", skip_first=True)["name"] == frozenset()
